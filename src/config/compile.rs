@@ -1,0 +1,347 @@
+//! Validation and compilation: raw YAML structs of every file → one immutable `Snapshot`.
+//!
+//! Collects *all* problems of all files (never stops at the first), each naming the file,
+//! the rule path and the field, with a line from the parser or from the position scan.
+//! Pure: takes file names and contents, does no I/O (that is `loader`), and builds the
+//! matcher tree through `matcher` without knowing how it matches.
+
+use std::collections::hash_map::Entry;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use sha2::{Digest, Sha256};
+
+use crate::algorithm::Algorithm;
+
+use super::error::{ConfigError, ConfigErrors};
+use super::matcher::{is_wildcard, Branch, Node, Tree};
+use super::model::{self, Domain, FailureMode, Level, Rule, RuleId, RuleLimit, Snapshot, Unit};
+use super::raw::{self, Positions, RawDescriptor, RawFile, RawRateLimit};
+
+/// Validates and compiles `(file name, content)` pairs, in load order, into a snapshot.
+///
+/// Every problem of every file is reported, with lines where known. The snapshot's
+/// `version` is the first 16 hex chars of a sha256 over every file's name and content.
+pub fn compile_sources(sources: &[(PathBuf, String)]) -> Result<Snapshot, ConfigErrors> {
+    let mut errors = Vec::new();
+    let mut domains = HashMap::new();
+    let mut seen: HashMap<String, &Path> = HashMap::new();
+    for (file, source) in sources {
+        let raw = match raw::parse(file, source) {
+            Ok(raw) => raw,
+            Err(error) => {
+                errors.push(error);
+                continue;
+            }
+        };
+        let mut file_errors = Vec::new();
+        let domain = compile_file(file, &raw, &mut file_errors);
+        if let Some(name) = raw.domain.as_deref().filter(|name| !name.is_empty()) {
+            match seen.entry(name.to_owned()) {
+                Entry::Occupied(first) => file_errors.push(ConfigError::new(
+                    file,
+                    "domain",
+                    format!("duplicate domain {name:?} (also in {})", first.get().display()),
+                )),
+                Entry::Vacant(slot) => {
+                    slot.insert(file);
+                }
+            }
+        }
+        let positions = Positions::scan(source);
+        for mut error in file_errors {
+            error.line = error.line.or_else(|| positions.line_of(&error.path));
+            errors.push(error);
+        }
+        if let Some(domain) = domain {
+            domains.insert(domain.name.clone(), domain);
+        }
+    }
+    if !errors.is_empty() {
+        return Err(ConfigErrors(errors));
+    }
+    Ok(Snapshot {
+        domains,
+        version: version(sources),
+        loaded_at: SystemTime::now(),
+        files: sources.iter().map(|(file, _)| file.clone()).collect(),
+    })
+}
+
+/// First 16 hex chars of sha256 over (file name, content) of every file, length-prefixed
+/// so that no two different inputs hash the same bytes.
+fn version(sources: &[(PathBuf, String)]) -> String {
+    let mut hasher = Sha256::new();
+    for (file, source) in sources {
+        let name = file.file_name().unwrap_or(file.as_os_str()).as_encoded_bytes();
+        hasher.update((name.len() as u64).to_le_bytes());
+        hasher.update(name);
+        hasher.update((source.len() as u64).to_le_bytes());
+        hasher.update(source.as_bytes());
+    }
+    hasher.finalize()[..8].iter().map(|byte| format!("{byte:02x}")).collect()
+}
+
+/// One file's domain; `None` when the file has errors (all pushed to `errors`).
+fn compile_file(file: &Path, raw: &RawFile, errors: &mut Vec<ConfigError>) -> Option<Domain> {
+    let before = errors.len();
+    let name = match raw.domain.as_deref() {
+        None => {
+            errors.push(ConfigError::new(file, "domain", "missing domain"));
+            ""
+        }
+        Some("") => {
+            errors.push(ConfigError::new(file, "domain", "empty domain"));
+            ""
+        }
+        Some(name) => name,
+    };
+    let failure_mode = match raw.failure_mode.as_deref().map(str::to_ascii_lowercase) {
+        None => FailureMode::Open,
+        Some(mode) if mode == "open" => FailureMode::Open,
+        Some(mode) if mode == "closed" => FailureMode::Closed,
+        Some(_) => {
+            let mode = raw.failure_mode.as_deref().unwrap_or_default();
+            errors.push(ConfigError::new(
+                file,
+                "failure_mode",
+                format!("unknown failure_mode {mode:?} (expected open or closed)"),
+            ));
+            FailureMode::Open
+        }
+    };
+    let mut builder = Builder { file, errors, rules: Vec::new() };
+    let nodes = raw.descriptors.as_deref().unwrap_or_default();
+    let root = builder.branch(nodes, "", &mut Vec::new());
+    let rules = builder.rules;
+    (errors.len() == before).then(|| Domain {
+        name: name.to_owned(),
+        failure_mode,
+        file: file.to_path_buf(),
+        rules,
+        tree: Tree { root },
+    })
+}
+
+/// Walks one file's descriptors in file order, collecting rules and errors.
+struct Builder<'a> {
+    file: &'a Path,
+    errors: &'a mut Vec<ConfigError>,
+    rules: Vec<Rule>,
+}
+
+impl Builder<'_> {
+    fn error(&mut self, path: impl Into<String>, message: impl Into<String>) {
+        self.errors.push(ConfigError::new(self.file, path, message));
+    }
+
+    /// Compiles one `descriptors` list at `parent` (the path of the owning node, `""` at
+    /// the top); `levels` holds the path's levels above it.
+    fn branch(&mut self, nodes: &[RawDescriptor], parent: &str, levels: &mut Vec<Level>) -> Branch {
+        let mut branch = Branch::default();
+        // (key, value) → index of the first node, to name it in duplicate errors.
+        let mut seen: HashMap<(&str, Option<&str>), usize> = HashMap::new();
+        for (index, raw) in nodes.iter().enumerate() {
+            let path = match parent {
+                "" => format!("descriptors[{index}]"),
+                _ => format!("{parent}.descriptors[{index}]"),
+            };
+            let key = self.key(raw, &path);
+            // `value: ""` is the value-less default, as in envoyproxy/ratelimit.
+            let value = raw.value.as_deref().filter(|value| !value.is_empty());
+            if !key.is_empty() {
+                if let Some(first) = seen.insert((key, value), index) {
+                    self.duplicate(&path, key, value, parent, first);
+                }
+            }
+            levels
+                .push(Level { key: key.to_owned(), shared_pattern: self.shared_pattern(raw, value, &path) });
+            let rule = raw.rate_limit.as_ref().and_then(|limit| self.rule(raw, limit, &path, levels));
+            let children = raw.descriptors.as_deref().unwrap_or_default();
+            let children = self.branch(children, &path, levels);
+            levels.pop();
+            branch.insert(key, value, Node { rule, children });
+        }
+        branch
+    }
+
+    fn key<'r>(&mut self, raw: &'r RawDescriptor, path: &str) -> &'r str {
+        match raw.key.as_deref() {
+            None => self.error(format!("{path}.key"), "missing key"),
+            Some("") => self.error(format!("{path}.key"), "empty key"),
+            Some(key) => return key,
+        }
+        ""
+    }
+
+    fn duplicate(&mut self, path: &str, key: &str, value: Option<&str>, parent: &str, first: usize) {
+        let first = match parent {
+            "" => format!("descriptors[{first}]"),
+            _ => format!("{parent}.descriptors[{first}]"),
+        };
+        let (field, what) = match value {
+            Some(value) => ("value", format!("key {key:?} with value {value:?}")),
+            None => ("key", format!("key {key:?} without a value")),
+        };
+        self.error(
+            format!("{path}.{field}"),
+            format!("duplicate descriptor: {what} is already defined at {first}"),
+        );
+    }
+
+    /// `Some(pattern)` for a wildcard value with `share_threshold: true`.
+    fn shared_pattern(&mut self, raw: &RawDescriptor, value: Option<&str>, path: &str) -> Option<String> {
+        if !raw.share_threshold {
+            return None;
+        }
+        match value.filter(|value| is_wildcard(value)) {
+            Some(pattern) => Some(pattern.to_owned()),
+            None => {
+                self.error(
+                    format!("{path}.share_threshold"),
+                    "share_threshold needs a wildcard value (one containing `*`)",
+                );
+                None
+            }
+        }
+    }
+
+    /// Validates a `rate_limit` block and records its rule; `None` if it has errors.
+    fn rule(
+        &mut self,
+        raw: &RawDescriptor,
+        limit: &RawRateLimit,
+        path: &str,
+        levels: &[Level],
+    ) -> Option<RuleId> {
+        let at = format!("{path}.rate_limit");
+        let compiled = self.limit(limit, &at);
+        let replaces = self.replaces(limit, &at);
+        let (limit_kind, replaces) = (compiled?, replaces?);
+        let id = RuleId(self.rules.len());
+        self.rules.push(Rule {
+            id,
+            path: path.to_owned(),
+            name: limit.name.clone().filter(|name| !name.is_empty()),
+            limit: limit_kind,
+            shadow_mode: raw.shadow_mode,
+            quota_mode: raw.quota_mode,
+            detailed_metric: raw.detailed_metric,
+            value_to_metric: raw.value_to_metric,
+            replaces,
+            levels: levels.to_vec(),
+            metadata: metadata(raw.metadata.as_ref()),
+        });
+        Some(id)
+    }
+
+    /// unit / requests_per_unit / unlimited / algorithm / burst.
+    fn limit(&mut self, raw: &RawRateLimit, at: &str) -> Option<RuleLimit> {
+        let before = self.errors.len();
+        let unit = raw.unit.as_deref().and_then(|unit| {
+            let parsed = Unit::parse(unit);
+            if parsed.is_none() {
+                self.error(
+                    format!("{at}.unit"),
+                    format!(
+                        "unknown unit {unit:?} (expected second, minute, hour, day, week, month or year)"
+                    ),
+                );
+            }
+            parsed
+        });
+        let algorithm = self.algorithm(raw, at);
+        if raw.unlimited {
+            if unit.is_some() {
+                self.error(format!("{at}.unit"), "unit must not be set together with unlimited: true");
+            }
+            return (self.errors.len() == before).then_some(RuleLimit::Unlimited);
+        }
+        if raw.unit.is_none() {
+            self.error(format!("{at}.unit"), "missing unit (second, minute, hour, day, week, month or year)");
+        }
+        if raw.requests_per_unit.is_none() {
+            self.error(
+                format!("{at}.requests_per_unit"),
+                "missing requests_per_unit (0 blocks everything; `unlimited: true` allows everything)",
+            );
+        }
+        let (Some(unit), Some(limit), Some(algorithm)) = (unit, raw.requests_per_unit, algorithm) else {
+            return None;
+        };
+        let params = model::params(algorithm, u64::from(limit), unit, raw.burst);
+        (self.errors.len() == before).then_some(RuleLimit::Limited { params, unit })
+    }
+
+    /// `algorithm` (default gcra) and the `burst` that only gcra accepts.
+    fn algorithm(&mut self, raw: &RawRateLimit, at: &str) -> Option<Algorithm> {
+        let algorithm = match raw.algorithm.as_deref().map(str::to_ascii_lowercase).as_deref() {
+            None | Some("gcra") => Some(Algorithm::Gcra),
+            Some("sliding_window") => Some(Algorithm::SlidingWindow),
+            Some("fixed_window") => Some(Algorithm::FixedWindow),
+            Some(_) => {
+                let name = raw.algorithm.as_deref().unwrap_or_default();
+                self.error(
+                    format!("{at}.algorithm"),
+                    format!("unknown algorithm {name:?} (expected gcra, sliding_window or fixed_window)"),
+                );
+                None
+            }
+        };
+        match (raw.burst, algorithm) {
+            (Some(0), _) => self.error(format!("{at}.burst"), "burst must be greater than 0"),
+            (Some(_), Some(other)) if other != Algorithm::Gcra => self.error(
+                format!("{at}.burst"),
+                format!("burst applies to gcra only (algorithm is {})", other.as_str()),
+            ),
+            _ => {}
+        }
+        algorithm
+    }
+
+    /// The names in `replaces`; `None` if the list has errors.
+    fn replaces(&mut self, raw: &RawRateLimit, at: &str) -> Option<Vec<String>> {
+        let Some(list) = raw.replaces.as_ref() else {
+            return Some(Vec::new());
+        };
+        let before = self.errors.len();
+        if list.is_empty() {
+            self.error(format!("{at}.replaces"), "empty replaces list");
+        }
+        let own = raw.name.as_deref().filter(|name| !name.is_empty());
+        let mut names = Vec::with_capacity(list.len());
+        for (index, entry) in list.iter().enumerate() {
+            let path = format!("{at}.replaces[{index}].name");
+            match entry.name.as_deref() {
+                None | Some("") => self.error(path, "replaces entry without a name"),
+                Some(name) if Some(name) == own => {
+                    self.error(path, format!("rule {name:?} replaces itself"));
+                }
+                Some(name) => names.push(name.to_owned()),
+            }
+        }
+        (self.errors.len() == before).then_some(names)
+    }
+}
+
+/// `metadata` as sorted `(key, value)` text pairs: strings as they are, other scalars and
+/// nested values as their YAML text.
+fn metadata(map: Option<&serde_yaml::Mapping>) -> Vec<(String, String)> {
+    let mut pairs: Vec<(String, String)> = map
+        .into_iter()
+        .flat_map(|map| map.iter())
+        .map(|(key, value)| (yaml_text(key), yaml_text(value)))
+        .collect();
+    pairs.sort();
+    pairs
+}
+
+fn yaml_text(value: &serde_yaml::Value) -> String {
+    match value {
+        serde_yaml::Value::String(text) => text.clone(),
+        other => serde_yaml::to_string(other)
+            .map(|text| text.trim_end().to_owned())
+            .unwrap_or_else(|_| format!("{other:?}")),
+    }
+}

@@ -1,0 +1,191 @@
+//! The compiled descriptor tree and the walk that matches a request descriptor against it.
+//!
+//! Each level is a hash map from entry key to that key's nodes, which are themselves a hash
+//! map by exact value, an ordered list of wildcard patterns and an optional value-less
+//! default. A lookup costs O(entries) hash probes whatever the number of rules; wildcards
+//! are the only linear part (per key, per level). Lookups allocate nothing.
+//!
+//! This module owns matching only: it is built by `compile` (which has already rejected
+//! duplicates and invalid values) and must not validate, do I/O or know about stores.
+
+use std::collections::HashMap;
+
+use super::model::{Domain, Lookup, RuleId};
+
+/// A domain's descriptor tree: the top-level `descriptors`.
+#[derive(Debug, Default)]
+pub(crate) struct Tree {
+    pub(crate) root: Branch,
+}
+
+/// One `descriptors` list: its nodes grouped by key.
+#[derive(Debug, Default)]
+pub(crate) struct Branch {
+    keys: HashMap<String, Candidates>,
+}
+
+/// The nodes of one key at one level, in match precedence.
+#[derive(Debug, Default)]
+struct Candidates {
+    exact: HashMap<String, Node>,
+    /// In file order: the first matching pattern wins.
+    wildcards: Vec<(Pattern, Node)>,
+    default: Option<Node>,
+}
+
+/// One descriptor node.
+#[derive(Debug, Default)]
+pub(crate) struct Node {
+    /// The rule of this node's `rate_limit`, if it has one.
+    pub(crate) rule: Option<RuleId>,
+    /// Its nested `descriptors` (empty: a leaf).
+    pub(crate) children: Branch,
+}
+
+/// A value with `*` wildcards, pre-split on `*` so matching allocates nothing.
+#[derive(Debug)]
+struct Pattern {
+    /// At least two parts; `*` sits between consecutive parts.
+    parts: Vec<String>,
+    /// Sum of the parts' lengths: a shorter value cannot match.
+    fixed_len: usize,
+}
+
+impl Pattern {
+    fn new(value: &str) -> Pattern {
+        let parts: Vec<String> = value.split('*').map(str::to_owned).collect();
+        let fixed_len = parts.iter().map(String::len).sum();
+        Pattern { parts, fixed_len }
+    }
+
+    /// Each `*` matches any, possibly empty, substring. Leftmost-first placement of the
+    /// middle parts is enough for patterns whose only metacharacter is `*`.
+    fn matches(&self, value: &str) -> bool {
+        let (Some((first, rest)), Some(last)) = (self.parts.split_first(), self.parts.last()) else {
+            return false;
+        };
+        if value.len() < self.fixed_len || !value.starts_with(first.as_str()) {
+            return false;
+        }
+        if !value.ends_with(last.as_str()) {
+            return false;
+        }
+        // fixed_len guarantees first and last do not overlap.
+        let mut middle = &value[first.len()..value.len() - last.len()];
+        for part in &rest[..rest.len().saturating_sub(1)] {
+            match middle.find(part.as_str()) {
+                Some(at) => middle = &middle[at + part.len()..],
+                None => return false,
+            }
+        }
+        true
+    }
+}
+
+/// Whether a configured value is a wildcard pattern.
+pub(crate) fn is_wildcard(value: &str) -> bool {
+    value.contains('*')
+}
+
+impl Branch {
+    /// Adds a node for `key` (and `value`, `None` for the default node). Insertion order is
+    /// file order, which decides between wildcards. `compile` rejects duplicates first; a
+    /// duplicate reaching here is ignored (the first node stays).
+    pub(crate) fn insert(&mut self, key: &str, value: Option<&str>, node: Node) {
+        let candidates = self.keys.entry(key.to_owned()).or_default();
+        match value {
+            None => {
+                candidates.default.get_or_insert(node);
+            }
+            Some(v) if is_wildcard(v) => candidates.wildcards.push((Pattern::new(v), node)),
+            Some(v) => {
+                candidates.exact.entry(v.to_owned()).or_insert(node);
+            }
+        }
+    }
+
+    /// True when the branch has no node (a leaf's children).
+    pub(crate) fn is_empty(&self) -> bool {
+        self.keys.is_empty()
+    }
+
+    /// The node one entry reaches: exact value, then the first matching wildcard, then the
+    /// default. No backtracking: the caller commits to the node returned.
+    fn step(&self, key: &str, value: &str) -> Option<&Node> {
+        let candidates = self.keys.get(key)?;
+        candidates
+            .exact
+            .get(value)
+            .or_else(|| {
+                candidates.wildcards.iter().find(|(pattern, _)| pattern.matches(value)).map(|(_, node)| node)
+            })
+            .or(candidates.default.as_ref())
+    }
+}
+
+impl Domain {
+    /// Matches one request descriptor, given as its `(key, value)` entries in order.
+    ///
+    /// Walks one level per entry (exact value, then first matching wildcard in file order,
+    /// then the value-less default; no backtracking). The answer is decided by the node the
+    /// last entry reaches: its rule, an explicit allow (no rule, no children) or `NoMatch`
+    /// (no node, children but no rule, or a request deeper than the tree). No entries:
+    /// `NoMatch`. Costs O(entries) hash lookups and allocates nothing.
+    pub fn lookup<'e, I>(&self, entries: I) -> Lookup<'_>
+    where
+        I: IntoIterator<Item = (&'e str, &'e str)>,
+        I::IntoIter: ExactSizeIterator,
+    {
+        let entries = entries.into_iter();
+        let last = entries.len().saturating_sub(1);
+        let mut branch = &self.tree.root;
+        for (depth, (key, value)) in entries.enumerate() {
+            let Some(node) = branch.step(key, value) else {
+                return Lookup::NoMatch;
+            };
+            if depth == last {
+                return match node.rule.and_then(|id| self.rules.get(id.0)) {
+                    Some(rule) => Lookup::Rule(rule),
+                    None if node.children.is_empty() => Lookup::Allow,
+                    None => Lookup::NoMatch,
+                };
+            }
+            branch = &node.children;
+        }
+        Lookup::NoMatch
+    }
+}
+
+#[cfg(test)]
+mod pattern_tests {
+    use super::Pattern;
+
+    fn m(pattern: &str, value: &str) -> bool {
+        Pattern::new(pattern).matches(value)
+    }
+
+    #[test]
+    fn star_anywhere() {
+        assert!(m("files/*", "files/a.pdf"));
+        assert!(m("files/*", "files/"));
+        assert!(!m("files/*", "file"));
+        assert!(m("*.pdf", "x.pdf"));
+        assert!(!m("*.pdf", "x.pdfx"));
+        assert!(m("/api/*/action", "/api/123/action"));
+        assert!(!m("/api/*/action", "/api/123/other"));
+        assert!(m("/api/*/resource/*/action", "/api/v1/resource/9/action"));
+        assert!(!m("/api/*/resource/*/action", "/api/v1/resourc/9/action"));
+        assert!(m("*", ""));
+        assert!(m("**", "anything"));
+        assert!(m("a*b*c", "abc"));
+        assert!(m("a*b*c", "aXbYbZc"));
+        assert!(!m("a*b*c", "aXcYb"));
+    }
+
+    #[test]
+    fn prefix_and_suffix_do_not_overlap() {
+        assert!(!m("ab*ba", "aba"));
+        assert!(m("ab*ba", "abba"));
+        assert!(!m("a*a", "a"));
+    }
+}

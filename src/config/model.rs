@@ -1,0 +1,204 @@
+//! The compiled, immutable policy model: what the request path sees.
+//!
+//! Built only by `compile` from validated YAML; never mutated after construction (a reload
+//! builds a whole new `Snapshot`). Pure: no I/O, no tokio, no metrics.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::time::SystemTime;
+
+use crate::algorithm::{Algorithm, Params};
+
+use super::matcher::Tree;
+
+/// One whole, consistent configuration: every domain, plus identity for operators.
+#[derive(Debug)]
+pub struct Snapshot {
+    pub domains: HashMap<String, Domain>,
+    /// Content hash of every loaded file (hex, 16 chars): shown in logs, metrics, /rlconfig.
+    pub version: String,
+    pub loaded_at: SystemTime,
+    /// The files the snapshot was built from, in load order.
+    pub files: Vec<PathBuf>,
+}
+
+impl Snapshot {
+    /// The domain of that name, if configured.
+    pub fn domain(&self, name: &str) -> Option<&Domain> {
+        self.domains.get(name)
+    }
+
+    /// Number of rules (limited, unlimited or allow nodes with a rate_limit) over all domains.
+    pub fn rule_count(&self) -> usize {
+        self.domains.values().map(|d| d.rules.len()).sum()
+    }
+}
+
+/// What a domain answers for descriptors whose store call failed or timed out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FailureMode {
+    /// Answer OK (the default, as Envoy's own filter does when the service fails).
+    #[default]
+    Open,
+    /// Answer OVER_LIMIT with the limit and 0 remaining.
+    Closed,
+}
+
+impl FailureMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailureMode::Open => "open",
+            FailureMode::Closed => "closed",
+        }
+    }
+}
+
+/// One domain's compiled policy.
+#[derive(Debug)]
+pub struct Domain {
+    pub name: String,
+    pub failure_mode: FailureMode,
+    /// The file this domain came from.
+    pub file: PathBuf,
+    /// Every node that carries a `rate_limit` (or `unlimited`), in file order.
+    /// `RuleId` indexes this vector.
+    pub rules: Vec<Rule>,
+    pub(crate) tree: Tree,
+}
+
+/// Index of a rule in `Domain::rules`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct RuleId(pub usize);
+
+/// What a descriptor's entries reach in a domain's tree.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lookup<'a> {
+    /// No node for these entries (or the request is deeper than the tree): OK, no limit.
+    NoMatch,
+    /// The last entry reached a node with neither a limit nor children: explicit allow.
+    Allow,
+    /// The last entry reached a node with a `rate_limit`.
+    Rule(&'a Rule),
+}
+
+/// A node of the tree that carries a `rate_limit`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rule {
+    pub id: RuleId,
+    /// Config path of the node, e.g. `descriptors[2].descriptors[0]`.
+    pub path: String,
+    /// `rate_limit.name`, used by `replaces`, metrics and `current_limit.name`.
+    pub name: Option<String>,
+    pub limit: RuleLimit,
+    pub shadow_mode: bool,
+    pub quota_mode: bool,
+    pub detailed_metric: bool,
+    pub value_to_metric: bool,
+    /// Names of the rules this one replaces when both match in one request.
+    pub replaces: Vec<String>,
+    /// One entry per descriptor entry on the way to this node (root first).
+    pub levels: Vec<Level>,
+    /// Free-form `metadata` of the node, kept for `/rlconfig` and `explain`.
+    pub metadata: Vec<(String, String)>,
+}
+
+impl Rule {
+    /// The name shown in metrics and logs: the rule's `name`, else its config path.
+    pub fn label(&self) -> &str {
+        self.name.as_deref().unwrap_or(&self.path)
+    }
+}
+
+/// What a matched rule enforces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RuleLimit {
+    /// Charged against a bucket with these numbers.
+    Limited { params: Params, unit: Unit },
+    /// `unlimited: true`: always OK, no bucket.
+    Unlimited,
+}
+
+/// One level of the path that leads to a rule: the entry key, and how its value enters
+/// the bucket identity.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Level {
+    pub key: String,
+    /// `Some(pattern)` when the node is a wildcard with `share_threshold: true`: every
+    /// matching value shares one bucket, identified by the pattern. `None`: the request's
+    /// value is part of the bucket identity.
+    pub shared_pattern: Option<String>,
+}
+
+/// The `rate_limit.unit` of a rule. Month is 30 days, year 365 days.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Unit {
+    Second,
+    Minute,
+    Hour,
+    Day,
+    Week,
+    Month,
+    Year,
+}
+
+impl Unit {
+    /// Parses a YAML unit, any case.
+    pub fn parse(s: &str) -> Option<Unit> {
+        Some(match s.to_ascii_lowercase().as_str() {
+            "second" => Unit::Second,
+            "minute" => Unit::Minute,
+            "hour" => Unit::Hour,
+            "day" => Unit::Day,
+            "week" => Unit::Week,
+            "month" => Unit::Month,
+            "year" => Unit::Year,
+            _ => return None,
+        })
+    }
+
+    pub fn seconds(self) -> u64 {
+        match self {
+            Unit::Second => 1,
+            Unit::Minute => 60,
+            Unit::Hour => 3_600,
+            Unit::Day => 86_400,
+            Unit::Week => 7 * 86_400,
+            Unit::Month => 30 * 86_400,
+            Unit::Year => 365 * 86_400,
+        }
+    }
+
+    pub fn micros(self) -> u64 {
+        self.seconds() * 1_000_000
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Unit::Second => "second",
+            Unit::Minute => "minute",
+            Unit::Hour => "hour",
+            Unit::Day => "day",
+            Unit::Week => "week",
+            Unit::Month => "month",
+            Unit::Year => "year",
+        }
+    }
+
+    /// One character used in bucket keys (stable across releases: keys live in Redis).
+    pub fn key_char(self) -> char {
+        match self {
+            Unit::Second => 's',
+            Unit::Minute => 'm',
+            Unit::Hour => 'h',
+            Unit::Day => 'd',
+            Unit::Week => 'w',
+            Unit::Month => 'M',
+            Unit::Year => 'y',
+        }
+    }
+}
+
+/// Convenience for building limit parameters.
+pub fn params(algorithm: Algorithm, limit: u64, unit: Unit, burst: Option<u64>) -> Params {
+    Params { algorithm, limit, unit_us: unit.micros(), burst: burst.unwrap_or(limit) }
+}

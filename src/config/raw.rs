@@ -1,0 +1,307 @@
+//! The YAML as written: serde structs mirroring envoyproxy/ratelimit's format plus
+//! Tollgate's optional fields, and a best-effort map from config paths to source lines.
+//!
+//! This module owns syntax and shape only: unknown fields and wrong types are rejected here
+//! (`deny_unknown_fields`, with the parser's line), while every field stays optional and
+//! loosely typed (units, algorithms as strings) so that `compile` can report *all* semantic
+//! problems at once. It must not decide what is valid beyond that, and does no I/O.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use serde::Deserialize;
+
+use super::error::ConfigError;
+
+/// One file: one domain.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, expecting = "a mapping with `domain` and `descriptors`")]
+pub struct RawFile {
+    /// Required and non-empty (checked by `compile`).
+    #[serde(default)]
+    pub domain: Option<String>,
+    /// `open` (default) or `closed`.
+    #[serde(default)]
+    pub failure_mode: Option<String>,
+    /// `None` when absent or null.
+    #[serde(default)]
+    pub descriptors: Option<Vec<RawDescriptor>>,
+}
+
+/// One node of the descriptor tree.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, expecting = "a descriptor mapping with a `key`")]
+pub struct RawDescriptor {
+    /// Required and non-empty.
+    #[serde(default)]
+    pub key: Option<String>,
+    /// Exact value, a pattern with `*`, or absent (`""` too) for the default node.
+    #[serde(default)]
+    pub value: Option<String>,
+    /// The limit of this node, if any.
+    #[serde(default)]
+    pub rate_limit: Option<RawRateLimit>,
+    /// Nested nodes; `None` when absent or null.
+    #[serde(default)]
+    pub descriptors: Option<Vec<RawDescriptor>>,
+    /// Evaluate and count, but always answer OK.
+    #[serde(default)]
+    pub shadow_mode: bool,
+    /// Metrics may carry the descriptor values.
+    #[serde(default)]
+    pub detailed_metric: bool,
+    /// envoyproxy/ratelimit's quota mode flag, carried to the rule.
+    #[serde(default)]
+    pub quota_mode: bool,
+    /// Metrics may carry this level's value.
+    #[serde(default)]
+    pub value_to_metric: bool,
+    /// Every value matching this wildcard shares one bucket.
+    #[serde(default)]
+    pub share_threshold: bool,
+    /// Free-form; kept for display only.
+    #[serde(default)]
+    pub metadata: Option<serde_yaml::Mapping>,
+}
+
+/// A descriptor's `rate_limit` block.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, expecting = "a rate_limit mapping")]
+pub struct RawRateLimit {
+    /// second … year, any case.
+    #[serde(default)]
+    pub unit: Option<String>,
+    /// Required unless `unlimited`; 0 blocks everything.
+    #[serde(default)]
+    pub requests_per_unit: Option<u32>,
+    /// Always OK, no bucket; excludes `unit`.
+    #[serde(default)]
+    pub unlimited: bool,
+    /// Name other rules' `replaces` refer to.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Rules this one replaces when both match; non-empty when present.
+    #[serde(default)]
+    pub replaces: Option<Vec<RawReplaces>>,
+    /// `gcra` (default), `sliding_window` or `fixed_window`.
+    #[serde(default)]
+    pub algorithm: Option<String>,
+    /// gcra only, > 0; defaults to `requests_per_unit`.
+    #[serde(default)]
+    pub burst: Option<u64>,
+}
+
+/// One entry of `rate_limit.replaces`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, expecting = "a mapping with a `name`")]
+pub struct RawReplaces {
+    /// The `rate_limit.name` of the replaced rule; required, not this rule's own.
+    #[serde(default)]
+    pub name: Option<String>,
+}
+
+/// Parses one file. Empty files, several YAML documents, syntax errors, wrong types and
+/// unknown fields are errors; syntax and type errors carry the parser's line.
+pub fn parse(file: &Path, source: &str) -> Result<RawFile, ConfigError> {
+    // Never iterate this deserializer past an error: after a syntax error it yields the
+    // same error forever. At most two documents are pulled.
+    let mut documents = serde_yaml::Deserializer::from_str(source);
+    let Some(first) = documents.next() else {
+        return Err(empty_file(file));
+    };
+    let raw = Option::<RawFile>::deserialize(first).map_err(|e| from_yaml(file, &e))?;
+    if documents.next().is_some() {
+        return Err(ConfigError::new(file, "", "several YAML documents in one file (one domain per file)")
+            .at_line(second_document_line(source)));
+    }
+    raw.ok_or_else(|| empty_file(file))
+}
+
+fn empty_file(file: &Path) -> ConfigError {
+    ConfigError::new(file, "", "no domain: the file is empty")
+}
+
+/// The `---` line that starts the second document, if the scan finds it.
+fn second_document_line(source: &str) -> Option<usize> {
+    let mut seen_content = false;
+    for (n, line) in source.lines().enumerate() {
+        if line.starts_with("---") && seen_content {
+            return Some(n + 1);
+        }
+        let trimmed = line.trim();
+        if !trimmed.is_empty() && !trimmed.starts_with('#') && !trimmed.starts_with('%') {
+            seen_content = true;
+        }
+    }
+    None
+}
+
+/// Turns a serde_yaml error into a `ConfigError`: its path prefix becomes the rule path
+/// (with the offending field appended for unknown/duplicate fields), its location the line.
+fn from_yaml(file: &Path, error: &serde_yaml::Error) -> ConfigError {
+    let location = error.location();
+    let mut text = error.to_string();
+    if let Some(loc) = &location {
+        let suffix = format!(" at line {} column {}", loc.line(), loc.column());
+        if let Some(stripped) = text.strip_suffix(&suffix) {
+            text = stripped.to_owned();
+        }
+    }
+    let (mut path, message) = match text.split_once(": ") {
+        Some((p, m)) if is_path(p) => (p.to_owned(), m.to_owned()),
+        _ => (String::new(), text),
+    };
+    if let Some(field) = named_field(&message) {
+        if !path.is_empty() {
+            path.push('.');
+        }
+        path.push_str(field);
+    }
+    ConfigError::new(file, path, message).at_line(location.map(|l| l.line()))
+}
+
+/// serde_yaml renders paths as `descriptors[0].rate_limit`; messages never start that way.
+fn is_path(s: &str) -> bool {
+    !s.is_empty()
+        && s.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '[' | ']' | '.' | '?'))
+}
+
+/// The field named by serde's "unknown field `x`" / "duplicate field `x`" messages.
+fn named_field(message: &str) -> Option<&str> {
+    let rest =
+        message.strip_prefix("unknown field `").or_else(|| message.strip_prefix("duplicate field `"))?;
+    rest.split_once('`').map(|(field, _)| field)
+}
+
+/// Lines of the config paths in one file (`descriptors[2].rate_limit.unit` → 14), found by
+/// a scan of block-style YAML. Best effort: flow collections and other exotic layouts just
+/// yield no line, which errors tolerate.
+#[derive(Debug, Default)]
+pub struct Positions {
+    lines: HashMap<String, usize>,
+}
+
+enum Segment {
+    Key(String),
+    Item(usize),
+}
+
+struct Frame {
+    column: usize,
+    segment: Segment,
+    /// Sequence items seen under this frame, to number the next one.
+    items: usize,
+}
+
+impl Positions {
+    /// Scans `source`. Never fails.
+    pub fn scan(source: &str) -> Positions {
+        let mut scan = Scan::default();
+        for (n, line) in source.lines().enumerate() {
+            scan.line(n + 1, line);
+        }
+        Positions { lines: scan.lines }
+    }
+
+    /// The line of `path`, else of its nearest ancestor (a missing field points at the
+    /// mapping it is missing from); `None` for the file level or when the scan is lost.
+    pub fn line_of(&self, path: &str) -> Option<usize> {
+        let mut path = path;
+        while !path.is_empty() {
+            if let Some(line) = self.lines.get(path) {
+                return Some(*line);
+            }
+            path = &path[..path.rfind(['.', '[']).unwrap_or(0)];
+        }
+        None
+    }
+}
+
+#[derive(Default)]
+struct Scan {
+    lines: HashMap<String, usize>,
+    stack: Vec<Frame>,
+    /// Inside a `|`/`>` block scalar: lines indented deeper than this are its text.
+    block_scalar: Option<usize>,
+}
+
+impl Scan {
+    fn line(&mut self, line_no: usize, line: &str) {
+        let mut rest = line.trim_start_matches(' ');
+        let mut column = line.len() - rest.len();
+        if let Some(parent) = self.block_scalar {
+            if rest.is_empty() || column > parent {
+                return;
+            }
+            self.block_scalar = None;
+        }
+        if rest.is_empty() || rest.starts_with(['#', '%']) || rest.starts_with("---") {
+            return;
+        }
+        while let Some(after) = rest.strip_prefix("- ").or((rest == "-").then_some("")) {
+            self.item(line_no, column);
+            let content = after.trim_start_matches(' ');
+            column += 2 + after.len() - content.len();
+            rest = content;
+        }
+        if let Some((key, value)) = split_key(rest) {
+            self.stack.retain(|f| f.column < column);
+            self.push(line_no, column, Segment::Key(key.to_owned()));
+            if value.starts_with(['|', '>']) {
+                self.block_scalar = Some(column);
+            }
+        }
+    }
+
+    fn item(&mut self, line_no: usize, column: usize) {
+        // A sequence may sit at its parent key's column (`descriptors:` then `- key: a`
+        // at the same indent), so only deeper frames and sibling items end here.
+        self.stack
+            .retain(|f| f.column < column || (f.column == column && matches!(f.segment, Segment::Key(_))));
+        let index = self.stack.last_mut().map_or(0, |parent| {
+            parent.items += 1;
+            parent.items - 1
+        });
+        self.push(line_no, column, Segment::Item(index));
+    }
+
+    fn push(&mut self, line_no: usize, column: usize, segment: Segment) {
+        self.stack.push(Frame { column, segment, items: 0 });
+        let mut path = String::new();
+        for frame in &self.stack {
+            match &frame.segment {
+                Segment::Key(key) if path.is_empty() => path.push_str(key),
+                Segment::Key(key) => {
+                    path.push('.');
+                    path.push_str(key);
+                }
+                Segment::Item(index) => path.push_str(&format!("[{index}]")),
+            }
+        }
+        self.lines.entry(path).or_insert(line_no);
+    }
+}
+
+/// `key: value` → `("key", "value")` for plain or quoted keys; `None` for anything else.
+fn split_key(text: &str) -> Option<(&str, &str)> {
+    if let Some(quote) = text.chars().next().filter(|c| matches!(c, '"' | '\'')) {
+        let close = text[1..].find(quote)? + 1;
+        let after = text[close + 1..].trim_start_matches(' ');
+        let value = after.strip_prefix(':')?;
+        return (value.is_empty() || value.starts_with(' ')).then(|| (&text[1..close], value.trim()));
+    }
+    if text.starts_with(['{', '[', '?', '&', '*', '!', '|', '>']) {
+        return None;
+    }
+    let mut search = 0;
+    while let Some(found) = text[search..].find(':') {
+        let colon = search + found;
+        let after = &text[colon + 1..];
+        if after.is_empty() || after.starts_with(' ') {
+            let key = text[..colon].trim_end();
+            return (!key.is_empty() && !key.contains(" #")).then(|| (key, after.trim()));
+        }
+        search = colon + 1;
+    }
+    None
+}

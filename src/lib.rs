@@ -1,0 +1,18 @@
+//! Tollgate: a rate-limit service for Envoy.
+//!
+//! Layout: `config` (policies: model, matcher, loading) and `algorithm` (pure math) form the
+//! core and do no network I/O; `store` keeps buckets (memory or Redis); `service` is the
+//! gRPC request path; `admin` the HTTP admin; `app` wires them; `cli` parses flags.
+#![forbid(unsafe_code)]
+
+pub mod admin;
+pub mod algorithm;
+pub mod app;
+pub mod cli;
+pub mod config;
+pub mod live;
+pub mod metrics;
+pub mod reload;
+pub mod rlconfig;
+pub mod service;
+pub mod store;

@@ -1,0 +1,82 @@
+//! The serving configuration: one `Active` snapshot behind an `ArcSwap`, and `reload()`.
+//!
+//! A request takes one `Arc<Active>` (`load`) and keeps it to the end, so it never sees
+//! two configs. `reload` reads → parses → validates → compiles a whole new snapshot and
+//! swaps it in; on any error the previous snapshot keeps serving. Every reload trigger
+//! (file watcher, SIGHUP, `POST /reload`) goes through this one function.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use arc_swap::ArcSwap;
+
+use crate::config::{self, ConfigErrors, Snapshot};
+use crate::metrics::{Metrics, SnapshotCounters};
+
+/// A compiled snapshot and the metric handles of its rules.
+#[derive(Debug)]
+pub struct Active {
+    pub snapshot: Snapshot,
+    pub counters: SnapshotCounters,
+}
+
+/// The config a server is serving, and where it comes from.
+#[derive(Debug)]
+pub struct Live {
+    path: PathBuf,
+    current: ArcSwap<Active>,
+    metrics: Arc<Metrics>,
+    /// Serialises reloads: two triggers at once must not interleave their swaps.
+    reloading: Mutex<()>,
+}
+
+impl Live {
+    /// Loads `path`; an invalid config is an error (fatal at startup).
+    pub fn load_initial(path: &Path, metrics: Arc<Metrics>) -> Result<Live, ConfigErrors> {
+        let snapshot = config::load_path(path)?;
+        let counters = metrics.counters_for(&snapshot);
+        Ok(Live {
+            path: path.to_path_buf(),
+            current: ArcSwap::from_pointee(Active { snapshot, counters }),
+            metrics,
+            reloading: Mutex::new(()),
+        })
+    }
+
+    /// The snapshot to serve one request with.
+    pub fn load(&self) -> Arc<Active> {
+        self.current.load_full()
+    }
+
+    /// Where the config is read from.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Rebuilds the snapshot from disk and swaps it in. On error the current snapshot
+    /// keeps serving, and the errors are logged, counted and returned.
+    /// Returns the version now serving and whether it changed.
+    pub fn reload(&self) -> Result<(String, bool), ConfigErrors> {
+        let _one_at_a_time = self.reloading.lock().unwrap_or_else(|e| e.into_inner());
+        match config::load_path(&self.path) {
+            Ok(snapshot) => {
+                let previous = self.current.load().snapshot.version.clone();
+                let version = snapshot.version.clone();
+                let changed = previous != version;
+                if changed {
+                    let counters = self.metrics.counters_for(&snapshot);
+                    let rules = snapshot.rule_count();
+                    self.current.store(Arc::new(Active { snapshot, counters }));
+                    tracing::info!(%version, %previous, rules, "config reloaded");
+                }
+                self.metrics.reload(true);
+                Ok((version, changed))
+            }
+            Err(errors) => {
+                self.metrics.reload(false);
+                tracing::error!(path = %self.path.display(), "config reload failed, previous config keeps serving:\n{errors}");
+                Err(errors)
+            }
+        }
+    }
+}

@@ -1,0 +1,257 @@
+//! Prometheus metrics: the families, their labels, and per-rule handles.
+//!
+//! Names are a contract (design §7). Labels are bounded: `domain` and `rule` come from the
+//! config, never from requests, except for rules that opt in with `detailed_metric` or
+//! `value_to_metric`. Per-rule counters are resolved once per config snapshot
+//! (`RuleCounters`), so the request path increments pre-built handles and allocates nothing.
+
+use std::collections::HashMap;
+use std::sync::atomic::AtomicU64;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+
+use crate::config::Snapshot;
+use crate::service::respond::Outcome;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DecisionLabels {
+    domain: String,
+    rule: String,
+    result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RuleLabels {
+    domain: String,
+    rule: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StoreLabels {
+    store: &'static str,
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StoreName {
+    store: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResultLabel {
+    result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct VersionLabel {
+    version: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LossyLabel {
+    lossy: &'static str,
+}
+
+/// Every metric Tollgate exports.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    decisions: Family<DecisionLabels, Counter>,
+    hits: Family<RuleLabels, Counter>,
+    request_duration: Histogram,
+    store_requests: Family<StoreLabels, Counter>,
+    store_duration: Family<StoreName, Histogram>,
+    config_reloads: Family<ResultLabel, Counter>,
+    config_info: Family<VersionLabel, Gauge>,
+    unknown_domain: Counter,
+    memory_keys: Gauge,
+    memory_evictions: Family<LossyLabel, Counter>,
+}
+
+/// Pre-resolved counters of one rule: one per decision result, and its hits.
+#[derive(Debug, Clone)]
+pub struct RuleCounters {
+    decisions: [Counter; 7],
+    hits: Counter,
+}
+
+impl RuleCounters {
+    /// Counts one descriptor decided by this rule.
+    pub fn record(&self, outcome: Outcome, hits: u64) {
+        self.decisions[outcome_index(outcome)].inc();
+        self.hits.inc_by(hits);
+    }
+}
+
+/// Per-domain, per-rule counters for one snapshot (`counters[domain][rule_id]`).
+#[derive(Debug, Default)]
+pub struct SnapshotCounters {
+    pub domains: HashMap<String, Vec<RuleCounters>>,
+    /// Counters for request `limit` overrides, per domain.
+    pub overrides: HashMap<String, RuleCounters>,
+}
+
+const OUTCOMES: [Outcome; 7] = [
+    Outcome::WithinLimit,
+    Outcome::NearLimit,
+    Outcome::OverLimit,
+    Outcome::ShadowMode,
+    Outcome::Unlimited,
+    Outcome::FailureOpen,
+    Outcome::FailureClosed,
+];
+
+fn outcome_index(outcome: Outcome) -> usize {
+    OUTCOMES.iter().position(|o| *o == outcome).unwrap_or(0)
+}
+
+fn latency_histogram() -> Histogram {
+    // 50 µs .. ~3.3 s
+    Histogram::new(exponential_buckets(0.000_05, 2.0, 17))
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// Creates and registers every family.
+    pub fn new() -> Metrics {
+        let mut registry = Registry::default();
+        let decisions = Family::<DecisionLabels, Counter>::default();
+        let hits = Family::<RuleLabels, Counter>::default();
+        let request_duration = latency_histogram();
+        let store_requests = Family::<StoreLabels, Counter>::default();
+        let store_duration =
+            Family::<StoreName, Histogram>::new_with_constructor(latency_histogram as fn() -> Histogram);
+        let config_reloads = Family::<ResultLabel, Counter>::default();
+        let config_info = Family::<VersionLabel, Gauge>::default();
+        let unknown_domain = Counter::default();
+        let memory_keys = Gauge::default();
+        let memory_evictions = Family::<LossyLabel, Counter>::default();
+        registry.register(
+            "tollgate_decisions",
+            "Descriptors decided, by domain, rule and result",
+            decisions.clone(),
+        );
+        registry.register("tollgate_hits", "Hits charged, by domain and rule", hits.clone());
+        registry.register(
+            "tollgate_request_duration_seconds",
+            "Time to answer one ShouldRateLimit call",
+            request_duration.clone(),
+        );
+        registry.register(
+            "tollgate_store_requests",
+            "Store calls, by store and outcome",
+            store_requests.clone(),
+        );
+        registry.register("tollgate_store_duration_seconds", "Store call latency", store_duration.clone());
+        registry.register("tollgate_config_reloads", "Config reloads, by result", config_reloads.clone());
+        registry.register(
+            "tollgate_config_info",
+            "The serving config version (value 1)",
+            config_info.clone(),
+        );
+        registry.register(
+            "tollgate_unknown_domain_requests",
+            "Requests for a domain with no policy",
+            unknown_domain.clone(),
+        );
+        registry.register("tollgate_memory_keys", "Buckets held by the memory store", memory_keys.clone());
+        registry.register(
+            "tollgate_memory_evictions",
+            "Memory store evictions; lossy=true evicted live state",
+            memory_evictions.clone(),
+        );
+        Metrics {
+            registry,
+            decisions,
+            hits,
+            request_duration,
+            store_requests,
+            store_duration,
+            config_reloads,
+            config_info,
+            unknown_domain,
+            memory_keys,
+            memory_evictions,
+        }
+    }
+
+    /// Handles for every rule of a snapshot, and marks it as the serving version.
+    pub fn counters_for(&self, snapshot: &Snapshot) -> SnapshotCounters {
+        let mut counters = SnapshotCounters::default();
+        for (name, domain) in &snapshot.domains {
+            let rules = domain.rules.iter().map(|rule| self.rule_counters(name, rule.label())).collect();
+            counters.domains.insert(name.clone(), rules);
+            counters.overrides.insert(name.clone(), self.rule_counters(name, "request_override"));
+        }
+        self.config_info.clear();
+        self.config_info.get_or_create(&VersionLabel { version: snapshot.version.clone() }).set(1);
+        counters
+    }
+
+    /// Counters for one (domain, rule) label pair; used directly for `detailed_metric` rules.
+    pub fn rule_counters(&self, domain: &str, rule: &str) -> RuleCounters {
+        let decisions = OUTCOMES.map(|outcome| {
+            self.decisions.get_or_create_owned(&DecisionLabels {
+                domain: domain.to_string(),
+                rule: rule.to_string(),
+                result: outcome.as_str(),
+            })
+        });
+        let hits =
+            self.hits.get_or_create_owned(&RuleLabels { domain: domain.to_string(), rule: rule.to_string() });
+        RuleCounters { decisions, hits }
+    }
+
+    pub fn observe_request(&self, seconds: f64) {
+        self.request_duration.observe(seconds);
+    }
+
+    /// One store call and its outcome (`ok`, `timeout`, `unavailable`, `server_error`).
+    pub fn observe_store(&self, store: &'static str, outcome: &'static str, seconds: f64) {
+        self.store_requests.get_or_create(&StoreLabels { store, outcome }).inc();
+        self.store_duration.get_or_create(&StoreName { store }).observe(seconds);
+    }
+
+    pub fn unknown_domain(&self) {
+        self.unknown_domain.inc();
+    }
+
+    /// One reload attempt: `success` or `failure`.
+    pub fn reload(&self, ok: bool) {
+        let result = if ok { "success" } else { "failure" };
+        self.config_reloads.get_or_create(&ResultLabel { result }).inc();
+    }
+
+    /// Memory store gauges, refreshed before each scrape.
+    pub fn set_memory(&self, keys: usize, lossless: u64, lossy: u64) {
+        self.memory_keys.set(keys as i64);
+        set_counter(&self.memory_evictions.get_or_create(&LossyLabel { lossy: "false" }), lossless);
+        set_counter(&self.memory_evictions.get_or_create(&LossyLabel { lossy: "true" }), lossy);
+    }
+
+    /// The text exposition format.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        // Writing to a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+}
+
+/// Brings a counter that mirrors an external monotonic count up to `value`.
+fn set_counter(counter: &Counter<u64, AtomicU64>, value: u64) {
+    let current = counter.get();
+    if value > current {
+        counter.inc_by(value - current);
+    }
+}

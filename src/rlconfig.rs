@@ -1,0 +1,138 @@
+//! The `/rlconfig` view of the serving config: text for people, JSON for tools.
+
+use std::fmt::Write as _;
+use std::time::UNIX_EPOCH;
+
+use serde_json::{json, Value};
+
+use crate::algorithm::Algorithm;
+use crate::config::{Rule, RuleLimit, Snapshot};
+
+/// The store's state as shown to operators.
+#[derive(Debug, Clone)]
+pub struct StoreState {
+    pub kind: &'static str,
+    pub healthy: bool,
+    /// Redacted URL (redis) or key count (memory).
+    pub detail: String,
+}
+
+fn loaded_at(snapshot: &Snapshot) -> u64 {
+    snapshot.loaded_at.duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}
+
+fn sorted_domains(snapshot: &Snapshot) -> Vec<&crate::config::Domain> {
+    let mut domains: Vec<_> = snapshot.domains.values().collect();
+    domains.sort_by(|a, b| a.name.cmp(&b.name));
+    domains
+}
+
+fn describe_limit(rule: &Rule) -> String {
+    match rule.limit {
+        RuleLimit::Unlimited => "unlimited".to_string(),
+        RuleLimit::Limited { params, unit } => {
+            let mut s = format!("{} per {} ({})", params.limit, unit.as_str(), params.algorithm.as_str());
+            if params.algorithm == Algorithm::Gcra && params.burst != params.limit {
+                let _ = write!(s, " burst {}", params.burst);
+            }
+            s
+        }
+    }
+}
+
+fn flags(rule: &Rule) -> Vec<&'static str> {
+    let mut flags = vec![];
+    for (on, name) in [
+        (rule.shadow_mode, "shadow_mode"),
+        (rule.quota_mode, "quota_mode"),
+        (rule.detailed_metric, "detailed_metric"),
+        (rule.value_to_metric, "value_to_metric"),
+    ] {
+        if on {
+            flags.push(name);
+        }
+    }
+    flags
+}
+
+/// Human-readable listing.
+pub fn text(snapshot: &Snapshot, store: &StoreState) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "version: {}", snapshot.version);
+    let _ = writeln!(out, "loaded_at: {} (unix seconds)", loaded_at(snapshot));
+    let health = if store.healthy { "up" } else { "down" };
+    let _ = writeln!(out, "store: {} ({health}) {}", store.kind, store.detail);
+    for domain in sorted_domains(snapshot) {
+        let _ = writeln!(
+            out,
+            "domain {} (failure_mode {}, {})",
+            domain.name,
+            domain.failure_mode.as_str(),
+            domain.file.display()
+        );
+        for rule in &domain.rules {
+            let path: Vec<String> = rule
+                .levels
+                .iter()
+                .map(|l| match &l.shared_pattern {
+                    Some(p) => format!("{}={} (shared)", l.key, p),
+                    None => l.key.clone(),
+                })
+                .collect();
+            let _ = write!(out, "  {} [{}]: {}", rule.label(), path.join(" > "), describe_limit(rule));
+            let f = flags(rule);
+            if !f.is_empty() {
+                let _ = write!(out, " {}", f.join(" "));
+            }
+            if !rule.replaces.is_empty() {
+                let _ = write!(out, " replaces {}", rule.replaces.join(","));
+            }
+            out.push('\n');
+        }
+    }
+    out
+}
+
+/// Machine-readable listing.
+pub fn json(snapshot: &Snapshot, store: &StoreState) -> Value {
+    let domains: Vec<Value> = sorted_domains(snapshot)
+        .into_iter()
+        .map(|domain| {
+            let rules: Vec<Value> = domain.rules.iter().map(rule_json).collect();
+            json!({
+                "domain": domain.name,
+                "failure_mode": domain.failure_mode.as_str(),
+                "file": domain.file.display().to_string(),
+                "rules": rules,
+            })
+        })
+        .collect();
+    json!({
+        "version": snapshot.version,
+        "loaded_at": loaded_at(snapshot),
+        "store": { "kind": store.kind, "healthy": store.healthy, "detail": store.detail },
+        "domains": domains,
+    })
+}
+
+fn rule_json(rule: &Rule) -> Value {
+    let (limit, unit, algorithm, burst) = match rule.limit {
+        RuleLimit::Unlimited => (Value::Null, Value::Null, Value::Null, Value::Null),
+        RuleLimit::Limited { params, unit } => {
+            (json!(params.limit), json!(unit.as_str()), json!(params.algorithm.as_str()), json!(params.burst))
+        }
+    };
+    json!({
+        "name": rule.name,
+        "path": rule.path,
+        "levels": rule.levels.iter().map(|l| json!({"key": l.key, "shared_pattern": l.shared_pattern})).collect::<Vec<_>>(),
+        "unlimited": matches!(rule.limit, RuleLimit::Unlimited),
+        "requests_per_unit": limit,
+        "unit": unit,
+        "algorithm": algorithm,
+        "burst": burst,
+        "flags": flags(rule),
+        "replaces": rule.replaces,
+        "metadata": rule.metadata.iter().map(|(k, v)| (k.clone(), json!(v))).collect::<serde_json::Map<_, _>>(),
+    })
+}

@@ -1,0 +1,172 @@
+//! The gRPC `envoy.service.ratelimit.v3.RateLimitService`: validate → match → charge → respond.
+//!
+//! One request takes one config snapshot (an `Arc`, held to the end), plans its descriptors
+//! (`plan`), sends every charge to the store in one call under one deadline, and builds
+//! the response (`respond`). This is the one place that maps errors to a gRPC `Status`:
+//! only structurally invalid requests are errors; store failures are answered by the
+//! domain's failure policy.
+
+pub mod plan;
+mod record;
+pub mod respond;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, DescriptorStatus};
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use tokio::time::Instant;
+use tonic::metadata::MetadataMap;
+use tonic::{Request, Response, Status};
+
+use crate::live::Live;
+use crate::metrics::Metrics;
+use crate::store::{Charge, Store, StoreError};
+
+/// Request-path settings fixed at startup.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Longest a request waits for the store (also bounded by the caller's grpc-timeout).
+    pub store_timeout: Duration,
+    /// Prepended to every bucket key (for a Redis shared with other tenants).
+    pub key_prefix: String,
+    /// A decision counts as `near_limit` above this share of the limit consumed.
+    pub near_limit_ratio: f64,
+    /// Global shadow mode: decide and count everything, answer OK.
+    pub shadow_mode: bool,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            store_timeout: Duration::from_millis(10),
+            key_prefix: String::new(),
+            near_limit_ratio: 0.8,
+            shadow_mode: false,
+        }
+    }
+}
+
+/// The rate-limit service: shared config, store, metrics and settings.
+#[derive(Debug, Clone)]
+pub struct RateLimiter {
+    live: Arc<Live>,
+    store: Arc<Store>,
+    metrics: Arc<Metrics>,
+    settings: Arc<Settings>,
+}
+
+impl RateLimiter {
+    pub fn new(live: Arc<Live>, store: Arc<Store>, metrics: Arc<Metrics>, settings: Settings) -> RateLimiter {
+        RateLimiter { live, store, metrics, settings: Arc::new(settings) }
+    }
+
+    /// Decides a validated request by `deadline`. Never fails: store errors are answered
+    /// by the domain's failure policy.
+    pub async fn decide(&self, request: &RateLimitRequest, deadline: Instant) -> RateLimitResponse {
+        let active = self.live.load();
+        let Some(domain) = active.snapshot.domain(&request.domain) else {
+            self.metrics.unknown_domain();
+            return unknown_domain(request);
+        };
+        let (plans, charges) =
+            plan::plan(domain, &request.descriptors, request.hits_addend, &self.settings.key_prefix);
+        let results = self.charge(&charges, deadline).await;
+        let (mut response, outcomes) =
+            respond::respond(&plans, &results, domain.failure_mode, self.settings.near_limit_ratio);
+        record::record(&self.metrics, &active, domain, request, &plans, &charges, &outcomes);
+        if self.settings.shadow_mode {
+            respond::shadow(&mut response);
+        }
+        response
+    }
+
+    async fn charge(
+        &self,
+        charges: &[Charge],
+        deadline: Instant,
+    ) -> Vec<Result<crate::algorithm::Decision, StoreError>> {
+        if charges.is_empty() {
+            return Vec::new();
+        }
+        let started = Instant::now();
+        let results = self.store.charge(charges, deadline).await;
+        let outcome = results.iter().find_map(|r| r.as_ref().err()).map_or("ok", StoreError::kind);
+        self.metrics.observe_store(self.store.name(), outcome, started.elapsed().as_secs_f64());
+        results
+    }
+
+    /// The instant by which the store must have answered a request that arrived `now`.
+    fn deadline(&self, now: Instant, metadata: &MetadataMap) -> Instant {
+        let budget = match grpc_timeout(metadata) {
+            Some(caller) => caller.min(self.settings.store_timeout),
+            None => self.settings.store_timeout,
+        };
+        now + budget
+    }
+}
+
+#[tonic::async_trait]
+impl RateLimitService for RateLimiter {
+    async fn should_rate_limit(
+        &self,
+        request: Request<RateLimitRequest>,
+    ) -> Result<Response<RateLimitResponse>, Status> {
+        let started = Instant::now();
+        let deadline = self.deadline(started, request.metadata());
+        let request = request.into_inner();
+        validate(&request).map_err(Status::invalid_argument)?;
+        let response = self.decide(&request, deadline).await;
+        self.metrics.observe_request(started.elapsed().as_secs_f64());
+        Ok(Response::new(response))
+    }
+}
+
+/// Structural checks: what makes a request meaningless, not merely unusual.
+pub fn validate(request: &RateLimitRequest) -> Result<(), String> {
+    if request.domain.is_empty() {
+        return Err("domain must not be empty".into());
+    }
+    if request.descriptors.is_empty() {
+        return Err("at least one descriptor is required".into());
+    }
+    for (i, descriptor) in request.descriptors.iter().enumerate() {
+        if descriptor.entries.is_empty() {
+            return Err(format!("descriptors[{i}] has no entries"));
+        }
+        if let Some(j) = descriptor.entries.iter().position(|e| e.key.is_empty()) {
+            return Err(format!("descriptors[{i}].entries[{j}] has an empty key"));
+        }
+    }
+    Ok(())
+}
+
+/// A domain with no policy: every descriptor OK, nothing charged.
+fn unknown_domain(request: &RateLimitRequest) -> RateLimitResponse {
+    let ok = DescriptorStatus { code: Code::Ok as i32, ..Default::default() };
+    RateLimitResponse {
+        overall_code: Code::Ok as i32,
+        statuses: vec![ok; request.descriptors.len()],
+        ..Default::default()
+    }
+}
+
+/// The caller's `grpc-timeout` header (e.g. `20m` = 20 ms), if present and well formed.
+pub fn grpc_timeout(metadata: &MetadataMap) -> Option<Duration> {
+    let raw = metadata.get("grpc-timeout")?.to_str().ok()?;
+    let (digits, unit) = raw.split_at(raw.len().checked_sub(1)?);
+    let n: u64 = digits.parse().ok()?;
+    Some(match unit {
+        "H" => Duration::from_secs(n.saturating_mul(3600)),
+        "M" => Duration::from_secs(n.saturating_mul(60)),
+        "S" => Duration::from_secs(n),
+        "m" => Duration::from_millis(n),
+        "u" => Duration::from_micros(n),
+        "n" => Duration::from_nanos(n),
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests;

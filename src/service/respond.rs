@@ -1,0 +1,189 @@
+//! From decisions to the `RateLimitResponse` Envoy reads.
+//!
+//! Pure: one `DescriptorStatus` per descriptor in request order, the overall code, and the
+//! failure policy applied to store errors. Also says, per descriptor, which metric result
+//! it counts as.
+
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
+    rate_limit::Unit as ProtoUnit, Code, DescriptorStatus, RateLimit,
+};
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
+use envoy_types::pb::google::protobuf::Duration;
+
+use crate::algorithm::Decision;
+use crate::config::{FailureMode, Unit};
+use crate::store::StoreError;
+
+use super::plan::{Limit, Plan};
+
+/// How a descriptor was decided: the `result` label of `tollgate_decisions_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Outcome {
+    WithinLimit,
+    NearLimit,
+    OverLimit,
+    ShadowMode,
+    Unlimited,
+    FailureOpen,
+    FailureClosed,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::WithinLimit => "within_limit",
+            Outcome::NearLimit => "near_limit",
+            Outcome::OverLimit => "over_limit",
+            Outcome::ShadowMode => "shadow_mode",
+            Outcome::Unlimited => "unlimited",
+            Outcome::FailureOpen => "failure_open",
+            Outcome::FailureClosed => "failure_closed",
+        }
+    }
+}
+
+/// Builds the response. `results` holds the store's answer for each charge.
+/// Returns the response and, per descriptor, its outcome (None for unmatched/replaced).
+pub fn respond(
+    plans: &[Plan<'_>],
+    results: &[Result<Decision, StoreError>],
+    failure_mode: FailureMode,
+    near_limit_ratio: f64,
+) -> (RateLimitResponse, Vec<Option<Outcome>>) {
+    let mut statuses = Vec::with_capacity(plans.len());
+    let mut outcomes = Vec::with_capacity(plans.len());
+    let mut over = false;
+    let (mut quota_seen, mut quota_all_over) = (false, true);
+    for plan in plans {
+        let (status, outcome) = match plan {
+            Plan::Pass => (ok_status(None, 0), None),
+            Plan::Unlimited(_) => (ok_status(None, u32::MAX), Some(Outcome::Unlimited)),
+            Plan::Limited(limit) => {
+                let (status, outcome, denied) =
+                    limited(limit, &results[limit.charge], failure_mode, near_limit_ratio);
+                if limit.quota() {
+                    quota_seen = true;
+                    quota_all_over &= denied;
+                } else if denied && !limit.shadow() {
+                    over = true;
+                }
+                (status, Some(outcome))
+            }
+        };
+        statuses.push(status);
+        outcomes.push(outcome);
+    }
+    if quota_seen && quota_all_over {
+        over = true;
+    }
+    let overall = if over { Code::OverLimit } else { Code::Ok };
+    let response = RateLimitResponse { overall_code: overall as i32, statuses, ..Default::default() };
+    (response, outcomes)
+}
+
+/// The status of a charged descriptor, its outcome, and whether it was denied (before
+/// shadow mode turns the code into OK).
+fn limited(
+    limit: &Limit<'_>,
+    result: &Result<Decision, StoreError>,
+    failure_mode: FailureMode,
+    near_limit_ratio: f64,
+) -> (DescriptorStatus, Outcome, bool) {
+    let current = Some(current_limit(limit));
+    match result {
+        Ok(decision) => {
+            let code = if decision.allowed || limit.shadow() { Code::Ok } else { Code::OverLimit };
+            let outcome = if !decision.allowed {
+                if limit.shadow() {
+                    Outcome::ShadowMode
+                } else {
+                    Outcome::OverLimit
+                }
+            } else if near(decision, limit, near_limit_ratio) {
+                Outcome::NearLimit
+            } else {
+                Outcome::WithinLimit
+            };
+            let status = DescriptorStatus {
+                code: code as i32,
+                current_limit: current,
+                limit_remaining: clamp_u32(decision.remaining),
+                duration_until_reset: Some(duration(decision.reset_us)),
+                quota: None,
+            };
+            (status, outcome, !decision.allowed)
+        }
+        Err(_) if limit.shadow() || failure_mode == FailureMode::Open => {
+            (ok_status(None, 0), Outcome::FailureOpen, false)
+        }
+        Err(_) => {
+            let status = DescriptorStatus {
+                code: Code::OverLimit as i32,
+                current_limit: current,
+                limit_remaining: 0,
+                // Clients honouring Retry-After come back in a second, not at once.
+                duration_until_reset: Some(duration(1_000_000)),
+                quota: None,
+            };
+            (status, Outcome::FailureClosed, true)
+        }
+    }
+}
+
+/// Above `ratio` of the limit consumed after this charge.
+fn near(decision: &Decision, limit: &Limit<'_>, ratio: f64) -> bool {
+    let cap = if limit.params.algorithm == crate::algorithm::Algorithm::Gcra {
+        limit.params.burst
+    } else {
+        limit.params.limit
+    };
+    cap > 0 && (cap.saturating_sub(decision.remaining) as f64) > ratio * cap as f64
+}
+
+fn ok_status(current_limit: Option<RateLimit>, remaining: u32) -> DescriptorStatus {
+    DescriptorStatus {
+        code: Code::Ok as i32,
+        current_limit,
+        limit_remaining: remaining,
+        duration_until_reset: None,
+        quota: None,
+    }
+}
+
+fn current_limit(limit: &Limit<'_>) -> RateLimit {
+    RateLimit {
+        name: limit.name().to_string(),
+        requests_per_unit: clamp_u32(limit.params.limit),
+        unit: proto_unit(limit.unit) as i32,
+    }
+}
+
+/// Whole seconds, rounded up: Envoy drops nanos, and a 0 reset on a denial would tell
+/// clients to retry at once.
+pub fn duration(us: u64) -> Duration {
+    Duration { seconds: us.div_ceil(1_000_000).min(i64::MAX as u64) as i64, nanos: 0 }
+}
+
+fn clamp_u32(n: u64) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+pub fn proto_unit(unit: Unit) -> ProtoUnit {
+    match unit {
+        Unit::Second => ProtoUnit::Second,
+        Unit::Minute => ProtoUnit::Minute,
+        Unit::Hour => ProtoUnit::Hour,
+        Unit::Day => ProtoUnit::Day,
+        Unit::Week => ProtoUnit::Week,
+        Unit::Month => ProtoUnit::Month,
+        Unit::Year => ProtoUnit::Year,
+    }
+}
+
+/// Global shadow mode: every code becomes OK; the numbers stay as decided.
+pub fn shadow(response: &mut RateLimitResponse) {
+    response.overall_code = Code::Ok as i32;
+    for status in &mut response.statuses {
+        status.code = Code::Ok as i32;
+    }
+}

@@ -1,0 +1,94 @@
+use std::path::PathBuf;
+
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::google::protobuf::UInt64Value;
+
+use super::plan::{hits, plan, Plan};
+use super::*;
+use crate::algorithm::Hits;
+use crate::config::Snapshot;
+
+fn descriptor(entries: &[(&str, &str)]) -> RateLimitDescriptor {
+    RateLimitDescriptor {
+        entries: entries.iter().map(|(k, v)| Entry { key: k.to_string(), value: v.to_string() }).collect(),
+        ..Default::default()
+    }
+}
+
+fn snapshot(yaml: &str) -> Snapshot {
+    crate::config::compile_sources(&[(PathBuf::from("t.yaml"), yaml.to_string())]).expect("valid config")
+}
+
+#[test]
+fn validation_names_the_problem() {
+    let ok =
+        RateLimitRequest { domain: "d".into(), descriptors: vec![descriptor(&[("k", "v")])], hits_addend: 0 };
+    assert!(validate(&ok).is_ok());
+    let mut r = ok.clone();
+    r.domain.clear();
+    assert!(validate(&r).unwrap_err().contains("domain"));
+    let mut r = ok.clone();
+    r.descriptors.clear();
+    assert!(validate(&r).unwrap_err().contains("descriptor"));
+    let mut r = ok.clone();
+    r.descriptors.push(descriptor(&[]));
+    assert_eq!(validate(&r).unwrap_err(), "descriptors[1] has no entries");
+    let mut r = ok;
+    r.descriptors[0].entries.push(Entry { key: String::new(), value: "x".into() });
+    assert_eq!(validate(&r).unwrap_err(), "descriptors[0].entries[1] has an empty key");
+}
+
+#[test]
+fn grpc_timeout_units() {
+    let mut m = MetadataMap::new();
+    assert_eq!(grpc_timeout(&m), None);
+    for (raw, want) in [
+        ("20m", Duration::from_millis(20)),
+        ("3S", Duration::from_secs(3)),
+        ("1M", Duration::from_secs(60)),
+        ("1H", Duration::from_secs(3600)),
+        ("500u", Duration::from_micros(500)),
+        ("7n", Duration::from_nanos(7)),
+    ] {
+        m.insert("grpc-timeout", raw.parse().expect("ascii"));
+        assert_eq!(grpc_timeout(&m), Some(want), "{raw}");
+    }
+    m.insert("grpc-timeout", "x".parse().expect("ascii"));
+    assert_eq!(grpc_timeout(&m), None);
+}
+
+#[test]
+fn hits_follow_descriptor_then_request() {
+    let mut d = descriptor(&[("k", "v")]);
+    assert_eq!(hits(&d, 0), Hits::Consume(1));
+    assert_eq!(hits(&d, 5), Hits::Consume(5));
+    d.hits_addend = Some(UInt64Value { value: 0 });
+    assert_eq!(hits(&d, 5), Hits::Peek);
+    d.hits_addend = Some(UInt64Value { value: 2 });
+    assert_eq!(hits(&d, 5), Hits::Consume(2));
+    d.is_negative_hits = true;
+    assert_eq!(hits(&d, 5), Hits::Refund(2));
+}
+
+#[test]
+fn plan_charges_only_limited_descriptors_in_order() {
+    let snap = snapshot(
+        "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1}\n  - key: b\n    rate_limit: {unlimited: true}\n",
+    );
+    let domain = snap.domain("d").expect("domain");
+    let descriptors = [
+        descriptor(&[("x", "1")]),
+        descriptor(&[("a", "1")]),
+        descriptor(&[("b", "1")]),
+        descriptor(&[("a", "2")]),
+    ];
+    let (plans, charges) = plan(domain, &descriptors, 0, "p:");
+    assert!(matches!(plans[0], Plan::Pass));
+    assert!(matches!(&plans[1], Plan::Limited(l) if l.charge == 0));
+    assert!(matches!(plans[2], Plan::Unlimited(_)));
+    assert!(matches!(&plans[3], Plan::Limited(l) if l.charge == 1));
+    assert_eq!(charges.len(), 2);
+    assert!(charges.iter().all(|c| c.key.starts_with("p:tg:")));
+    assert_ne!(charges[0].key, charges[1].key);
+}

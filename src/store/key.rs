@@ -1,0 +1,188 @@
+//! Bucket keys: one short string per bucket identity, the same in memory and in Redis.
+//!
+//! Identity (design §5) = domain + the entry keys and values along the matched path (the
+//! wildcard pattern instead of the value on `share_threshold` levels) + algorithm + unit.
+//! `requests_per_unit` and `burst` are not part of it, so raising a limit applies to live
+//! buckets. Every part is length-prefixed, so no value can make two identities share a key;
+//! parts that are long, or hold braces (Redis Cluster hash tags) or control characters, are
+//! replaced by a 128-bit SHA-256 prefix under a distinct marker.
+//!
+//! Format: `<prefix>tg:<algo><unit>:<part>...` where a part is `<len>:<bytes>` (literal),
+//! `#<32 hex>` (hashed) or `*<part>` (shared wildcard pattern). Keys live in Redis across
+//! releases: changing this format orphans every live bucket.
+
+use std::fmt::Write as _;
+
+use sha2::{Digest, Sha256};
+
+use crate::algorithm::Algorithm;
+use crate::config::{Rule, Unit};
+
+/// Parts longer than this are hashed: keys stay short whatever clients send.
+pub const MAX_LITERAL_PART: usize = 48;
+
+/// The key of the bucket `rule` charges for these request entries.
+///
+/// `entries` are the descriptor's entries, the same that matched `rule` (so there is one per
+/// `rule.levels`).
+pub fn rule_key<'e>(
+    prefix: &str,
+    domain: &str,
+    rule: &Rule,
+    algorithm: Algorithm,
+    unit: Unit,
+    entries: impl Iterator<Item = (&'e str, &'e str)>,
+) -> String {
+    let mut key = head(prefix, algo_char(algorithm), unit, domain);
+    for (level, (_, value)) in rule.levels.iter().zip(entries) {
+        push_part(&mut key, &level.key);
+        match &level.shared_pattern {
+            Some(pattern) => {
+                key.push('*');
+                push_part(&mut key, pattern);
+            }
+            None => push_part(&mut key, value),
+        }
+    }
+    key
+}
+
+/// The key of the bucket for a request's own `limit` override: its own namespace (`o`),
+/// the override's unit, and every entry of the descriptor.
+pub fn override_key<'e>(
+    prefix: &str,
+    domain: &str,
+    unit: Unit,
+    entries: impl Iterator<Item = (&'e str, &'e str)>,
+) -> String {
+    let mut key = head(prefix, 'o', unit, domain);
+    for (k, v) in entries {
+        push_part(&mut key, k);
+        push_part(&mut key, v);
+    }
+    key
+}
+
+fn head(prefix: &str, algo: char, unit: Unit, domain: &str) -> String {
+    let mut key = String::with_capacity(prefix.len() + 64);
+    key.push_str(prefix);
+    key.push_str("tg:");
+    key.push(algo);
+    key.push(unit.key_char());
+    key.push(':');
+    push_part(&mut key, domain);
+    key
+}
+
+fn algo_char(algorithm: Algorithm) -> char {
+    match algorithm {
+        Algorithm::Gcra => 'g',
+        Algorithm::SlidingWindow => 's',
+        Algorithm::FixedWindow => 'f',
+    }
+}
+
+fn push_part(key: &mut String, part: &str) {
+    let plain =
+        part.len() <= MAX_LITERAL_PART && !part.chars().any(|c| c == '{' || c == '}' || c.is_control());
+    if plain {
+        // Writing to a String cannot fail.
+        let _ = write!(key, "{}:", part.len());
+        key.push_str(part);
+    } else {
+        key.push('#');
+        let digest = Sha256::digest(part.as_bytes());
+        for byte in &digest[..16] {
+            let _ = write!(key, "{byte:02x}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Level;
+
+    fn rule(levels: &[(&str, Option<&str>)]) -> Rule {
+        use crate::algorithm::Params;
+        Rule {
+            id: crate::config::RuleId(0),
+            path: "descriptors[0]".into(),
+            name: None,
+            limit: crate::config::RuleLimit::Limited {
+                params: Params { algorithm: Algorithm::Gcra, limit: 1, unit_us: 1, burst: 1 },
+                unit: Unit::Second,
+            },
+            shadow_mode: false,
+            quota_mode: false,
+            detailed_metric: false,
+            value_to_metric: false,
+            replaces: vec![],
+            levels: levels
+                .iter()
+                .map(|(k, p)| Level { key: k.to_string(), shared_pattern: p.map(str::to_string) })
+                .collect(),
+            metadata: vec![],
+        }
+    }
+
+    fn key(r: &Rule, entries: &[(&str, &str)]) -> String {
+        rule_key("", "api", r, Algorithm::Gcra, Unit::Minute, entries.iter().copied())
+    }
+
+    #[test]
+    fn literal_parts_are_length_prefixed() {
+        let r = rule(&[("user", None)]);
+        assert_eq!(key(&r, &[("user", "alice")]), "tg:gm:3:api4:user5:alice");
+    }
+
+    #[test]
+    fn separators_in_values_cannot_collide() {
+        let r2 = rule(&[("a", None), ("b", None)]);
+        let one = key(&r2, &[("a", "x1:b"), ("b", "y")]);
+        let two = key(&r2, &[("a", "x"), ("b", "1:by")]);
+        assert_ne!(one, two);
+    }
+
+    #[test]
+    fn shared_levels_use_the_pattern() {
+        let r = rule(&[("path", Some("/api/*"))]);
+        assert_eq!(key(&r, &[("path", "/api/a")]), key(&r, &[("path", "/api/b")]));
+        let own = rule(&[("path", None)]);
+        assert_ne!(key(&own, &[("path", "/api/a")]), key(&own, &[("path", "/api/b")]));
+        // A literal value equal to the pattern is still a different part.
+        assert_ne!(key(&r, &[("path", "/api/*")]), key(&own, &[("path", "/api/*")]));
+    }
+
+    #[test]
+    fn long_braced_and_control_values_are_hashed_and_distinct() {
+        let r = rule(&[("k", None)]);
+        let long = "x".repeat(10_000);
+        let a = key(&r, &[("k", &long)]);
+        assert!(a.len() < 60, "{a}");
+        assert!(!key(&r, &[("k", "{tag}")]).contains('{'));
+        assert!(!key(&r, &[("k", "a\nb")]).contains('\n'));
+        assert_ne!(key(&r, &[("k", "{a}")]), key(&r, &[("k", "{b}")]));
+        let long2 = format!("{}y", "x".repeat(9_999));
+        assert_ne!(a, key(&r, &[("k", &long2)]));
+    }
+
+    #[test]
+    fn algorithm_unit_domain_and_override_are_distinct_namespaces() {
+        let r = rule(&[("user", None)]);
+        let e = [("user", "alice")];
+        let base = key(&r, &e);
+        let other_algo = rule_key("", "api", &r, Algorithm::SlidingWindow, Unit::Minute, e.iter().copied());
+        let other_unit = rule_key("", "api", &r, Algorithm::Gcra, Unit::Hour, e.iter().copied());
+        let other_domain = rule_key("", "web", &r, Algorithm::Gcra, Unit::Minute, e.iter().copied());
+        let over = override_key("", "api", Unit::Minute, e.iter().copied());
+        let all = [&base, &other_algo, &other_unit, &other_domain, &over];
+        for (i, a) in all.iter().enumerate() {
+            for b in &all[i + 1..] {
+                assert_ne!(a, b);
+            }
+        }
+        assert!(rule_key("pfx:", "api", &r, Algorithm::Gcra, Unit::Minute, e.iter().copied())
+            .starts_with("pfx:tg:"));
+    }
+}

@@ -1,0 +1,93 @@
+use super::*;
+use crate::algorithm::{Algorithm, Hits, Params};
+
+const T0: u64 = 1_700_000_000_000_000;
+
+fn gcra(limit: u64, unit_us: u64) -> Params {
+    Params { algorithm: Algorithm::Gcra, limit, unit_us, burst: limit }
+}
+
+fn charge(key: &str, params: Params) -> Charge {
+    Charge { key: key.into(), params, hits: Hits::Consume(1) }
+}
+
+#[test]
+fn burst_then_one_per_emission_interval() {
+    let store = MemoryStore::new(1000);
+    let p = gcra(10, 1_000_000);
+    let c = charge("k", p);
+    let allowed = (0..11).filter(|_| store.charge_at(&c, T0).allowed).count();
+    assert_eq!(allowed, 10);
+    assert!(store.charge_at(&c, T0 + 99_999).allowed.eq(&false));
+    assert!(store.charge_at(&c, T0 + 100_000).allowed);
+    assert!(!store.charge_at(&c, T0 + 100_000).allowed);
+}
+
+#[test]
+fn buckets_are_independent() {
+    let store = MemoryStore::new(1000);
+    let p = gcra(1, 60_000_000);
+    assert!(store.charge_at(&charge("a", p), T0).allowed);
+    assert!(!store.charge_at(&charge("a", p), T0).allowed);
+    assert!(store.charge_at(&charge("b", p), T0).allowed);
+}
+
+#[test]
+fn key_count_never_exceeds_the_cap() {
+    let store = MemoryStore::new(4096);
+    let p = gcra(10, 3_600_000_000);
+    for i in 0..20_000 {
+        store.charge_at(&charge(&format!("key-{i}"), p), T0 + i);
+    }
+    let stats = store.stats();
+    assert!(stats.keys <= store.capacity(), "{stats:?}");
+    assert!(store.capacity() < 4096 + 1024);
+    assert!(stats.lossy_evictions > 0);
+}
+
+#[test]
+fn expired_state_is_evicted_before_live_state() {
+    let store = MemoryStore::new(2048);
+    let cap = store.capacity();
+    // Fill three quarters with buckets that expire after 1 s (GCRA, 1/s: TAT = now + 1 s).
+    let short = gcra(1, 1_000_000);
+    for i in 0..cap * 3 / 4 {
+        store.charge_at(&charge(&format!("old-{i}"), short), T0);
+    }
+    // Two seconds later every old bucket is expired: new ones must replace them losslessly.
+    // Half the cap again: shards overflow, and only expired state may make room.
+    let long = gcra(1, 3_600_000_000);
+    for i in 0..cap / 2 {
+        store.charge_at(&charge(&format!("new-{i}"), long), T0 + 2_000_000 + i as u64);
+    }
+    let stats = store.stats();
+    assert_eq!(stats.lossy_evictions, 0, "{stats:?}");
+    assert!(stats.lossless_evictions > 0, "{stats:?}");
+    assert!(stats.keys <= cap);
+    // And the new, live buckets kept their state.
+    let probe = charge("new-0", long);
+    assert!(!store.charge_at(&probe, T0 + 3_000_000).allowed);
+}
+
+#[test]
+fn denied_requests_keep_the_bucket_and_refunds_delete_full_buckets() {
+    let store = MemoryStore::new(100);
+    let p = gcra(1, 1_000_000);
+    assert!(store.charge_at(&charge("k", p), T0).allowed);
+    assert!(!store.charge_at(&charge("k", p), T0).allowed);
+    assert_eq!(store.stats().keys, 1);
+    let refund = Charge { key: "k".into(), params: p, hits: Hits::Refund(1) };
+    assert!(store.charge_at(&refund, T0).allowed);
+    assert_eq!(store.stats().keys, 0);
+    assert!(store.charge_at(&charge("k", p), T0).allowed);
+}
+
+#[test]
+fn sweep_removes_only_expired_buckets() {
+    let store = MemoryStore::new(100);
+    store.charge_at(&charge("short", gcra(1, 1_000_000)), T0);
+    store.charge_at(&charge("long", gcra(1, 60_000_000)), T0);
+    assert_eq!(store.sweep_expired(T0 + 2_000_000), 1);
+    assert_eq!(store.stats().keys, 1);
+    assert_eq!(store.stats().lossless_evictions, 1);
+}

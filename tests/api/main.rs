@@ -1,0 +1,12 @@
+//! Integration tests: the whole server over gRPC, on the memory store and on a real Redis.
+
+// Shared helpers: not every test binary uses every helper.
+#[allow(dead_code)]
+#[path = "../support/redis.rs"]
+mod redis_support;
+
+mod cli;
+mod redis_store;
+mod scenarios;
+#[allow(dead_code)]
+mod support;

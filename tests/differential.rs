@@ -1,0 +1,269 @@
+//! Rust and Lua agree: every algorithm in `tollgate::algorithm` and its script in
+//! `src/store/lua/` give identical `(allowed, remaining, reset_us)` on random sequences,
+//! run against a real redis-server (started per test, on a free port).
+//!
+//! The scripts get the fake clock through ARGV[6]. Redis expires keys on its real clock,
+//! so the fake clock starts a year ahead of real time and only moves forward: no key ever
+//! expires in Redis during a test, and the scripts must (and do) read stale state as
+//! absent, while the Rust side drops state at `expires_at` as the memory store does.
+
+#[allow(dead_code)]
+#[path = "support/redis.rs"]
+mod redis_support;
+
+use std::cell::{Cell, RefCell};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestCaseError, TestRunner};
+use redis_support::RedisServer;
+use tollgate::algorithm::{apply, Algorithm, Hits, Params, State, Write, MAX_VALUE};
+
+const GCRA_LUA: &str = include_str!("../src/store/lua/gcra.lua");
+const SLIDING_LUA: &str = include_str!("../src/store/lua/sliding_window.lua");
+const FIXED_LUA: &str = include_str!("../src/store/lua/fixed_window.lua");
+
+const DAY_US: u64 = 86_400_000_000;
+
+fn script(algorithm: Algorithm) -> &'static str {
+    match algorithm {
+        Algorithm::Gcra => GCRA_LUA,
+        Algorithm::SlidingWindow => SLIDING_LUA,
+        Algorithm::FixedWindow => FIXED_LUA,
+    }
+}
+
+/// SCRIPT LOAD, as the store does; calls then go through EVALSHA.
+fn load(con: &mut redis::Connection, algorithm: Algorithm) -> String {
+    redis::cmd("SCRIPT").arg("LOAD").arg(script(algorithm)).query(con).expect("script loads")
+}
+
+/// One EVALSHA with the documented ARGV; `now` = None uses the server's TIME.
+fn eval(
+    con: &mut redis::Connection,
+    sha: &str,
+    key: &str,
+    p: &Params,
+    hits: Hits,
+    now: Option<u64>,
+) -> redis::RedisResult<Vec<i64>> {
+    let (mode, n) = match hits {
+        Hits::Consume(n) => (0, n),
+        Hits::Peek => (1, 0),
+        Hits::Refund(n) => (2, n),
+    };
+    let mut cmd = redis::cmd("EVALSHA");
+    cmd.arg(sha).arg(1).arg(key);
+    cmd.arg(p.limit).arg(p.unit_us).arg(p.burst).arg(mode).arg(n);
+    if let Some(now) = now {
+        cmd.arg(now);
+    }
+    cmd.query(con)
+}
+
+fn real_now_us() -> u64 {
+    let since = SystemTime::now().duration_since(UNIX_EPOCH);
+    u64::try_from(since.expect("clock after 1970").as_micros()).expect("fits u64")
+}
+
+/// How far the fake clock moves before a step; resolved against `now` and the unit so
+/// that window boundaries are hit exactly and just missed.
+#[derive(Debug, Clone, Copy)]
+enum Tick {
+    Stay,
+    Micros(u64),
+    /// `unit * permille / 1000`.
+    Share(u64),
+    /// To the next window boundary, plus `offset - 2` µs.
+    Boundary(u64),
+    Jump(u64),
+}
+
+impl Tick {
+    fn resolve(self, now: u64, unit: u64) -> u64 {
+        let unit = unit.max(1);
+        match self {
+            Tick::Stay => 0,
+            Tick::Micros(us) => us,
+            Tick::Share(permille) => {
+                u64::try_from(u128::from(unit) * u128::from(permille) / 1000).unwrap_or(u64::MAX)
+            }
+            Tick::Boundary(offset) => (unit - now % unit).saturating_add(offset).saturating_sub(2),
+            Tick::Jump(us) => us,
+        }
+    }
+}
+
+fn arb_tick() -> impl Strategy<Value = Tick> {
+    prop_oneof![
+        4 => Just(Tick::Stay),
+        4 => (1u64..1_000).prop_map(Tick::Micros),
+        4 => (0u64..1_500).prop_map(Tick::Share),
+        3 => (0u64..5).prop_map(Tick::Boundary),
+        1 => (0u64..(1 << 45)).prop_map(Tick::Jump),
+    ]
+}
+
+/// Mostly realistic numbers, with a tail of extreme ones (the clamps must agree too).
+fn arb_count() -> impl Strategy<Value = u64> {
+    prop_oneof![
+        1 => Just(0u64),
+        8 => 1u64..12,
+        4 => 1u64..1_000,
+        2 => 1u64..(1 << 32),
+        1 => any::<u64>(),
+    ]
+}
+
+fn arb_unit() -> impl Strategy<Value = u64> {
+    let named = vec![1u64, 7, 1_000, 1_000_000, 60_000_000, 3_600_000_000, DAY_US, 30 * DAY_US, 365 * DAY_US];
+    prop_oneof![
+        8 => prop::sample::select(named),
+        2 => 1u64..10_000_000,
+        1 => any::<u64>(),
+    ]
+}
+
+fn arb_params(algorithm: Algorithm) -> impl Strategy<Value = Params> {
+    (arb_count(), arb_unit(), arb_count()).prop_map(move |(limit, unit_us, burst)| Params {
+        algorithm,
+        limit,
+        unit_us,
+        burst,
+    })
+}
+
+fn arb_hits() -> impl Strategy<Value = Hits> {
+    let n = prop_oneof![8 => 1u64..6, 2 => arb_count()];
+    prop_oneof![
+        6 => n.clone().prop_map(Hits::Consume),
+        2 => Just(Hits::Peek),
+        1 => n.prop_map(Hits::Refund),
+        1 => Just(Hits::Consume(0)),
+    ]
+}
+
+/// A random sequence (parameters, start offset, steps) for one bucket.
+fn arb_case(algorithm: Algorithm) -> impl Strategy<Value = (Params, u64, Vec<(Tick, Hits)>)> {
+    (arb_params(algorithm), 0..DAY_US, prop::collection::vec((arb_tick(), arb_hits()), 1..90))
+}
+
+/// Runs one sequence through `apply` (keeping state like the memory store) and the
+/// script (on its own key) and requires identical answers at every step.
+fn run_case(
+    con: &mut redis::Connection,
+    sha: &str,
+    key: &str,
+    (p, offset, steps): (Params, u64, Vec<(Tick, Hits)>),
+) -> Result<(), TestCaseError> {
+    let mut now = real_now_us() + 365 * DAY_US + offset;
+    let mut stored: Option<(State, u64)> = None;
+    for (i, (tick, hits)) in steps.into_iter().enumerate() {
+        // Beyond MAX_VALUE (the year 2255) time stands still on both sides.
+        now = now.saturating_add(tick.resolve(now, p.unit_us)).min(MAX_VALUE);
+        if stored.is_some_and(|(_, expires_at)| now >= expires_at) {
+            stored = None;
+        }
+        let out = apply(stored.map(|(s, _)| s), now, &p, hits);
+        match out.write {
+            Write::Keep => {}
+            Write::Delete => stored = None,
+            Write::Put { state, expires_at } => stored = Some((state, expires_at)),
+        }
+        let d = out.decision;
+        let rust = vec![i64::from(d.allowed), as_i64(d.remaining), as_i64(d.reset_us)];
+        let lua = eval(con, sha, key, &p, hits, Some(now))
+            .map_err(|e| TestCaseError::fail(format!("step {i}: script failed: {e}")))?;
+        prop_assert_eq!(
+            &rust,
+            &lua,
+            "step {} at now={} hits={:?}; rust state after: {:?}",
+            i,
+            now,
+            hits,
+            stored
+        );
+    }
+    Ok(())
+}
+
+fn as_i64(x: u64) -> i64 {
+    i64::try_from(x).unwrap_or(i64::MAX)
+}
+
+/// Runs `cases` random sequences of `algorithm` against one fresh redis-server.
+fn differential(algorithm: Algorithm, cases: u32) {
+    let server = RedisServer::start();
+    let con = RefCell::new(server.client());
+    let sha = load(&mut con.borrow_mut(), algorithm);
+    let serial = Cell::new(0u64);
+    // PROPTEST_CASES=5000 for a deeper run.
+    let cases = std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(cases);
+    let mut runner = TestRunner::new(Config { cases, failure_persistence: None, ..Config::default() });
+    let result = runner.run(&arb_case(algorithm), |case| {
+        serial.set(serial.get() + 1);
+        let key = format!("diff:{}:{}", algorithm.as_str(), serial.get());
+        run_case(&mut con.borrow_mut(), &sha, &key, case)
+    });
+    if let Err(e) = result {
+        panic!("{} differs from its Lua script: {e}", algorithm.as_str());
+    }
+}
+
+#[test]
+fn gcra_rust_and_lua_agree() {
+    differential(Algorithm::Gcra, 300);
+}
+
+#[test]
+fn sliding_window_rust_and_lua_agree() {
+    differential(Algorithm::SlidingWindow, 300);
+}
+
+#[test]
+fn fixed_window_rust_and_lua_agree() {
+    differential(Algorithm::FixedWindow, 300);
+}
+
+/// With the server's own clock (no ARGV[6], as in production): limit 5 per day, so no
+/// window edge or leak can land inside the few milliseconds the test takes.
+#[test]
+fn scripts_on_the_server_clock_admit_exactly_the_burst() {
+    let server = RedisServer::start();
+    let mut con = server.client();
+    let cases = [
+        (Algorithm::Gcra, 3, 3),
+        (Algorithm::Gcra, 5, 5),
+        (Algorithm::SlidingWindow, 0, 5),
+        (Algorithm::FixedWindow, 0, 5),
+    ];
+    for (algorithm, burst, expected) in cases {
+        let sha = load(&mut con, algorithm);
+        let key = format!("clock:{}:{burst}", algorithm.as_str());
+        let p = Params { algorithm, limit: 5, unit_us: DAY_US, burst };
+        let allowed: Vec<i64> = (0..6)
+            .map(|_| eval(&mut con, &sha, &key, &p, Hits::Consume(1), None).expect("eval")[0])
+            .collect();
+        let admitted = allowed.iter().sum::<i64>();
+        assert_eq!(admitted, expected, "{}: {allowed:?}", algorithm.as_str());
+        assert_eq!(allowed[usize::try_from(expected).expect("small")], 0);
+        let ttl: i64 = redis::cmd("PTTL").arg(&key).query(&mut con).expect("pttl");
+        let window_ms = i64::try_from(2 * DAY_US / 1000).expect("small");
+        assert!(ttl > 0 && ttl <= window_ms, "{}: PTTL {ttl}", algorithm.as_str());
+        let peek = eval(&mut con, &sha, &key, &p, Hits::Peek, None).expect("peek");
+        assert_eq!(peek[0], 0, "{}: a full bucket peeks as denied", algorithm.as_str());
+    }
+}
+
+#[test]
+fn scripts_reject_an_unknown_mode() {
+    let server = RedisServer::start();
+    let mut con = server.client();
+    for algorithm in [Algorithm::Gcra, Algorithm::SlidingWindow, Algorithm::FixedWindow] {
+        let sha = load(&mut con, algorithm);
+        let reply: redis::RedisResult<Vec<i64>> =
+            redis::cmd("EVALSHA").arg(&sha).arg(1).arg("k").arg(&[5u64, 1_000_000, 5, 3, 1]).query(&mut con);
+        let err = reply.expect_err("mode 3 is an error");
+        assert!(err.to_string().contains("mode"), "{err}");
+    }
+}
