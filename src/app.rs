@@ -55,6 +55,8 @@ pub struct ServeSettings {
     pub admin_addr: SocketAddr,
     pub near_limit_ratio: f64,
     pub shadow_mode: bool,
+    /// Add x-ratelimit-* / retry-after headers to responses (not with Envoy's own option).
+    pub response_headers: bool,
     /// How long to keep serving after SIGTERM while endpoints are withdrawn.
     pub drain: Duration,
     /// Connections older than this (± 10 % jitter per process) are asked to reconnect.
@@ -78,6 +80,7 @@ impl ServeSettings {
             admin_addr: SocketAddr::from(([127, 0, 0, 1], 9102)),
             near_limit_ratio: 0.8,
             shadow_mode: false,
+            response_headers: false,
             drain: Duration::from_secs(5),
             max_connection_age: Some(Duration::from_secs(3600)),
             tls: None,
@@ -147,6 +150,7 @@ pub async fn spawn(settings: ServeSettings) -> anyhow::Result<Running> {
             key_prefix: settings.redis_key_prefix.clone(),
             near_limit_ratio: settings.near_limit_ratio,
             shadow_mode: settings.shadow_mode,
+            response_headers: settings.response_headers,
         },
     );
 

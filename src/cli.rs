@@ -76,6 +76,10 @@ pub struct Serve {
     /// Decide and count everything, but answer OK (for rolling out new policies safely).
     #[arg(long, env = "TOLLGATE_SHADOW_MODE")]
     pub shadow_mode: bool,
+    /// Add x-ratelimit-limit/remaining/reset (and retry-after when over the limit) to every
+    /// response, for setups that do not enable the Envoy filter's own header option.
+    #[arg(long, env = "TOLLGATE_RESPONSE_HEADERS")]
+    pub response_headers: bool,
     /// Seconds to keep serving after SIGTERM while not ready (endpoints being withdrawn).
     #[arg(long, env = "TOLLGATE_DRAIN_SECONDS", default_value_t = 5)]
     pub drain_seconds: u64,
@@ -127,6 +131,7 @@ impl Serve {
             admin_addr: self.admin_addr,
             near_limit_ratio: self.near_limit_ratio,
             shadow_mode: self.shadow_mode,
+            response_headers: self.response_headers,
             drain: Duration::from_secs(self.drain_seconds),
             max_connection_age: (!self.grpc_max_connection_age.is_zero())
                 .then_some(self.grpc_max_connection_age),

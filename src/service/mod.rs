@@ -35,6 +35,8 @@ pub struct Settings {
     pub near_limit_ratio: f64,
     /// Global shadow mode: decide and count everything, answer OK.
     pub shadow_mode: bool,
+    /// Add `x-ratelimit-*` and `retry-after` to `response_headers_to_add`.
+    pub response_headers: bool,
 }
 
 impl Default for Settings {
@@ -44,6 +46,7 @@ impl Default for Settings {
             key_prefix: String::new(),
             near_limit_ratio: 0.8,
             shadow_mode: false,
+            response_headers: false,
         }
     }
 }
@@ -78,6 +81,9 @@ impl RateLimiter {
         record::record(&self.metrics, &active, domain, request, &plans, &charges, &outcomes);
         if self.settings.shadow_mode {
             respond::shadow(&mut response);
+        }
+        if self.settings.response_headers {
+            respond::add_headers(&mut response);
         }
         response
     }

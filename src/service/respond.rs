@@ -187,3 +187,48 @@ pub fn shadow(response: &mut RateLimitResponse) {
         status.code = Code::Ok as i32;
     }
 }
+
+/// `--response-headers`: `x-ratelimit-limit/remaining/reset` from the most constraining
+/// limited status (fewest remaining), and `retry-after` when the request is over the limit
+/// (the longest wait among the denied descriptors: all must pass). For setups that do not
+/// use the Envoy filter's own `enable_x_ratelimit_headers` — enabling both duplicates them.
+pub fn add_headers(response: &mut RateLimitResponse) {
+    use envoy_types::pb::envoy::config::core::v3::HeaderValue;
+    let header = |key: &str, value: String| HeaderValue { key: key.to_string(), value, ..Default::default() };
+    let reset = |s: &DescriptorStatus| s.duration_until_reset.as_ref().map_or(0, |d| d.seconds.max(0));
+    let tightest = response
+        .statuses
+        .iter()
+        .filter(|s| s.current_limit.is_some())
+        .min_by_key(|s| (s.limit_remaining, std::cmp::Reverse(reset(s))));
+    let mut headers = Vec::new();
+    if let Some(status) = tightest {
+        if let Some(limit) = &status.current_limit {
+            let window = ProtoUnit::try_from(limit.unit).map_or(0, unit_seconds);
+            headers
+                .push(header("x-ratelimit-limit", format!("{0}, {0};w={window}", limit.requests_per_unit)));
+            headers.push(header("x-ratelimit-remaining", status.limit_remaining.to_string()));
+            headers.push(header("x-ratelimit-reset", reset(status).to_string()));
+        }
+    }
+    if response.overall_code == Code::OverLimit as i32 {
+        let wait = response.statuses.iter().filter(|s| s.code == Code::OverLimit as i32).map(reset).max();
+        if let Some(wait) = wait {
+            headers.push(header("retry-after", wait.max(1).to_string()));
+        }
+    }
+    response.response_headers_to_add = headers;
+}
+
+fn unit_seconds(unit: ProtoUnit) -> u64 {
+    match unit {
+        ProtoUnit::Unknown => 0,
+        ProtoUnit::Second => Unit::Second.seconds(),
+        ProtoUnit::Minute => Unit::Minute.seconds(),
+        ProtoUnit::Hour => Unit::Hour.seconds(),
+        ProtoUnit::Day => Unit::Day.seconds(),
+        ProtoUnit::Week => Unit::Week.seconds(),
+        ProtoUnit::Month => Unit::Month.seconds(),
+        ProtoUnit::Year => Unit::Year.seconds(),
+    }
+}

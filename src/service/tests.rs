@@ -92,3 +92,49 @@ fn plan_charges_only_limited_descriptors_in_order() {
     assert!(charges.iter().all(|c| c.key.starts_with("p:tg:")));
     assert_ne!(charges[0].key, charges[1].key);
 }
+
+#[test]
+fn headers_come_from_the_tightest_status_and_retry_after_from_the_longest_denial() {
+    use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
+        rate_limit::Unit as ProtoUnit, Code, DescriptorStatus, RateLimit,
+    };
+    use envoy_types::pb::google::protobuf::Duration as PbDuration;
+    let status = |code: Code, rpu: u32, remaining: u32, reset: i64| DescriptorStatus {
+        code: code as i32,
+        current_limit: Some(RateLimit {
+            name: String::new(),
+            requests_per_unit: rpu,
+            unit: ProtoUnit::Minute as i32,
+        }),
+        limit_remaining: remaining,
+        duration_until_reset: Some(PbDuration { seconds: reset, nanos: 0 }),
+        quota: None,
+    };
+    let mut response = RateLimitResponse {
+        overall_code: Code::OverLimit as i32,
+        statuses: vec![
+            status(Code::Ok, 100, 40, 10),
+            status(Code::OverLimit, 10, 0, 7),
+            DescriptorStatus { code: Code::Ok as i32, ..Default::default() },
+            status(Code::OverLimit, 5, 0, 30),
+        ],
+        ..Default::default()
+    };
+    respond::add_headers(&mut response);
+    let headers: Vec<(String, String)> =
+        response.response_headers_to_add.iter().map(|h| (h.key.clone(), h.value.clone())).collect();
+    let get = |k: &str| headers.iter().find(|(key, _)| key == k).map(|(_, v)| v.as_str());
+    // Ties on remaining go to the longer reset.
+    assert_eq!(get("x-ratelimit-limit"), Some("5, 5;w=60"));
+    assert_eq!(get("x-ratelimit-remaining"), Some("0"));
+    assert_eq!(get("x-ratelimit-reset"), Some("30"));
+    assert_eq!(get("retry-after"), Some("30"));
+
+    let mut ok = RateLimitResponse {
+        overall_code: Code::Ok as i32,
+        statuses: vec![status(Code::Ok, 100, 40, 10)],
+        ..Default::default()
+    };
+    respond::add_headers(&mut ok);
+    assert_eq!(ok.response_headers_to_add.len(), 3, "no retry-after when allowed");
+}

