@@ -63,9 +63,16 @@ async fn readyz(State(admin): State<Admin>) -> (StatusCode, &'static str) {
 }
 
 async fn metrics(State(admin): State<Admin>) -> impl IntoResponse {
-    if let Store::Memory(memory) = admin.store.as_ref() {
-        let stats = memory.stats();
-        admin.metrics.set_memory(stats.keys, stats.lossless_evictions, stats.lossy_evictions);
+    match admin.store.as_ref() {
+        Store::Memory(memory) => {
+            let stats = memory.stats();
+            admin.metrics.set_memory(stats.keys, stats.lossless_evictions, stats.lossy_evictions);
+        }
+        Store::Redis(redis) => {
+            let breaker = redis.breaker();
+            admin.metrics.set_breaker("redis", breaker.state() as i64, breaker.opened_total());
+        }
+        Store::Cluster(_) | Store::Sentinel(_) => {}
     }
     (
         [(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")],
@@ -114,6 +121,16 @@ fn store_state(store: &Store) -> crate::rlconfig::StoreState {
             kind: "redis",
             healthy: redis.is_healthy(),
             detail: redis.redacted_url(),
+        },
+        Store::Cluster(cluster) => crate::rlconfig::StoreState {
+            kind: "redis_cluster",
+            healthy: cluster.is_healthy(),
+            detail: cluster.redacted_nodes(),
+        },
+        Store::Sentinel(sentinel) => crate::rlconfig::StoreState {
+            kind: "redis_sentinel",
+            healthy: sentinel.is_healthy(),
+            detail: sentinel.description(),
         },
     }
 }

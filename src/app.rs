@@ -21,7 +21,10 @@ use tonic_health::ServingStatus;
 use crate::admin::Admin;
 use crate::live::Live;
 use crate::metrics::Metrics;
+use crate::service::bounds::Bounds;
 use crate::service::{RateLimiter, Settings};
+use crate::store::cluster::{ClusterSettings, ClusterStore};
+use crate::store::sentinel::{SentinelSettings, SentinelStore};
 use crate::store::{MemoryStore, RedisSettings, RedisStore, Store};
 
 /// The gRPC service name health checks ask about.
@@ -32,6 +35,37 @@ pub const SERVICE_NAME: &str = "envoy.service.ratelimit.v3.RateLimitService";
 pub enum StoreKind {
     Memory,
     Redis,
+}
+
+/// Which Redis deployment `--store redis` uses.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub enum RedisTopology {
+    /// One server (or a proxy) at `redis.url`.
+    #[default]
+    Single,
+    /// A Redis Cluster, discovered from these seed nodes (`host:port` or URLs).
+    Cluster { nodes: Vec<String> },
+    /// The master the sentinels call `master`; `redis.url` gives its credentials, db and TLS.
+    Sentinel { master: String, sentinels: Vec<String> },
+}
+
+impl std::fmt::Debug for RedisTopology {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let redacted = |nodes: &[String]| -> Vec<String> {
+            nodes.iter().map(|n| crate::store::redis::redact_url(n)).collect()
+        };
+        match self {
+            RedisTopology::Single => f.write_str("Single"),
+            RedisTopology::Cluster { nodes } => {
+                f.debug_struct("Cluster").field("nodes", &redacted(nodes)).finish()
+            }
+            RedisTopology::Sentinel { master, sentinels } => f
+                .debug_struct("Sentinel")
+                .field("master", master)
+                .field("sentinels", &redacted(sentinels))
+                .finish(),
+        }
+    }
 }
 
 /// Server-side TLS for gRPC; with `client_ca`, clients must present a certificate (mTLS).
@@ -48,6 +82,8 @@ pub struct ServeSettings {
     pub config: PathBuf,
     pub store: StoreKind,
     pub redis: RedisSettings,
+    /// Single server, Cluster or Sentinel (only with `store: Redis`).
+    pub redis_topology: RedisTopology,
     pub redis_key_prefix: String,
     pub store_timeout: Duration,
     pub memory_max_keys: usize,
@@ -57,6 +93,8 @@ pub struct ServeSettings {
     pub shadow_mode: bool,
     /// Add x-ratelimit-* / retry-after headers to responses (not with Envoy's own option).
     pub response_headers: bool,
+    /// Bounds on request size (past them: the domain's failure policy).
+    pub bounds: Bounds,
     /// How long to keep serving after SIGTERM while endpoints are withdrawn.
     pub drain: Duration,
     /// Connections older than this (± 10 % jitter per process) are asked to reconnect.
@@ -72,7 +110,8 @@ impl ServeSettings {
         ServeSettings {
             config,
             store: StoreKind::Memory,
-            redis: RedisSettings { url: "redis://127.0.0.1:6379/".into(), connections: 2 },
+            redis: RedisSettings::new("redis://127.0.0.1:6379/"),
+            redis_topology: RedisTopology::Single,
             redis_key_prefix: String::new(),
             store_timeout: Duration::from_millis(10),
             memory_max_keys: 1_000_000,
@@ -81,6 +120,7 @@ impl ServeSettings {
             near_limit_ratio: 0.8,
             shadow_mode: false,
             response_headers: false,
+            bounds: Bounds::default(),
             drain: Duration::from_secs(5),
             max_connection_age: Some(Duration::from_secs(3600)),
             tls: None,
@@ -151,6 +191,8 @@ pub async fn spawn(settings: ServeSettings) -> anyhow::Result<Running> {
             near_limit_ratio: settings.near_limit_ratio,
             shadow_mode: settings.shadow_mode,
             response_headers: settings.response_headers,
+            bounds: settings.bounds,
+            local_max_keys: settings.memory_max_keys,
         },
     );
 
@@ -252,9 +294,38 @@ fn jittered(age: Duration) -> Duration {
 }
 
 fn build_store(settings: &ServeSettings) -> anyhow::Result<Store> {
+    if settings.store == StoreKind::Memory && settings.redis_topology != RedisTopology::Single {
+        anyhow::bail!("--redis-cluster-nodes and --redis-sentinel need --store redis");
+    }
     Ok(match settings.store {
         StoreKind::Memory => Store::Memory(MemoryStore::new(settings.memory_max_keys)),
-        StoreKind::Redis => Store::Redis(RedisStore::new(&settings.redis).context("redis store")?),
+        StoreKind::Redis => build_redis(settings)?,
+    })
+}
+
+fn build_redis(settings: &ServeSettings) -> anyhow::Result<Store> {
+    let connections = settings.redis.connections;
+    Ok(match &settings.redis_topology {
+        RedisTopology::Single => Store::Redis(RedisStore::new(&settings.redis).context("redis store")?),
+        RedisTopology::Cluster { nodes } => {
+            if let Some(tag) = crate::store::cluster::hash_tag(settings.redis_key_prefix.as_bytes()) {
+                tracing::warn!(
+                    slot = crate::store::cluster::key_slot(tag),
+                    "the key prefix holds a hash tag: every bucket is in one slot, on one master"
+                );
+            }
+            let cluster = ClusterSettings { nodes: nodes.clone(), connections };
+            Store::Cluster(ClusterStore::new(&cluster).context("redis cluster store")?)
+        }
+        RedisTopology::Sentinel { master, sentinels } => {
+            let sentinel = SentinelSettings {
+                master: master.clone(),
+                sentinels: sentinels.clone(),
+                master_url: Some(settings.redis.url.clone()),
+                connections,
+            };
+            Store::Sentinel(SentinelStore::new(&sentinel).context("redis sentinel store")?)
+        }
     })
 }
 
@@ -280,23 +351,33 @@ async fn sweep_memory(store: Arc<Store>, signal: watch::Receiver<bool>) -> anyho
 }
 
 /// Resolves on SIGTERM or SIGINT (Ctrl-C).
-pub async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
+///
+/// The handlers are installed by the call itself (it must run inside the runtime), before
+/// the server reports ready: a SIGTERM right after startup then drains and exits 0 instead
+/// of killing the process (SIGTERM's default action).
+pub fn shutdown_signal() -> impl Future<Output = ()> {
     #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
+    let (term, int) = {
+        use tokio::signal::unix::{signal, SignalKind};
+        (signal(SignalKind::terminate()), signal(SignalKind::interrupt()))
     };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        _ = ctrl_c => {},
-        _ = term => {},
+    async move {
+        #[cfg(unix)]
+        {
+            let wait = |s: std::io::Result<tokio::signal::unix::Signal>| async move {
+                match s {
+                    Ok(mut s) => {
+                        s.recv().await;
+                    }
+                    Err(_) => std::future::pending::<()>().await,
+                }
+            };
+            tokio::select! {
+                _ = wait(term) => {},
+                _ = wait(int) => {},
+            }
+        }
+        #[cfg(not(unix))]
+        let _ = tokio::signal::ctrl_c().await;
     }
 }

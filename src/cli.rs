@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use crate::app::{ServeSettings, StoreKind, TlsFiles};
+use crate::app::{RedisTopology, ServeSettings, StoreKind, TlsFiles};
+use crate::service::bounds::Bounds;
+use crate::store::breaker::BreakerSettings;
 use crate::store::RedisSettings;
 
 #[derive(Debug, Parser)]
@@ -34,6 +36,22 @@ pub enum Command {
         /// A policy file or a directory of *.yaml / *.yml files.
         path: PathBuf,
     },
+    /// Show which rule each descriptor matches and why (the path walked, the limit, the key).
+    Explain(Explain),
+}
+
+/// `tollgate explain PATH --domain D --descriptor k=v[,k=v…]...`
+#[derive(Debug, Args)]
+pub struct Explain {
+    /// A policy file or a directory of *.yaml / *.yml files.
+    pub path: PathBuf,
+    /// The request's domain.
+    #[arg(long)]
+    pub domain: String,
+    /// One descriptor as `key=value,key=value` (entries in order; `\,` for a comma in a
+    /// value). Repeat for the descriptors of one request.
+    #[arg(long = "descriptor", required = true)]
+    pub descriptors: Vec<crate::explain::DescriptorArg>,
 }
 
 #[derive(Debug, Args)]
@@ -52,9 +70,32 @@ pub struct Serve {
         hide_env_values = true
     )]
     pub redis_url: String,
+    /// Redis Cluster seed nodes (with --store redis): `host:port,host:port`, or
+    /// `redis://[user:password@]host:port` (`rediss://` for TLS). Not with --redis-url.
+    #[arg(
+        long,
+        env = "TOLLGATE_REDIS_CLUSTER_NODES",
+        value_delimiter = ',',
+        conflicts_with_all = ["redis_url", "redis_sentinel"],
+        hide_env_values = true
+    )]
+    pub redis_cluster_nodes: Vec<String>,
+    /// Redis Sentinel (with --store redis): `master_name,host:port,host:port` (sentinels as
+    /// `host:port` or URLs). --redis-url then gives only the master's user, password, db, TLS.
+    #[arg(long, env = "TOLLGATE_REDIS_SENTINEL", value_parser = parse_sentinel, hide_env_values = true)]
+    pub redis_sentinel: Option<SentinelArg>,
     /// Prefix for every Redis key (for a Redis shared with other applications).
     #[arg(long, env = "TOLLGATE_REDIS_KEY_PREFIX", default_value = "")]
     pub redis_key_prefix: String,
+    /// PEM CA bundle to verify the Redis server's TLS certificate (rediss://).
+    #[arg(long, env = "TOLLGATE_REDIS_CA_FILE")]
+    pub redis_ca_file: Option<PathBuf>,
+    /// Consecutive Redis failures that open the circuit breaker (0 = no breaker).
+    #[arg(long, env = "TOLLGATE_BREAKER_FAILURES", default_value_t = 5)]
+    pub breaker_failures: u32,
+    /// First cool-down of an open breaker, in ms (doubles after each failed probe, max 30 s).
+    #[arg(long, env = "TOLLGATE_BREAKER_COOLDOWN_MS", default_value_t = 1000)]
+    pub breaker_cooldown_ms: u64,
     /// Multiplexed Redis connections shared by all requests.
     #[arg(long, env = "TOLLGATE_REDIS_CONNECTIONS", default_value_t = 2)]
     pub redis_connections: usize,
@@ -80,6 +121,15 @@ pub struct Serve {
     /// response, for setups that do not enable the Envoy filter's own header option.
     #[arg(long, env = "TOLLGATE_RESPONSE_HEADERS")]
     pub response_headers: bool,
+    /// Requests with more descriptors are answered by the domain's failure policy.
+    #[arg(long, env = "TOLLGATE_MAX_DESCRIPTORS", default_value_t = 64)]
+    pub max_descriptors: usize,
+    /// Descriptors with more entries make the request answered by the failure policy.
+    #[arg(long, env = "TOLLGATE_MAX_ENTRIES", default_value_t = 32)]
+    pub max_entries: usize,
+    /// Keys or values longer than this (bytes) make the request answered by the failure policy.
+    #[arg(long, env = "TOLLGATE_MAX_VALUE_BYTES", default_value_t = 4096)]
+    pub max_value_bytes: usize,
     /// Seconds to keep serving after SIGTERM while not ready (endpoints being withdrawn).
     #[arg(long, env = "TOLLGATE_DRAIN_SECONDS", default_value_t = 5)]
     pub drain_seconds: u64,
@@ -101,6 +151,24 @@ pub struct Serve {
     pub no_watch: bool,
 }
 
+/// `--redis-sentinel`: the master's name and the sentinels.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SentinelArg {
+    pub master: String,
+    pub sentinels: Vec<String>,
+}
+
+/// `master_name,host:port[,host:port…]`.
+pub fn parse_sentinel(s: &str) -> Result<SentinelArg, String> {
+    let mut parts = s.split(',').map(str::trim).filter(|p| !p.is_empty());
+    let master = parts.next().unwrap_or_default().to_string();
+    let sentinels: Vec<String> = parts.map(str::to_string).collect();
+    if master.is_empty() || master.contains(':') || sentinels.is_empty() {
+        return Err("expected master_name,host:port[,host:port...]".into());
+    }
+    Ok(SentinelArg { master, sentinels })
+}
+
 /// `90s`, `30m`, `1h`, `500ms` or plain seconds.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
@@ -118,12 +186,31 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
 }
 
 impl Serve {
+    fn redis_topology(&self) -> RedisTopology {
+        let nodes: Vec<String> =
+            self.redis_cluster_nodes.iter().map(|n| n.trim().to_string()).filter(|n| !n.is_empty()).collect();
+        match &self.redis_sentinel {
+            _ if !nodes.is_empty() => RedisTopology::Cluster { nodes },
+            Some(s) => RedisTopology::Sentinel { master: s.master.clone(), sentinels: s.sentinels.clone() },
+            None => RedisTopology::Single,
+        }
+    }
+
     /// The settings the app runs with.
     pub fn settings(&self) -> ServeSettings {
         ServeSettings {
             config: self.config.clone(),
             store: self.store,
-            redis: RedisSettings { url: self.redis_url.clone(), connections: self.redis_connections },
+            redis: RedisSettings {
+                url: self.redis_url.clone(),
+                connections: self.redis_connections,
+                ca_file: self.redis_ca_file.clone(),
+                breaker: BreakerSettings {
+                    failures: self.breaker_failures,
+                    cooldown: Duration::from_millis(self.breaker_cooldown_ms),
+                },
+            },
+            redis_topology: self.redis_topology(),
             redis_key_prefix: self.redis_key_prefix.clone(),
             store_timeout: Duration::from_millis(self.store_timeout_ms),
             memory_max_keys: self.memory_max_keys,
@@ -132,6 +219,11 @@ impl Serve {
             near_limit_ratio: self.near_limit_ratio,
             shadow_mode: self.shadow_mode,
             response_headers: self.response_headers,
+            bounds: Bounds {
+                max_descriptors: self.max_descriptors,
+                max_entries: self.max_entries,
+                max_value_bytes: self.max_value_bytes,
+            },
             drain: Duration::from_secs(self.drain_seconds),
             max_connection_age: (!self.grpc_max_connection_age.is_zero())
                 .then_some(self.grpc_max_connection_age),

@@ -35,6 +35,7 @@ impl Live {
     pub fn load_initial(path: &Path, metrics: Arc<Metrics>) -> Result<Live, ConfigErrors> {
         let snapshot = config::load_path(path)?;
         let counters = metrics.counters_for(&snapshot);
+        metrics.serving(&snapshot.version);
         Ok(Live {
             path: path.to_path_buf(),
             current: ArcSwap::from_pointee(Active { snapshot, counters }),
@@ -67,6 +68,7 @@ impl Live {
                     let counters = self.metrics.counters_for(&snapshot);
                     let rules = snapshot.rule_count();
                     self.current.store(Arc::new(Active { snapshot, counters }));
+                    self.metrics.serving(&version);
                     tracing::info!(%version, %previous, rules, "config reloaded");
                 }
                 self.metrics.reload(true);

@@ -26,6 +26,18 @@ async fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
+        Command::Explain(args) => {
+            match tollgate::explain::explain_path(&args.path, &args.domain, &args.descriptors) {
+                Ok(text) => {
+                    print!("{text}");
+                    ExitCode::SUCCESS
+                }
+                Err(errors) => {
+                    eprintln!("{errors}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
         Command::Serve(serve) => {
             match tollgate::app::run(serve.settings(), tollgate::app::shutdown_signal()).await {
                 Ok(()) => ExitCode::SUCCESS,
@@ -42,7 +54,9 @@ async fn main() -> ExitCode {
 fn init_tracing(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let builder =
+        tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi);
     match format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),

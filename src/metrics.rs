@@ -71,6 +71,20 @@ pub struct Metrics {
     unknown_domain: Counter,
     memory_keys: Gauge,
     memory_evictions: Family<LossyLabel, Counter>,
+    oversized: Family<ReasonLabel, Counter>,
+    local_decisions: Family<DomainLabel, Counter>,
+    breaker_state: Family<StoreName, Gauge>,
+    breaker_opens: Family<StoreName, Counter>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabel {
+    reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DomainLabel {
+    domain: String,
 }
 
 /// Pre-resolved counters of one rule: one per decision result, and its hits.
@@ -136,12 +150,40 @@ impl Metrics {
         let unknown_domain = Counter::default();
         let memory_keys = Gauge::default();
         let memory_evictions = Family::<LossyLabel, Counter>::default();
+        let oversized = Family::<ReasonLabel, Counter>::default();
+        let local_decisions = Family::<DomainLabel, Counter>::default();
+        let breaker_state = Family::<StoreName, Gauge>::default();
+        let breaker_opens = Family::<StoreName, Counter>::default();
+        registry.register(
+            "tollgate_oversized_requests",
+            "Requests past --max-descriptors/--max-entries/--max-value-bytes, answered by failure policy",
+            oversized.clone(),
+        );
+        registry.register(
+            "tollgate_failure_local_decisions",
+            "Descriptors decided by the in-process limiter of failure_mode: local domains",
+            local_decisions.clone(),
+        );
+        registry.register(
+            "tollgate_breaker_state",
+            "Store circuit breaker: 0 closed, 1 open, 2 half-open",
+            breaker_state.clone(),
+        );
+        registry.register(
+            "tollgate_breaker_opens",
+            "Times the store circuit breaker opened",
+            breaker_opens.clone(),
+        );
         registry.register(
             "tollgate_decisions",
             "Descriptors decided, by domain, rule and result",
             decisions.clone(),
         );
-        registry.register("tollgate_hits", "Hits charged, by domain and rule", hits.clone());
+        registry.register(
+            "tollgate_hits",
+            "Hits requested by decided descriptors, by domain and rule",
+            hits.clone(),
+        );
         registry.register(
             "tollgate_request_duration_seconds",
             "Time to answer one ShouldRateLimit call",
@@ -182,6 +224,10 @@ impl Metrics {
             unknown_domain,
             memory_keys,
             memory_evictions,
+            oversized,
+            local_decisions,
+            breaker_state,
+            breaker_opens,
         }
     }
 
@@ -193,9 +239,13 @@ impl Metrics {
             counters.domains.insert(name.clone(), rules);
             counters.overrides.insert(name.clone(), self.rule_counters(name, "request_override"));
         }
-        self.config_info.clear();
-        self.config_info.get_or_create(&VersionLabel { version: snapshot.version.clone() }).set(1);
         counters
+    }
+
+    /// Marks `version` as the serving config (call right after the swap).
+    pub fn serving(&self, version: &str) {
+        self.config_info.clear();
+        self.config_info.get_or_create(&VersionLabel { version: version.to_string() }).set(1);
     }
 
     /// Counters for one (domain, rule) label pair; used directly for `detailed_metric` rules.
@@ -237,6 +287,22 @@ impl Metrics {
         self.memory_keys.set(keys as i64);
         set_counter(&self.memory_evictions.get_or_create(&LossyLabel { lossy: "false" }), lossless);
         set_counter(&self.memory_evictions.get_or_create(&LossyLabel { lossy: "true" }), lossy);
+    }
+
+    /// One request past the size bounds.
+    pub fn oversized(&self, reason: &'static str) {
+        self.oversized.get_or_create(&ReasonLabel { reason }).inc();
+    }
+
+    /// One descriptor decided locally because the store failed (`failure_mode: local`).
+    pub fn local_decision(&self, domain: &str) {
+        self.local_decisions.get_or_create(&DomainLabel { domain: domain.to_string() }).inc();
+    }
+
+    /// Breaker gauges, refreshed before each scrape.
+    pub fn set_breaker(&self, store: &'static str, state: i64, opens: u64) {
+        self.breaker_state.get_or_create(&StoreName { store }).set(state);
+        set_counter(&self.breaker_opens.get_or_create(&StoreName { store }), opens);
     }
 
     /// The text exposition format.

@@ -74,17 +74,27 @@ async fn debounce_and_reload(
 }
 
 /// Reloads on every SIGHUP until `stop` flips to true.
+///
+/// The handler is installed by the call itself, not when the future first runs: a SIGHUP
+/// that arrives once the server reports ready must reload, not kill the process (SIGHUP's
+/// default action).
 #[cfg(unix)]
-pub async fn reload_on_sighup(live: Arc<Live>, mut stop: watch::Receiver<bool>) {
+pub fn reload_on_sighup(
+    live: Arc<Live>,
+    mut stop: watch::Receiver<bool>,
+) -> impl std::future::Future<Output = ()> {
     use tokio::signal::unix::{signal, SignalKind};
-    let Ok(mut hup) = signal(SignalKind::hangup()) else {
-        tracing::warn!("cannot listen for SIGHUP; reload by file change or POST /reload");
-        return;
-    };
-    loop {
-        tokio::select! {
-            _ = stopped(&mut stop) => return,
-            _ = hup.recv() => reload(&live, "SIGHUP").await,
+    let hup = signal(SignalKind::hangup());
+    async move {
+        let Ok(mut hup) = hup else {
+            tracing::warn!("cannot listen for SIGHUP; reload by file change or POST /reload");
+            return;
+        };
+        loop {
+            tokio::select! {
+                _ = stopped(&mut stop) => return,
+                _ = hup.recv() => reload(&live, "SIGHUP").await,
+            }
         }
     }
 }

@@ -87,7 +87,7 @@ const INVALID: &[(&str, &str, &str, Option<usize>)] = &[
     (
         "unknown_failure_mode.yaml",
         "failure_mode",
-        "unknown failure_mode \"maybe\" (expected open or closed)",
+        "unknown failure_mode \"maybe\" (expected open, closed or local)",
         Some(2),
     ),
     (

@@ -101,12 +101,13 @@ fn compile_file(file: &Path, raw: &RawFile, errors: &mut Vec<ConfigError>) -> Op
         None => FailureMode::Open,
         Some(mode) if mode == "open" => FailureMode::Open,
         Some(mode) if mode == "closed" => FailureMode::Closed,
+        Some(mode) if mode == "local" => FailureMode::Local,
         Some(_) => {
             let mode = raw.failure_mode.as_deref().unwrap_or_default();
             errors.push(ConfigError::new(
                 file,
                 "failure_mode",
-                format!("unknown failure_mode {mode:?} (expected open or closed)"),
+                format!("unknown failure_mode {mode:?} (expected open, closed or local)"),
             ));
             FailureMode::Open
         }

@@ -123,6 +123,47 @@ impl Branch {
     }
 }
 
+/// How one entry chose its node (or why it found none), for `explain`, which must show the
+/// reasoning of `Branch::step` step by step. Built by `Branch::explain_step`.
+#[derive(Debug)]
+pub(crate) enum Step<'b> {
+    /// The value is one of the key's exact values.
+    Exact(&'b Node),
+    /// The first wildcard, in file order, that matches: `position` (1-based) of `wildcards`.
+    Wildcard { node: &'b Node, pattern: String, position: usize, wildcards: usize },
+    /// No exact value, no wildcard matched: the key's value-less node.
+    Default { node: &'b Node, exact: usize, wildcards: Vec<String> },
+    /// The key has no node at this level; `keys` are the keys that do (sorted).
+    NoKey { keys: Vec<String> },
+    /// The key is here, but no exact value or wildcard matches and it has no default.
+    NoValue { exact: usize, wildcards: Vec<String> },
+}
+
+impl Branch {
+    /// The same choice as `step`, with its reasons. Allocates; not for the request path.
+    pub(crate) fn explain_step(&self, key: &str, value: &str) -> Step<'_> {
+        let Some(candidates) = self.keys.get(key) else {
+            let mut keys: Vec<String> = self.keys.keys().cloned().collect();
+            keys.sort();
+            return Step::NoKey { keys };
+        };
+        if let Some(node) = candidates.exact.get(value) {
+            return Step::Exact(node);
+        }
+        let wildcards = candidates.wildcards.len();
+        if let Some((index, (pattern, node))) =
+            candidates.wildcards.iter().enumerate().find(|(_, (pattern, _))| pattern.matches(value))
+        {
+            return Step::Wildcard { node, pattern: pattern.parts.join("*"), position: index + 1, wildcards };
+        }
+        let patterns = candidates.wildcards.iter().map(|(pattern, _)| pattern.parts.join("*")).collect();
+        match &candidates.default {
+            Some(node) => Step::Default { node, exact: candidates.exact.len(), wildcards: patterns },
+            None => Step::NoValue { exact: candidates.exact.len(), wildcards: patterns },
+        }
+    }
+}
+
 impl Domain {
     /// Matches one request descriptor, given as its `(key, value)` entries in order.
     ///

@@ -42,6 +42,9 @@ pub enum FailureMode {
     Open,
     /// Answer OVER_LIMIT with the limit and 0 remaining.
     Closed,
+    /// Limit with the same rules in this instance's memory until the store is back
+    /// (per instance, so looser than the global limit by the number of instances).
+    Local,
 }
 
 impl FailureMode {
@@ -49,6 +52,7 @@ impl FailureMode {
         match self {
             FailureMode::Open => "open",
             FailureMode::Closed => "closed",
+            FailureMode::Local => "local",
         }
     }
 }

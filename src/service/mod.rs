@@ -6,6 +6,7 @@
 //! only structurally invalid requests are errors; store failures are answered by the
 //! domain's failure policy.
 
+pub mod bounds;
 pub mod plan;
 mod record;
 pub mod respond;
@@ -20,9 +21,11 @@ use tokio::time::Instant;
 use tonic::metadata::MetadataMap;
 use tonic::{Request, Response, Status};
 
+use crate::algorithm::Decision;
+use crate::config::FailureMode;
 use crate::live::Live;
 use crate::metrics::Metrics;
-use crate::store::{Charge, Store, StoreError};
+use crate::store::{Charge, MemoryStore, Store, StoreError};
 
 /// Request-path settings fixed at startup.
 #[derive(Debug, Clone)]
@@ -37,6 +40,10 @@ pub struct Settings {
     pub shadow_mode: bool,
     /// Add `x-ratelimit-*` and `retry-after` to `response_headers_to_add`.
     pub response_headers: bool,
+    /// Bounds on request size; past them the failure policy answers.
+    pub bounds: bounds::Bounds,
+    /// Cap on buckets of the in-memory limiter used by `failure_mode: local` domains.
+    pub local_max_keys: usize,
 }
 
 impl Default for Settings {
@@ -47,6 +54,8 @@ impl Default for Settings {
             near_limit_ratio: 0.8,
             shadow_mode: false,
             response_headers: false,
+            bounds: bounds::Bounds::default(),
+            local_max_keys: 100_000,
         }
     }
 }
@@ -58,11 +67,14 @@ pub struct RateLimiter {
     store: Arc<Store>,
     metrics: Arc<Metrics>,
     settings: Arc<Settings>,
+    /// Buckets of `failure_mode: local` domains while the store fails (this instance only).
+    local: Arc<MemoryStore>,
 }
 
 impl RateLimiter {
     pub fn new(live: Arc<Live>, store: Arc<Store>, metrics: Arc<Metrics>, settings: Settings) -> RateLimiter {
-        RateLimiter { live, store, metrics, settings: Arc::new(settings) }
+        let local = Arc::new(MemoryStore::new(settings.local_max_keys));
+        RateLimiter { live, store, metrics, settings: Arc::new(settings), local }
     }
 
     /// Decides a validated request by `deadline`. Never fails: store errors are answered
@@ -73,9 +85,16 @@ impl RateLimiter {
             self.metrics.unknown_domain();
             return unknown_domain(request);
         };
+        if let Some(oversize) = self.settings.bounds.check(request) {
+            self.metrics.oversized(oversize.as_str());
+            return bounds::answer(request, domain.failure_mode);
+        }
         let (plans, charges) =
             plan::plan(domain, &request.descriptors, request.hits_addend, &self.settings.key_prefix);
-        let results = self.charge(&charges, deadline).await;
+        let mut results = self.charge(&charges, deadline).await;
+        if domain.failure_mode == FailureMode::Local {
+            self.charge_locally(&domain.name, &charges, &mut results);
+        }
         let (mut response, outcomes) =
             respond::respond(&plans, &results, domain.failure_mode, self.settings.near_limit_ratio);
         record::record(&self.metrics, &active, domain, request, &plans, &charges, &outcomes);
@@ -88,11 +107,7 @@ impl RateLimiter {
         response
     }
 
-    async fn charge(
-        &self,
-        charges: &[Charge],
-        deadline: Instant,
-    ) -> Vec<Result<crate::algorithm::Decision, StoreError>> {
+    async fn charge(&self, charges: &[Charge], deadline: Instant) -> Vec<Result<Decision, StoreError>> {
         if charges.is_empty() {
             return Vec::new();
         }
@@ -101,6 +116,17 @@ impl RateLimiter {
         let outcome = results.iter().find_map(|r| r.as_ref().err()).map_or("ok", StoreError::kind);
         self.metrics.observe_store(self.store.name(), outcome, started.elapsed().as_secs_f64());
         results
+    }
+
+    /// `failure_mode: local`: charges whose store call failed go to this instance's memory.
+    fn charge_locally(&self, domain: &str, charges: &[Charge], results: &mut [Result<Decision, StoreError>]) {
+        let now = crate::store::memory::now_us();
+        for (charge, result) in charges.iter().zip(results.iter_mut()) {
+            if result.is_err() {
+                *result = Ok(self.local.charge_at(charge, now));
+                self.metrics.local_decision(domain);
+            }
+        }
     }
 
     /// The instant by which the store must have answered a request that arrived `now`.

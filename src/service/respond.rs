@@ -113,7 +113,9 @@ fn limited(
             };
             (status, outcome, !decision.allowed)
         }
-        Err(_) if limit.shadow() || failure_mode == FailureMode::Open => {
+        // `local` domains were charged in memory before this; an error left means even
+        // that was impossible, so let the request through.
+        Err(_) if limit.shadow() || failure_mode != FailureMode::Closed => {
             (ok_status(None, 0), Outcome::FailureOpen, false)
         }
         Err(_) => {

@@ -13,16 +13,20 @@
 //! included, finishes by the caller's deadline.
 
 use std::fmt;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
+use std::time::Duration;
 
 use deadpool_redis::redis::aio::{ConnectionLike, MultiplexedConnection};
 use deadpool_redis::redis::{self, Pipeline, RedisError, ServerErrorKind, Value};
-use deadpool_redis::{Config, Connection, Pool, PoolConfig, Runtime};
+use deadpool_redis::redis::{AsyncConnectionConfig, IntoConnectionInfo};
+use deadpool_redis::{Connection, Manager, Pool, Runtime};
 use tokio::time::Instant;
 
 use crate::algorithm::{Algorithm, Decision, Hits};
 
+use super::breaker::{Admission, Breaker, BreakerSettings};
 use super::{Charge, StoreError};
 
 const GCRA_LUA: &str = include_str!("lua/gcra.lua");
@@ -36,6 +40,16 @@ pub struct RedisSettings {
     pub url: String,
     /// Multiplexed connections kept open and shared by all requests.
     pub connections: usize,
+    /// PEM CA bundle to verify a `rediss://` server with (default: the system roots).
+    pub ca_file: Option<PathBuf>,
+    pub breaker: BreakerSettings,
+}
+
+impl RedisSettings {
+    /// Settings for `url` with the defaults of the CLI.
+    pub fn new(url: impl Into<String>) -> RedisSettings {
+        RedisSettings { url: url.into(), connections: 2, ca_file: None, breaker: BreakerSettings::default() }
+    }
 }
 
 impl fmt::Debug for RedisSettings {
@@ -43,6 +57,8 @@ impl fmt::Debug for RedisSettings {
         f.debug_struct("RedisSettings")
             .field("url", &redact_url(&self.url))
             .field("connections", &self.connections)
+            .field("ca_file", &self.ca_file)
+            .field("breaker", &self.breaker)
             .finish()
     }
 }
@@ -88,6 +104,7 @@ pub struct RedisStore {
     next_id: AtomicUsize,
     scripts: [Script; 3],
     healthy: AtomicBool,
+    breaker: Breaker,
     url: String,
 }
 
@@ -101,11 +118,19 @@ impl RedisStore {
     /// Builds the store. Connects lazily: Redis being down at startup is not an error.
     pub fn new(settings: &RedisSettings) -> Result<RedisStore, StoreError> {
         let connections = settings.connections.max(1);
-        let mut config = Config::from_url(settings.url.clone());
-        config.pool = Some(PoolConfig::new(connections * 2));
-        let pool = config
-            .create_pool(Some(Runtime::Tokio1))
-            .map_err(|e| StoreError::Unavailable(format!("invalid redis settings: {e}")))?;
+        let invalid = |e: &dyn fmt::Display| StoreError::Unavailable(format!("invalid redis settings: {e}"));
+        let info = connection_info(settings).map_err(|e| invalid(&e))?;
+        // Bounds connecting and answering even outside a request (the pool's own work);
+        // every request is bounded by its deadline anyway.
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(Duration::from_secs(1)))
+            .set_response_timeout(Some(Duration::from_secs(1)));
+        let manager = Manager::new_with_config(info, config).map_err(|e| invalid(&e))?;
+        let pool = Pool::builder(manager)
+            .max_size(connections * 2)
+            .runtime(Runtime::Tokio1)
+            .build()
+            .map_err(|e| invalid(&e))?;
         Ok(RedisStore {
             pool,
             slots: (0..connections).map(|_| Mutex::new(None)).collect(),
@@ -113,8 +138,14 @@ impl RedisStore {
             next_id: AtomicUsize::new(0),
             scripts: [Script::new(GCRA_LUA), Script::new(SLIDING_LUA), Script::new(FIXED_LUA)],
             healthy: AtomicBool::new(true),
+            breaker: Breaker::new(settings.breaker),
             url: settings.url.clone(),
         })
+    }
+
+    /// The circuit breaker in front of this store.
+    pub fn breaker(&self) -> &Breaker {
+        &self.breaker
     }
 
     /// The Redis URL without its password.
@@ -128,11 +159,22 @@ impl RedisStore {
     }
 
     /// Charges the batch in one round trip (two if some scripts were missing), by `deadline`.
+    /// A request whose deadline has already passed (it queued too long) is not sent: it is
+    /// answered by the failure policy at once instead of adding to the queue.
     pub async fn charge(&self, batch: &[Charge], deadline: Instant) -> Vec<Result<Decision, StoreError>> {
+        let started = Instant::now();
+        if started >= deadline {
+            return vec![Err(StoreError::Timeout); batch.len()];
+        }
+        let admission = self.breaker.admit(started.into_std());
+        if admission == Admission::Rejected {
+            return vec![Err(StoreError::CircuitOpen); batch.len()];
+        }
         let result = match tokio::time::timeout_at(deadline, self.run(batch)).await {
             Ok(result) => result,
             Err(_) => Err(StoreError::Timeout),
         };
+        self.breaker.record(admission, result.is_err(), Instant::now().into_std());
         match result {
             Ok(results) => {
                 self.set_healthy(true);
@@ -155,40 +197,57 @@ impl RedisStore {
         }
     }
 
+    /// One attempt, or two when a kept connection turns out dead (Redis restarted or the
+    /// connection was cut while idle): the retry goes over a fresh connection. A request
+    /// that was written before the connection died may then be counted twice — one extra
+    /// hit, on the side of denying — which is the price of not failing the first request
+    /// after every Redis restart.
     async fn run(&self, batch: &[Charge]) -> Result<Vec<Result<Decision, StoreError>>, StoreError> {
-        let (mut conn, slot, id) = self.connection().await?;
-        let pipe = self.pipeline(batch, |script| ("EVALSHA", script.sha.as_str()));
-        let values = match conn.req_packed_commands(&pipe, 0, batch.len()).await {
-            Ok(values) => values,
-            Err(e) => {
-                self.drop_connection(slot, id);
-                return Err(classify(&e));
+        let slot = self.next_slot.fetch_add(1, Ordering::Relaxed) % self.slots.len();
+        let (conn, id, reused) = self.connection(slot, false).await?;
+        match self.attempt(conn, slot, id, batch).await {
+            Err(StoreError::Unavailable(_)) if reused => {
+                let (conn, id, _) = self.connection(slot, true).await?;
+                self.attempt(conn, slot, id, batch).await
             }
-        };
-        let mut results: Vec<Result<Decision, StoreError>> = Vec::with_capacity(batch.len());
-        let mut missing = Vec::new();
-        for (i, value) in values.into_iter().enumerate() {
-            if is_noscript(&value) {
-                missing.push(i);
-            }
-            results.push(parse(value));
+            result => result,
         }
+    }
+
+    async fn attempt(
+        &self,
+        mut conn: MultiplexedConnection,
+        slot: usize,
+        id: usize,
+        batch: &[Charge],
+    ) -> Result<Vec<Result<Decision, StoreError>>, StoreError> {
+        let pipe = self.pipeline(batch, |script| ("EVALSHA", script.sha.as_str()));
+        let values = conn.req_packed_commands(&pipe, 0, batch.len()).await.map_err(|e| {
+            self.drop_connection(slot, id);
+            classify(&e)
+        })?;
+        let missing: Vec<usize> =
+            (0..values.len()).filter(|&i| is_error(&values[i], ServerErrorKind::NoScript)).collect();
+        if values.iter().any(|v| is_error(v, ServerErrorKind::ReadOnly)) {
+            // A replica promoted away from us (failover): reconnect to find the master.
+            self.drop_connection(slot, id);
+            return Err(StoreError::Unavailable("READONLY: connected to a replica".into()));
+        }
+        let mut results: Vec<Result<Decision, StoreError>> = values.into_iter().map(parse).collect();
         if !missing.is_empty() {
             let retry: Vec<Charge> = missing.iter().map(|&i| batch[i].clone()).collect();
             let pipe = self.pipeline(&retry, |script| ("EVAL", script.source));
-            match conn.req_packed_commands(&pipe, 0, retry.len()).await {
-                Ok(values) => {
-                    for (&i, value) in missing.iter().zip(values) {
-                        results[i] = parse(value);
+            let answers = conn.req_packed_commands(&pipe, 0, retry.len()).await;
+            for (n, &i) in missing.iter().enumerate() {
+                results[i] = match &answers {
+                    Ok(values) => {
+                        values.get(n).cloned().map_or(Err(StoreError::Server("short reply".into())), parse)
                     }
-                }
-                Err(e) => {
-                    self.drop_connection(slot, id);
-                    let err = classify(&e);
-                    for &i in &missing {
-                        results[i] = Err(err.clone());
-                    }
-                }
+                    Err(e) => Err(classify(e)),
+                };
+            }
+            if answers.is_err() {
+                self.drop_connection(slot, id);
             }
         }
         Ok(results)
@@ -223,19 +282,27 @@ impl RedisStore {
     }
 
     /// A shared connection: a clone of a kept one, or a fresh checkout from the pool.
-    async fn connection(&self) -> Result<(MultiplexedConnection, usize, usize), StoreError> {
-        let slot = self.next_slot.fetch_add(1, Ordering::Relaxed) % self.slots.len();
-        if let Some(kept) = self.lock(slot).as_ref() {
-            return Ok((kept.shared.clone(), slot, kept.id));
+    /// The connection of `slot`, or a new one from the pool when the slot is empty or
+    /// `fresh` is asked for (the kept one just failed). Also says whether the connection was
+    /// kept from earlier requests (it may have died since).
+    async fn connection(
+        &self,
+        slot: usize,
+        fresh: bool,
+    ) -> Result<(MultiplexedConnection, usize, bool), StoreError> {
+        if !fresh {
+            if let Some(kept) = self.lock(slot).as_ref() {
+                return Ok((kept.shared.clone(), kept.id, true));
+            }
         }
         let pooled = self.pool.get().await.map_err(|e| StoreError::Unavailable(e.to_string()))?;
         let shared = (*pooled).clone();
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let mut guard = self.lock(slot);
-        if guard.is_none() {
+        if guard.is_none() || fresh {
             *guard = Some(Slot { _pooled: pooled, shared: shared.clone(), id });
         }
-        Ok((shared, slot, id))
+        Ok((shared, id, false))
     }
 
     /// Forgets a failed connection (only if the slot still holds that one).
@@ -251,8 +318,19 @@ impl RedisStore {
     }
 }
 
-fn is_noscript(value: &Value) -> bool {
-    matches!(value, Value::ServerError(e) if e.kind() == Some(ServerErrorKind::NoScript))
+/// The URL's connection info, with a custom CA for `rediss://` when one is given.
+fn connection_info(settings: &RedisSettings) -> Result<redis::ConnectionInfo, String> {
+    let Some(ca_file) = &settings.ca_file else {
+        return settings.url.as_str().into_connection_info().map_err(|e| e.to_string());
+    };
+    let root_cert = std::fs::read(ca_file).map_err(|e| format!("reading {}: {e}", ca_file.display()))?;
+    let certs = redis::TlsCertificates { client_tls: None, root_cert: Some(root_cert) };
+    let client = redis::Client::build_with_tls(settings.url.as_str(), certs).map_err(|e| e.to_string())?;
+    Ok(client.get_connection_info().clone())
+}
+
+fn is_error(value: &Value, kind: ServerErrorKind) -> bool {
+    matches!(value, Value::ServerError(e) if e.kind() == Some(kind))
 }
 
 fn classify(e: &RedisError) -> StoreError {
@@ -295,7 +373,7 @@ mod tests {
         assert_eq!(redact_url("rediss://user:s3cret@host:6379"), "rediss://user:***@host:6379");
         assert_eq!(redact_url("redis://token@host"), "redis://***@host");
         assert_eq!(redact_url("redis://host:6379"), "redis://host:6379");
-        let s = RedisSettings { url: "redis://u:pw@h".into(), connections: 1 };
+        let s = RedisSettings::new("redis://u:pw@h");
         assert!(!format!("{s:?}").contains("pw"));
     }
 }

@@ -6,6 +6,7 @@
 mod redis_support;
 
 mod cli;
+mod ops;
 mod options;
 mod redis_store;
 mod scenarios;

@@ -34,7 +34,11 @@ pub struct Options {
     pub drain: Duration,
     pub shadow_mode: bool,
     pub watch_config: bool,
+    /// Serve gRPC over TLS (`client` then stays unconnected: build a TLS client).
+    pub tls: Option<tollgate::app::TlsFiles>,
     pub response_headers: bool,
+    pub breaker: tollgate::store::breaker::BreakerSettings,
+    pub redis_ca_file: Option<PathBuf>,
 }
 
 impl Options {
@@ -49,7 +53,10 @@ impl Options {
             drain: Duration::ZERO,
             shadow_mode: false,
             watch_config: true,
+            tls: None,
             response_headers: false,
+            breaker: Default::default(),
+            redis_ca_file: None,
         }
     }
 }
@@ -64,6 +71,11 @@ pub async fn spawn_with(options: Options, policies: &[(&str, &str)]) -> TestApp 
     for (name, yaml) in policies {
         std::fs::write(config_dir.path().join(name), yaml).expect("write policy");
     }
+    spawn_in(options, config_dir).await
+}
+
+/// Like `spawn_with`, on a config directory the caller prepared (e.g. a ConfigMap layout).
+pub async fn spawn_in(options: Options, config_dir: tempfile::TempDir) -> TestApp {
     let (redis, redis_url) = match (options.store, options.redis_url) {
         (StoreKind::Redis, None) => {
             let server = RedisServer::start();
@@ -75,7 +87,9 @@ pub async fn spawn_with(options: Options, policies: &[(&str, &str)]) -> TestApp 
     };
     let mut settings = ServeSettings::new(config_dir.path().to_path_buf());
     settings.store = options.store;
-    settings.redis = RedisSettings { url: redis_url, connections: 2 };
+    settings.redis = RedisSettings::new(redis_url);
+    settings.redis.breaker = options.breaker;
+    settings.redis.ca_file = options.redis_ca_file;
     settings.redis_key_prefix = options.key_prefix;
     settings.store_timeout = options.store_timeout;
     settings.memory_max_keys = options.memory_max_keys;
@@ -84,11 +98,16 @@ pub async fn spawn_with(options: Options, policies: &[(&str, &str)]) -> TestApp 
     settings.drain = options.drain;
     settings.shadow_mode = options.shadow_mode;
     settings.watch_config = options.watch_config;
+    settings.tls = options.tls;
+    let plaintext = settings.tls.is_none();
     settings.response_headers = options.response_headers;
     let running = tollgate::app::spawn(settings).await.expect("app starts");
-    let client = RateLimitServiceClient::connect(format!("http://{}", running.grpc_addr))
-        .await
-        .expect("connect to app");
+    let endpoint = format!("http://{}", running.grpc_addr);
+    let client = if plaintext {
+        RateLimitServiceClient::connect(endpoint).await.expect("connect to app")
+    } else {
+        RateLimitServiceClient::new(Channel::from_shared(endpoint).expect("endpoint").connect_lazy())
+    };
     TestApp { running: Some(running), client, redis, config_dir }
 }
 
@@ -164,4 +183,151 @@ where
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+impl TestApp {
+    /// The admin listener's address.
+    pub fn admin_addr(&self) -> std::net::SocketAddr {
+        self.running.as_ref().expect("app is running").admin_addr
+    }
+
+    /// One admin HTTP request; panics when the admin server cannot be reached.
+    pub async fn admin(&self, method: &str, path: &str) -> HttpResponse {
+        http(self.admin_addr(), method, path).await.expect("admin HTTP request")
+    }
+
+    /// The `/metrics` text.
+    pub async fn metrics(&self) -> String {
+        let response = self.admin("GET", "/metrics").await;
+        assert_eq!(response.status, 200, "{}", response.body);
+        response.body
+    }
+}
+
+/// An admin HTTP answer.
+#[derive(Debug, Clone)]
+pub struct HttpResponse {
+    pub status: u16,
+    pub body: String,
+}
+
+/// A tiny HTTP/1.1 client: one request per connection (`Connection: close`), no body sent;
+/// understands `Content-Length`, chunked and read-to-close bodies.
+pub async fn http(addr: std::net::SocketAddr, method: &str, path: &str) -> std::io::Result<HttpResponse> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await?;
+    let head =
+        format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: 0\r\n\r\n");
+    stream.write_all(head.as_bytes()).await?;
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).await?;
+    parse_http(&raw)
+        .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidData, "malformed HTTP response"))
+}
+
+fn parse_http(raw: &[u8]) -> Option<HttpResponse> {
+    let text = String::from_utf8_lossy(raw);
+    let (head, body) = text.split_once("\r\n\r\n")?;
+    let status = head.split_whitespace().nth(1)?.parse().ok()?;
+    let header = |name: &str| {
+        head.lines().skip(1).find_map(|line| {
+            let (k, v) = line.split_once(':')?;
+            k.trim().eq_ignore_ascii_case(name).then(|| v.trim().to_ascii_lowercase())
+        })
+    };
+    let body = if header("transfer-encoding").is_some_and(|v| v.contains("chunked")) {
+        dechunk(body)?
+    } else {
+        match header("content-length") {
+            Some(n) => body.get(..n.parse::<usize>().ok()?)?.to_string(),
+            None => body.to_string(),
+        }
+    };
+    Some(HttpResponse { status, body })
+}
+
+fn dechunk(mut rest: &str) -> Option<String> {
+    let mut body = String::new();
+    loop {
+        let (size, after) = rest.split_once("\r\n")?;
+        let size = usize::from_str_radix(size.split(';').next()?.trim(), 16).ok()?;
+        if size == 0 {
+            return Some(body);
+        }
+        body.push_str(after.get(..size)?);
+        rest = after.get(size + 2..)?;
+    }
+}
+
+/// The value of one series in a Prometheus text exposition, e.g.
+/// `tollgate_hits_total{domain="api",rule="per-user"}`; `None` when absent.
+pub fn metric(text: &str, series: &str) -> Option<f64> {
+    text.lines().find_map(|line| {
+        let (name, value) = line.rsplit_once(' ')?;
+        (name == series).then(|| value.parse().ok()).flatten()
+    })
+}
+
+/// Requests sent continuously by several tasks while something else happens (a reload, a
+/// shutdown); `stop` returns what they saw.
+pub struct Traffic {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    tasks: Vec<tokio::task::JoinHandle<TrafficReport>>,
+}
+
+/// What the traffic saw: request count, every gRPC error, and each distinct tuple of
+/// `current_limit.requests_per_unit` (0 when a status has no limit), one per descriptor.
+#[derive(Debug, Default)]
+pub struct TrafficReport {
+    pub requests: usize,
+    pub errors: Vec<String>,
+    pub limits: std::collections::BTreeSet<Vec<u32>>,
+}
+
+impl Traffic {
+    /// `tasks` tasks, each sending `request` in a loop on `client`.
+    pub fn start(
+        client: &RateLimitServiceClient<Channel>,
+        request: &RateLimitRequest,
+        tasks: usize,
+    ) -> Traffic {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let tasks = (0..tasks)
+            .map(|_| {
+                let (mut client, request, stop) = (client.clone(), request.clone(), stop.clone());
+                tokio::spawn(async move {
+                    let mut report = TrafficReport::default();
+                    while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                        report.requests += 1;
+                        match client.should_rate_limit(request.clone()).await {
+                            Ok(response) => {
+                                report.limits.insert(limits(&response.into_inner()));
+                            }
+                            Err(status) => report.errors.push(status.to_string()),
+                        }
+                    }
+                    report
+                })
+            })
+            .collect();
+        Traffic { stop, tasks }
+    }
+
+    /// Stops every task and merges their reports.
+    pub async fn stop(self) -> TrafficReport {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        let mut all = TrafficReport::default();
+        for task in self.tasks {
+            let report = task.await.expect("traffic task");
+            all.requests += report.requests;
+            all.errors.extend(report.errors);
+            all.limits.extend(report.limits);
+        }
+        all
+    }
+}
+
+/// `current_limit.requests_per_unit` of each status (0 without a limit).
+pub fn limits(response: &RateLimitResponse) -> Vec<u32> {
+    response.statuses.iter().map(|s| s.current_limit.as_ref().map_or(0, |l| l.requests_per_unit)).collect()
 }

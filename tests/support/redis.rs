@@ -66,8 +66,9 @@ impl RedisServer {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             let ok = Command::new("redis-cli")
-                .args(["-p", &self.port.to_string(), "PING"])
+                .args(["-p", &self.port.to_string()])
                 .args(self.auth_args())
+                .arg("PING")
                 .output()
                 .map(|o| String::from_utf8_lossy(&o.stdout).contains("PONG"))
                 .unwrap_or(false);

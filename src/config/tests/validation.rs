@@ -73,7 +73,7 @@ fn display_gives_file_line_path_and_message() {
     assert_eq!(
         two.to_string(),
         "test.yaml:1: domain: empty domain\n\
-         test.yaml:2: failure_mode: unknown failure_mode \"sideways\" (expected open or closed)"
+         test.yaml:2: failure_mode: unknown failure_mode \"sideways\" (expected open, closed or local)"
     );
     let file_level = ConfigError::new("x.yaml", "", "no domain: the file is empty");
     assert_eq!(file_level.to_string(), "x.yaml: no domain: the file is empty");

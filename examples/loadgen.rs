@@ -1,0 +1,314 @@
+//! `loadgen`: a load generator for any Envoy RLS v3 server (`ShouldRateLimit`).
+//!
+//! `--concurrency` tasks share `--connections` HTTP/2 connections (one tonic channel each)
+//! and send requests in a closed loop: each task sends its next request as soon as the
+//! previous one is answered. With `--rate R` the loop is open instead: the tasks together
+//! send R requests/s on a fixed schedule, and latency is measured from the *scheduled*
+//! send time (no coordinated omission). Every request carries `--descriptors` descriptors
+//! of one entry `(--key, k<random below --keys>)`. After `--warmup` seconds unrecorded, it
+//! measures for `--seconds` and prints requests/s, p50/p99/p99.9/max latency and the
+//! OK / OVER_LIMIT / error split (one line of `key=value`, or JSON with `--json`).
+//!
+//! ```sh
+//! cargo run --release --example loadgen -- --addr 127.0.0.1:8081 --domain bench \
+//!     --keys 10000 --descriptors 1 --concurrency 64 --connections 4 --seconds 10
+//! ```
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Parser;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use tokio::time::Instant;
+use tonic::transport::{Channel, Endpoint};
+
+#[derive(Debug, Clone, Parser)]
+#[command(about = "Closed-loop (or fixed-rate) load generator for Envoy RLS v3 servers")]
+struct Args {
+    /// Server address, `host:port` or `http://host:port`.
+    #[arg(long, default_value = "127.0.0.1:8081")]
+    addr: String,
+    #[arg(long, default_value = "bench")]
+    domain: String,
+    /// The descriptor entry's key.
+    #[arg(long, default_value = "user")]
+    key: String,
+    /// Distinct values the entry takes (random, uniform).
+    #[arg(long, default_value_t = 10_000)]
+    keys: u64,
+    /// Descriptors per request (each its own random value).
+    #[arg(long, default_value_t = 1)]
+    descriptors: usize,
+    /// Requests in flight (closed loop) or sending tasks (--rate).
+    #[arg(long, default_value_t = 64)]
+    concurrency: usize,
+    /// HTTP/2 connections shared by the tasks.
+    #[arg(long, default_value_t = 4)]
+    connections: usize,
+    /// Measured duration.
+    #[arg(long, default_value_t = 10.0)]
+    seconds: f64,
+    /// Unrecorded run before measuring.
+    #[arg(long, default_value_t = 2.0)]
+    warmup: f64,
+    /// Open loop: total requests per second, on a fixed schedule.
+    #[arg(long)]
+    rate: Option<f64>,
+    /// The request's `hits_addend` (0 means 1 to the server).
+    #[arg(long, default_value_t = 0)]
+    hits_addend: u32,
+    /// Sends `grpc-timeout` with every request (Envoy sends 20 ms).
+    #[arg(long)]
+    timeout_ms: Option<u64>,
+    /// Tokio worker threads of the generator itself (default: one per core).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Before the warmup, touch every key once (so `--keys 1000000` means a million live
+    /// buckets, not the share a short run happens to reach).
+    #[arg(long)]
+    prefill: bool,
+    /// Print one JSON object instead of `key=value`.
+    #[arg(long)]
+    json: bool,
+}
+
+/// What one task saw in the measured window.
+#[derive(Debug, Default)]
+struct Tally {
+    latencies_us: Vec<u32>,
+    ok: u64,
+    over_limit: u64,
+    other_code: u64,
+    errors: u64,
+    first_error: Option<String>,
+}
+
+impl Tally {
+    fn merge(&mut self, other: Tally) {
+        self.latencies_us.extend(other.latencies_us);
+        self.ok += other.ok;
+        self.over_limit += other.over_limit;
+        self.other_code += other.other_code;
+        self.errors += other.errors;
+        self.first_error = self.first_error.take().or(other.first_error);
+    }
+}
+
+/// The phases every task follows.
+#[derive(Debug, Clone, Copy)]
+struct Window {
+    measure_from: Instant,
+    end: Instant,
+    /// Open loop: the interval between one task's sends.
+    period: Option<Duration>,
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    anyhow::ensure!(args.keys > 0 && args.descriptors > 0, "--keys and --descriptors must be > 0");
+    anyhow::ensure!(args.concurrency > 0 && args.connections > 0, "--concurrency and --connections > 0");
+    let mut runtime = tokio::runtime::Builder::new_multi_thread();
+    if let Some(n) = args.threads {
+        runtime.worker_threads(n);
+    }
+    runtime.enable_all().build()?.block_on(run(args))
+}
+
+async fn run(args: Args) -> anyhow::Result<()> {
+    let uri = if args.addr.contains("://") { args.addr.clone() } else { format!("http://{}", args.addr) };
+    let mut channels = Vec::with_capacity(args.connections);
+    for _ in 0..args.connections {
+        channels.push(Endpoint::from_shared(uri.clone())?.tcp_nodelay(true).connect().await?);
+    }
+    let args = Arc::new(args);
+    probe(&channels, &args).await?;
+    if args.prefill {
+        prefill(&channels, &args).await?;
+    }
+    let start = Instant::now() + Duration::from_millis(50);
+    let measure_from = start + Duration::from_secs_f64(args.warmup);
+    let window = Window {
+        measure_from,
+        end: measure_from + Duration::from_secs_f64(args.seconds),
+        period: args.rate.map(|r| Duration::from_secs_f64(args.concurrency as f64 / r)),
+    };
+    let mut tasks = Vec::with_capacity(args.concurrency);
+    for i in 0..args.concurrency {
+        let client = RateLimitServiceClient::new(channels[i % channels.len()].clone());
+        let offset = window.period.map_or(Duration::ZERO, |p| p.mul_f64(i as f64 / args.concurrency as f64));
+        tasks.push(tokio::spawn(task(client, args.clone(), window, start + offset, i as u64)));
+    }
+    let mut total = Tally::default();
+    for t in tasks {
+        total.merge(t.await?);
+    }
+    report(&args, total);
+    Ok(())
+}
+
+/// One sender: closed loop, or every `window.period` from `first` (open loop).
+async fn task(
+    mut client: RateLimitServiceClient<Channel>,
+    args: Arc<Args>,
+    window: Window,
+    first: Instant,
+    seed: u64,
+) -> Tally {
+    let mut rng = SmallRng::seed_from_u64(seed ^ 0x9e37_79b9_7f4a_7c15);
+    let mut tally = Tally::default();
+    let mut next = first;
+    tokio::time::sleep_until(first).await;
+    loop {
+        let scheduled = match window.period {
+            Some(period) => {
+                tokio::time::sleep_until(next).await;
+                let at = next;
+                next += period;
+                at
+            }
+            None => Instant::now(),
+        };
+        if scheduled >= window.end {
+            return tally;
+        }
+        let mut request = tonic::Request::new(build(&args, &mut rng));
+        if let Some(ms) = args.timeout_ms {
+            request.set_timeout(Duration::from_millis(ms));
+        }
+        let result = client.should_rate_limit(request).await;
+        if scheduled < window.measure_from {
+            continue;
+        }
+        let micros = scheduled.elapsed().as_micros().min(u128::from(u32::MAX)) as u32;
+        tally.latencies_us.push(micros);
+        match result {
+            Ok(response) => match Code::try_from(response.get_ref().overall_code) {
+                Ok(Code::Ok) => tally.ok += 1,
+                Ok(Code::OverLimit) => tally.over_limit += 1,
+                _ => tally.other_code += 1,
+            },
+            Err(status) => {
+                tally.errors += 1;
+                tally.first_error.get_or_insert_with(|| status.to_string());
+            }
+        }
+    }
+}
+
+/// One request per connection, one at a time, before any load: fails fast with a clear
+/// error if the server does not answer, and lets it open its store connections (and load
+/// its scripts) before a burst of concurrent first requests could time out on them.
+async fn probe(channels: &[Channel], args: &Args) -> anyhow::Result<()> {
+    for channel in channels {
+        let mut client = RateLimitServiceClient::new(channel.clone());
+        let values = std::iter::once("k0".to_string());
+        client.should_rate_limit(request(args, values)).await?;
+    }
+    Ok(())
+}
+
+/// Sends every key once, `--descriptors` consecutive keys per request, `--concurrency` at a
+/// time; stops at the first gRPC error.
+async fn prefill(channels: &[Channel], args: &Arc<Args>) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let next = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::with_capacity(args.concurrency);
+    for i in 0..args.concurrency {
+        let mut client = RateLimitServiceClient::new(channels[i % channels.len()].clone());
+        let (args, next) = (args.clone(), next.clone());
+        tasks.push(tokio::spawn(async move {
+            let d = args.descriptors as u64;
+            loop {
+                let first = next.fetch_add(d, Ordering::Relaxed);
+                if first >= args.keys {
+                    return Ok::<(), tonic::Status>(());
+                }
+                let values = (first..(first + d).min(args.keys)).map(|k| format!("k{k}"));
+                client.should_rate_limit(request(&args, values)).await?;
+            }
+        }));
+    }
+    for task in tasks {
+        task.await??;
+    }
+    eprintln!("prefilled {} keys in {:.1}s", args.keys, started.elapsed().as_secs_f64());
+    Ok(())
+}
+
+fn build(args: &Args, rng: &mut SmallRng) -> RateLimitRequest {
+    request(args, (0..args.descriptors).map(|_| format!("k{}", rng.random_range(0..args.keys))))
+}
+
+/// A request with one single-entry descriptor per value.
+fn request(args: &Args, values: impl Iterator<Item = String>) -> RateLimitRequest {
+    let descriptors = values
+        .map(|value| RateLimitDescriptor {
+            entries: vec![Entry { key: args.key.clone(), value }],
+            ..Default::default()
+        })
+        .collect();
+    RateLimitRequest { domain: args.domain.clone(), descriptors, hits_addend: args.hits_addend }
+}
+
+/// The latency at quantile `q` of sorted samples (µs).
+fn quantile(sorted: &[u32], q: f64) -> u32 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let rank = ((sorted.len() as f64 * q).ceil() as usize).clamp(1, sorted.len());
+    sorted[rank - 1]
+}
+
+fn report(args: &Args, mut total: Tally) {
+    total.latencies_us.sort_unstable();
+    let l = &total.latencies_us;
+    let requests = l.len() as u64;
+    let rps = requests as f64 / args.seconds;
+    let (p50, p99, p999) = (quantile(l, 0.50), quantile(l, 0.99), quantile(l, 0.999));
+    let max = l.last().copied().unwrap_or(0);
+    let mode = args.rate.map_or_else(|| "closed".to_string(), |r| format!("rate={r}"));
+    if args.json {
+        println!(
+            "{{\"addr\":\"{}\",\"mode\":\"{mode}\",\"keys\":{},\"descriptors\":{},\"concurrency\":{},\
+             \"connections\":{},\"seconds\":{},\"requests\":{requests},\"rps\":{rps:.0},\"p50_us\":{p50},\
+             \"p99_us\":{p99},\"p999_us\":{p999},\"max_us\":{max},\"ok\":{},\"over_limit\":{},\
+             \"other_code\":{},\"errors\":{}}}",
+            args.addr,
+            args.keys,
+            args.descriptors,
+            args.concurrency,
+            args.connections,
+            args.seconds,
+            total.ok,
+            total.over_limit,
+            total.other_code,
+            total.errors
+        );
+    } else {
+        println!(
+            "addr={} mode={mode} keys={} descriptors={} concurrency={} connections={} seconds={} \
+             requests={requests} rps={rps:.0} p50_us={p50} p99_us={p99} p999_us={p999} max_us={max} \
+             ok={} over_limit={} other_code={} errors={}",
+            args.addr,
+            args.keys,
+            args.descriptors,
+            args.concurrency,
+            args.connections,
+            args.seconds,
+            total.ok,
+            total.over_limit,
+            total.other_code,
+            total.errors
+        );
+    }
+    if let Some(e) = total.first_error {
+        eprintln!("first error: {e}");
+    }
+}

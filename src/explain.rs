@@ -1,0 +1,273 @@
+//! `tollgate explain`: which rule each descriptor of a request matches, and why.
+//!
+//! `explain` walks a domain's compiled tree entry by entry with the matcher's own choices
+//! (`Branch::explain_step`: exact value, first matching wildcard in file order, value-less
+//! default), says why a walk stops (unknown key, unmatched value, deeper than the tree, a
+//! node without a limit), and then runs the request path's own `plan` on the descriptors so
+//! that `replaces` and the bucket key are exactly what the server would do. Pure: takes a
+//! `Snapshot`, returns an `Explanation` whose `Display` is the command's output; only
+//! `explain_path` reads files. It never charges anything and knows nothing of stores.
+
+use std::path::Path;
+use std::str::FromStr;
+
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+
+use crate::config::matcher::Step;
+use crate::config::{ConfigErrors, Domain, Rule, Snapshot};
+use crate::service::plan::{self, Plan};
+
+/// One `--descriptor k=v[,k=v…]` argument: its entries in order. A `\` escapes the next
+/// character, so values may hold `,` (`\,`), `=` in values needs no escape.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DescriptorArg(pub Vec<(String, String)>);
+
+impl FromStr for DescriptorArg {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let mut entries = Vec::new();
+        for part in split_unescaped(s) {
+            let Some(at) = part.find('=') else {
+                return Err(format!("{part:?} is not key=value (entries are separated by `,`)"));
+            };
+            let (key, value) = (part[..at].to_string(), part[at + 1..].to_string());
+            if key.is_empty() {
+                return Err(format!("{part:?} has an empty key"));
+            }
+            entries.push((key, value));
+        }
+        Ok(DescriptorArg(entries))
+    }
+}
+
+/// Splits on unescaped `,`, removing the escapes (`\,` → `,`, `\\` → `\`).
+fn split_unescaped(s: &str) -> Vec<String> {
+    let (mut parts, mut current, mut chars) = (Vec::new(), String::new(), s.chars());
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => current.extend(chars.next()),
+            ',' => parts.push(std::mem::take(&mut current)),
+            c => current.push(c),
+        }
+    }
+    parts.push(current);
+    parts
+}
+
+/// How one entry chose its node, or why it found none.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum How {
+    Exact,
+    Wildcard { pattern: String, position: usize, wildcards: usize },
+    Default { exact: usize, wildcards: Vec<String> },
+    NoKey { keys: Vec<String> },
+    NoValue { exact: usize, wildcards: Vec<String> },
+}
+
+/// One entry of the walk.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Walked<'a> {
+    pub key: String,
+    pub value: String,
+    pub how: How,
+    /// The limit of a node passed through (not the last): it does not apply.
+    pub passed_rule: Option<&'a Rule>,
+}
+
+/// What the walk reached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict<'a> {
+    /// An entry found no node (see its `How`).
+    Missed,
+    /// The node of entry `matched` has no nested descriptors, and the descriptor goes on.
+    DeeperThanTree {
+        matched: usize,
+    },
+    /// The last entry reached a node with nested descriptors but no limit.
+    InnerNode,
+    /// The last entry reached a node with neither a limit nor nested descriptors.
+    Allow,
+    Rule(&'a Rule),
+}
+
+/// What the server would do with the descriptor, within the whole request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Applied<'a> {
+    /// OK, nothing charged (no match, explicit allow).
+    Nothing,
+    Unlimited,
+    /// Charged to this bucket (key with an empty `--redis-key-prefix`).
+    Charged {
+        key: String,
+    },
+    /// Its rule's name is in `replaces` of the rule of descriptor `descriptor` (0-based).
+    ReplacedBy {
+        rule: &'a Rule,
+        descriptor: usize,
+    },
+}
+
+/// One descriptor explained.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DescriptorReport<'a> {
+    pub entries: Vec<(String, String)>,
+    pub walk: Vec<Walked<'a>>,
+    pub verdict: Verdict<'a>,
+    pub applied: Applied<'a>,
+}
+
+/// A whole request explained; `Display` renders the command's text.
+#[derive(Debug, Clone)]
+pub struct Explanation<'a> {
+    pub domain_name: String,
+    /// `None`: the domain is not configured (every descriptor is OK, nothing charged).
+    pub domain: Option<&'a Domain>,
+    pub version: String,
+    /// Configured domains, sorted (shown when `domain` is unknown).
+    pub known_domains: Vec<String>,
+    pub descriptors: Vec<DescriptorReport<'a>>,
+}
+
+/// Explains how `snapshot` answers a request for `domain` with these descriptors.
+pub fn explain<'a>(snapshot: &'a Snapshot, domain: &str, descriptors: &[DescriptorArg]) -> Explanation<'a> {
+    let mut known_domains: Vec<String> = snapshot.domains.keys().cloned().collect();
+    known_domains.sort();
+    let found = snapshot.domain(domain);
+    let reports = match found {
+        None => descriptors
+            .iter()
+            .map(|d| DescriptorReport {
+                entries: d.0.clone(),
+                walk: Vec::new(),
+                verdict: Verdict::Missed,
+                applied: Applied::Nothing,
+            })
+            .collect(),
+        Some(found) => explain_domain(found, descriptors),
+    };
+    Explanation {
+        domain_name: domain.to_string(),
+        domain: found,
+        version: snapshot.version.clone(),
+        known_domains,
+        descriptors: reports,
+    }
+}
+
+/// Loads the config at `path` like `check` and explains: the text of `tollgate explain`.
+pub fn explain_path(
+    path: &Path,
+    domain: &str,
+    descriptors: &[DescriptorArg],
+) -> Result<String, ConfigErrors> {
+    let snapshot = crate::config::load_path(path)?;
+    Ok(explain(&snapshot, domain, descriptors).to_string())
+}
+
+fn explain_domain<'a>(domain: &'a Domain, descriptors: &[DescriptorArg]) -> Vec<DescriptorReport<'a>> {
+    let walks: Vec<(Vec<Walked<'a>>, Verdict<'a>)> = descriptors.iter().map(|d| walk(domain, &d.0)).collect();
+    let verdicts: Vec<Verdict<'a>> = walks.iter().map(|(_, verdict)| *verdict).collect();
+    let applied = applied(domain, descriptors, &verdicts);
+    walks
+        .into_iter()
+        .zip(applied)
+        .zip(descriptors)
+        .map(|(((walk, verdict), applied), d)| DescriptorReport {
+            entries: d.0.clone(),
+            walk,
+            verdict,
+            applied,
+        })
+        .collect()
+}
+
+/// The walk of `Domain::lookup`, one `Walked` per entry reached.
+fn walk<'a>(domain: &'a Domain, entries: &[(String, String)]) -> (Vec<Walked<'a>>, Verdict<'a>) {
+    let mut branch = &domain.tree.root;
+    let mut walked = Vec::with_capacity(entries.len());
+    for (depth, (key, value)) in entries.iter().enumerate() {
+        let (how, node) = match branch.explain_step(key, value) {
+            Step::Exact(node) => (How::Exact, Some(node)),
+            Step::Wildcard { node, pattern, position, wildcards } => {
+                (How::Wildcard { pattern, position, wildcards }, Some(node))
+            }
+            Step::Default { node, exact, wildcards } => (How::Default { exact, wildcards }, Some(node)),
+            Step::NoKey { keys } => (How::NoKey { keys }, None),
+            Step::NoValue { exact, wildcards } => (How::NoValue { exact, wildcards }, None),
+        };
+        let last = depth + 1 == entries.len();
+        let rule = node.and_then(|n| n.rule).and_then(|id| domain.rules.get(id.0));
+        let passed_rule = if last { None } else { rule };
+        walked.push(Walked { key: key.clone(), value: value.clone(), how, passed_rule });
+        let Some(node) = node else {
+            return (walked, Verdict::Missed);
+        };
+        if last {
+            let verdict = match rule {
+                Some(rule) => Verdict::Rule(rule),
+                None if node.children.is_empty() => Verdict::Allow,
+                None => Verdict::InnerNode,
+            };
+            return (walked, verdict);
+        }
+        if node.children.is_empty() {
+            return (walked, Verdict::DeeperThanTree { matched: depth + 1 });
+        }
+        branch = &node.children;
+    }
+    (walked, Verdict::Missed)
+}
+
+/// Runs the request path's `plan` on the descriptors: replaces and bucket keys as served.
+fn applied<'a>(
+    domain: &'a Domain,
+    descriptors: &[DescriptorArg],
+    verdicts: &[Verdict<'a>],
+) -> Vec<Applied<'a>> {
+    let request: Vec<RateLimitDescriptor> = descriptors
+        .iter()
+        .map(|d| RateLimitDescriptor {
+            entries: d
+                .0
+                .iter()
+                .map(|(key, value)| Entry { key: key.clone(), value: value.clone() })
+                .collect(),
+            ..Default::default()
+        })
+        .collect();
+    let (plans, charges) = plan::plan(domain, &request, 0, "");
+    plans
+        .iter()
+        .zip(verdicts)
+        .map(|(plan, verdict)| match (plan, verdict) {
+            (Plan::Limited(limit), _) => match charges.get(limit.charge) {
+                Some(charge) => Applied::Charged { key: charge.key.clone() },
+                None => Applied::Nothing,
+            },
+            (Plan::Unlimited(_), _) => Applied::Unlimited,
+            (Plan::Pass, Verdict::Rule(rule)) => replaced_by(rule, verdicts),
+            (Plan::Pass, _) => Applied::Nothing,
+        })
+        .collect()
+}
+
+fn replaced_by<'a>(rule: &Rule, verdicts: &[Verdict<'a>]) -> Applied<'a> {
+    let name = rule.name.as_deref().unwrap_or_default();
+    verdicts
+        .iter()
+        .enumerate()
+        .find_map(|(descriptor, verdict)| match verdict {
+            Verdict::Rule(other) if other.replaces.iter().any(|r| r == name) => {
+                Some(Applied::ReplacedBy { rule: other, descriptor })
+            }
+            _ => None,
+        })
+        .unwrap_or(Applied::Nothing)
+}
+
+mod render;
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,189 @@
+//! The text of `tollgate explain`: an `Explanation` rendered for people, one descriptor at a
+//! time — each entry's choice, why the walk stopped, the rule with its numbers and flags,
+//! `replaces` across the request, and the bucket key. Formatting only: every decision was
+//! made by `explain`.
+
+use std::fmt::{self, Write as _};
+
+use crate::algorithm::Algorithm;
+use crate::config::{Rule, RuleLimit};
+
+use super::{Applied, DescriptorReport, Explanation, How, Verdict};
+
+impl fmt::Display for Explanation<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let Some(domain) = self.domain else {
+            writeln!(f, "domain {:?} is not configured (config version {})", self.domain_name, self.version)?;
+            writeln!(f, "configured domains: {}", self.known_domains.join(", "))?;
+            return writeln!(f, "→ every descriptor is answered OK and nothing is charged");
+        };
+        writeln!(
+            f,
+            "domain {}: failure_mode {}, file {}, config version {}",
+            domain.name,
+            domain.failure_mode.as_str(),
+            domain.file.display(),
+            self.version
+        )?;
+        for (index, report) in self.descriptors.iter().enumerate() {
+            writeln!(f)?;
+            f.write_str(&render_descriptor(index, report, &self.descriptors))?;
+        }
+        Ok(())
+    }
+}
+
+fn render_descriptor(index: usize, report: &DescriptorReport<'_>, all: &[DescriptorReport<'_>]) -> String {
+    let mut out = String::new();
+    let entries: Vec<String> = report.entries.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    let _ = writeln!(out, "descriptor {}: {}", index + 1, entries.join(", "));
+    for (depth, step) in report.walk.iter().enumerate() {
+        let _ = writeln!(
+            out,
+            "  {}. {}={}: {}",
+            depth + 1,
+            step.key,
+            step.value,
+            describe_how(&step.key, &step.how)
+        );
+        if let Some(rule) = step.passed_rule {
+            let _ = writeln!(
+                out,
+                "     (this node's own limit {} does not apply: the descriptor goes deeper, and only the node of the last entry decides)",
+                rule.label()
+            );
+        }
+    }
+    let _ = match report.verdict {
+        Verdict::Missed => writeln!(out, "  → no match: OK, no limit, nothing charged"),
+        Verdict::DeeperThanTree { matched } => writeln!(
+            out,
+            "  → no match: entry {matched} reached a node without nested descriptors, and the descriptor goes deeper than the tree: OK, nothing charged"
+        ),
+        Verdict::InnerNode => writeln!(
+            out,
+            "  → no match: the last entry reached a node with nested descriptors but no rate_limit: OK, nothing charged"
+        ),
+        Verdict::Allow => writeln!(
+            out,
+            "  → explicit allow: the last entry reached a node with neither a rate_limit nor nested descriptors: OK, nothing charged"
+        ),
+        Verdict::Rule(rule) => writeln!(out, "{}", describe_rule(rule, &report.applied, all)),
+    };
+    out
+}
+
+fn describe_how(key: &str, how: &How) -> String {
+    match how {
+        How::Exact => "exact value".to_string(),
+        How::Wildcard { pattern, position, wildcards } => format!(
+            "wildcard {pattern:?} (the first that matches, in file order: #{position} of the \
+             {wildcards} wildcard values of key {key:?})"
+        ),
+        How::Default { exact, wildcards } => {
+            format!("default node of key {key:?} (the node without a value){}", misses(*exact, wildcards))
+        }
+        How::NoKey { keys } if keys.is_empty() => "no node at this level → stop".to_string(),
+        How::NoKey { keys } => {
+            format!("no node with key {key:?} at this level (keys here: {}) → stop", keys.join(", "))
+        }
+        How::NoValue { exact, wildcards } => format!(
+            "key {key:?} is here, but no node takes this value{}, and there is no default node → stop",
+            misses(*exact, wildcards)
+        ),
+    }
+}
+
+/// Why the exact values and wildcards of a key did not take a value (empty when it has none).
+fn misses(exact: usize, wildcards: &[String]) -> String {
+    let mut why = Vec::new();
+    if exact > 0 {
+        why.push(format!("not one of its {exact} exact values"));
+    }
+    if !wildcards.is_empty() {
+        why.push(format!("no match among its wildcards {wildcards:?}"));
+    }
+    if why.is_empty() {
+        String::new()
+    } else {
+        format!(": {}", why.join(", "))
+    }
+}
+
+fn describe_rule(rule: &Rule, applied: &Applied<'_>, all: &[DescriptorReport<'_>]) -> String {
+    let mut out = format!("  → rule {} (path {}", rule.label(), rule.path);
+    if rule.name.is_none() {
+        out.push_str(", unnamed: metrics use the path");
+    }
+    out.push(')');
+    let _ = write!(out, "\n    limit: {}", describe_limit(rule));
+    let _ = write!(out, "\n    flags: {}", describe_flags(rule));
+    for name in &rule.replaces {
+        let dropped: Vec<String> = all
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| matches!(r.verdict, Verdict::Rule(other) if other.name.as_deref() == Some(name.as_str())))
+            .map(|(i, _)| format!("descriptor {}", i + 1))
+            .collect();
+        let effect = if dropped.is_empty() {
+            "no given descriptor matched it".to_string()
+        } else {
+            dropped.join(", ")
+        };
+        let _ = write!(out, "\n    replaces {name:?}: {effect}");
+    }
+    let _ = write!(
+        out,
+        "\n    {}",
+        match applied {
+            Applied::Charged { key } => format!("bucket key: {key}"),
+            Applied::Unlimited => "unlimited: OK with remaining 4294967295, nothing charged".to_string(),
+            Applied::ReplacedBy { rule: by, descriptor } => format!(
+                "not applied: replaced by rule {} of descriptor {} (its replaces names {:?}): OK, nothing charged",
+                by.label(),
+                descriptor + 1,
+                rule.label()
+            ),
+            Applied::Nothing => "not applied: OK, nothing charged".to_string(),
+        }
+    );
+    out
+}
+
+fn describe_limit(rule: &Rule) -> String {
+    match rule.limit {
+        RuleLimit::Unlimited => "unlimited".to_string(),
+        RuleLimit::Limited { params, unit } => {
+            let mut s = format!(
+                "requests_per_unit {} per {} ({})",
+                params.limit,
+                unit.as_str(),
+                params.algorithm.as_str()
+            );
+            if params.algorithm == Algorithm::Gcra {
+                let _ = write!(s, ", burst {}", params.burst);
+            }
+            if params.limit == 0 {
+                s.push_str(": blocks everything");
+            }
+            s
+        }
+    }
+}
+
+fn describe_flags(rule: &Rule) -> String {
+    let flags: Vec<&str> = [
+        (rule.shadow_mode, "shadow_mode (counted and reported, never denies)"),
+        (rule.quota_mode, "quota_mode (over only when all quota-mode descriptors of the request are over)"),
+        (rule.detailed_metric, "detailed_metric (metrics carry the descriptor values)"),
+        (rule.value_to_metric, "value_to_metric"),
+    ]
+    .into_iter()
+    .filter_map(|(on, name)| on.then_some(name))
+    .collect();
+    if flags.is_empty() {
+        "none".to_string()
+    } else {
+        flags.join(", ")
+    }
+}

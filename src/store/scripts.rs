@@ -1,0 +1,241 @@
+//! The Lua scripts as Redis commands, and their replies as decisions: what every Redis
+//! store (single node, Sentinel, Cluster) sends and reads, whatever connection carries it.
+//!
+//! Owns the script sources and SHAs (computed once), building an `EVALSHA`/`EVAL` command
+//! or pipeline for a batch of charges, parsing the `{allowed, remaining, reset_us}` reply,
+//! classifying client errors, and the `NOSCRIPT` rule: retry once, with `EVAL`, only the
+//! entries that failed that way. It holds no connection and never retries after a
+//! transport error or a timeout (the script may have run). Deadlines are the caller's.
+
+use deadpool_redis::redis::aio::ConnectionLike;
+use deadpool_redis::redis::{self, Cmd, Pipeline, RedisError, ServerErrorKind, Value};
+
+use crate::algorithm::{Algorithm, Decision, Hits};
+
+use super::{Charge, StoreError};
+
+const GCRA_LUA: &str = include_str!("lua/gcra.lua");
+const SLIDING_LUA: &str = include_str!("lua/sliding_window.lua");
+const FIXED_LUA: &str = include_str!("lua/fixed_window.lua");
+
+/// How a script is called: by SHA (the normal case) or with its source (after `NOSCRIPT`;
+/// `EVAL` also caches the script on that node).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Call {
+    Sha,
+    Source,
+}
+
+/// A Lua script with its SHA1, computed once.
+#[derive(Debug)]
+struct Script {
+    sha: String,
+    source: &'static str,
+}
+
+impl Script {
+    fn new(source: &'static str) -> Script {
+        Script { sha: redis::Script::new(source).get_hash().to_string(), source }
+    }
+}
+
+/// The three algorithm scripts (see `lua/README.md` for their contract).
+#[derive(Debug)]
+pub struct Scripts {
+    gcra: Script,
+    sliding: Script,
+    fixed: Script,
+}
+
+impl Default for Scripts {
+    fn default() -> Scripts {
+        Scripts::new()
+    }
+}
+
+impl Scripts {
+    /// Hashes the embedded sources.
+    pub fn new() -> Scripts {
+        Scripts {
+            gcra: Script::new(GCRA_LUA),
+            sliding: Script::new(SLIDING_LUA),
+            fixed: Script::new(FIXED_LUA),
+        }
+    }
+
+    /// One `EVALSHA`/`EVAL` per charge, in order: one write, one round trip.
+    pub fn pipeline(&self, batch: &[Charge], call: Call) -> Pipeline {
+        let mut pipe = Pipeline::with_capacity(batch.len());
+        for charge in batch {
+            pipe.add_command(self.command(charge, call));
+        }
+        pipe
+    }
+
+    /// `EVALSHA <sha> 1 <key> <limit> <unit_us> <burst> <mode> <n>` (or `EVAL <source> …`).
+    /// The bucket key is the only key: a cluster client routes the command by it.
+    pub fn command(&self, charge: &Charge, call: Call) -> Cmd {
+        let script = match charge.params.algorithm {
+            Algorithm::Gcra => &self.gcra,
+            Algorithm::SlidingWindow => &self.sliding,
+            Algorithm::FixedWindow => &self.fixed,
+        };
+        let (name, body) = match call {
+            Call::Sha => ("EVALSHA", script.sha.as_str()),
+            Call::Source => ("EVAL", script.source),
+        };
+        let (mode, n) = match charge.hits {
+            Hits::Consume(n) => (0, n),
+            Hits::Peek => (1, 0),
+            Hits::Refund(n) => (2, n),
+        };
+        let p = &charge.params;
+        let mut cmd = redis::cmd(name);
+        cmd.arg(body).arg(1).arg(&charge.key).arg(p.limit).arg(p.unit_us).arg(p.burst).arg(mode).arg(n);
+        cmd
+    }
+}
+
+/// What one pipelined batch gave: a result per charge, and whether the caller should stop
+/// sharing the connection.
+#[derive(Debug)]
+pub struct PipelineOutcome {
+    pub results: Vec<Result<Decision, StoreError>>,
+    /// The connection failed (a transport error): it is broken.
+    pub connection_failed: bool,
+    /// An entry was answered `READONLY`: the node is a replica now (a failover happened).
+    pub replica: bool,
+}
+
+/// Sends `batch` as one `EVALSHA` pipeline on `conn`; entries answered `NOSCRIPT` are sent
+/// again, once, as one `EVAL` pipeline. One round trip, two if scripts were missing. No
+/// deadline here: the caller wraps the call in its own.
+pub async fn charge_pipelined<C: ConnectionLike>(
+    conn: &mut C,
+    scripts: &Scripts,
+    batch: &[Charge],
+) -> PipelineOutcome {
+    let pipe = scripts.pipeline(batch, Call::Sha);
+    let values = match conn.req_packed_commands(&pipe, 0, batch.len()).await {
+        Ok(values) => values,
+        Err(e) => {
+            let results = vec![Err(classify(&e)); batch.len()];
+            return PipelineOutcome { results, connection_failed: true, replica: false };
+        }
+    };
+    let mut missing = Vec::new();
+    let mut replica = false;
+    let mut results: Vec<Result<Decision, StoreError>> = Vec::with_capacity(batch.len());
+    for (i, value) in values.into_iter().enumerate() {
+        if is_noscript(&value) {
+            missing.push(i);
+        }
+        replica |= is_readonly(&value);
+        results.push(parse(value));
+    }
+    let mut connection_failed = false;
+    if !missing.is_empty() {
+        let retry: Vec<Charge> = missing.iter().map(|&i| batch[i].clone()).collect();
+        let pipe = scripts.pipeline(&retry, Call::Source);
+        match conn.req_packed_commands(&pipe, 0, retry.len()).await {
+            Ok(values) => {
+                for (&i, value) in missing.iter().zip(values) {
+                    replica |= is_readonly(&value);
+                    results[i] = parse(value);
+                }
+            }
+            Err(e) => {
+                connection_failed = true;
+                let err = classify(&e);
+                for &i in &missing {
+                    results[i] = Err(err.clone());
+                }
+            }
+        }
+    }
+    PipelineOutcome { results, connection_failed, replica }
+}
+
+/// Whether a reply is `NOSCRIPT` (the node does not have the script cached).
+pub fn is_noscript(value: &Value) -> bool {
+    matches!(value, Value::ServerError(e) if e.kind() == Some(ServerErrorKind::NoScript))
+}
+
+/// Whether a reply is `READONLY` (the node is a replica now: a failover happened).
+pub fn is_readonly(value: &Value) -> bool {
+    matches!(value, Value::ServerError(e) if e.kind() == Some(ServerErrorKind::ReadOnly))
+}
+
+/// A client-side error as a store error: transport problems are `Unavailable`.
+pub fn classify(e: &RedisError) -> StoreError {
+    if e.is_io_error() || e.is_connection_dropped() || e.is_timeout() || e.is_connection_refusal() {
+        StoreError::Unavailable(e.to_string())
+    } else {
+        StoreError::Server(e.to_string())
+    }
+}
+
+/// A script's `{allowed, remaining, reset_us}` reply.
+pub fn parse(value: Value) -> Result<Decision, StoreError> {
+    let as_u64 = |v: &Value| match v {
+        Value::Int(i) => Some((*i).max(0) as u64),
+        _ => None,
+    };
+    match value {
+        Value::Array(items) if items.len() == 3 => {
+            match (as_u64(&items[0]), as_u64(&items[1]), as_u64(&items[2])) {
+                (Some(allowed), Some(remaining), Some(reset_us)) => {
+                    Ok(Decision { allowed: allowed == 1, remaining, reset_us })
+                }
+                _ => Err(StoreError::Server(format!("unexpected script reply {items:?}"))),
+            }
+        }
+        Value::ServerError(e) => {
+            Err(StoreError::Server(format!("{}: {}", e.code(), e.details().unwrap_or(""))))
+        }
+        other => Err(StoreError::Server(format!("unexpected script reply {other:?}"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::algorithm::Params;
+
+    fn charge(algorithm: Algorithm, hits: Hits) -> Charge {
+        Charge {
+            key: "tg:k".into(),
+            params: Params { algorithm, limit: 10, unit_us: 1_000_000, burst: 4 },
+            hits,
+        }
+    }
+
+    fn args(cmd: &Cmd) -> Vec<String> {
+        cmd.args_iter()
+            .map(|a| match a {
+                redis::Arg::Simple(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+                _ => "<cursor>".into(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn commands_follow_the_script_contract() {
+        let scripts = Scripts::new();
+        let args = args(&scripts.command(&charge(Algorithm::Gcra, Hits::Refund(3)), Call::Sha));
+        assert_eq!(args[0], "EVALSHA");
+        assert_eq!(args[1], redis::Script::new(GCRA_LUA).get_hash());
+        assert_eq!(&args[2..], ["1", "tg:k", "10", "1000000", "4", "2", "3"]);
+        let eval = self::args(&scripts.command(&charge(Algorithm::FixedWindow, Hits::Peek), Call::Source));
+        assert_eq!((eval[0].as_str(), eval[1].as_str()), ("EVAL", FIXED_LUA));
+        assert_eq!(&eval[2..], ["1", "tg:k", "10", "1000000", "4", "1", "0"]);
+    }
+
+    #[test]
+    fn replies_parse_or_fail_as_server_errors() {
+        let ok = Value::Array(vec![Value::Int(1), Value::Int(4), Value::Int(250)]);
+        assert_eq!(parse(ok), Ok(Decision { allowed: true, remaining: 4, reset_us: 250 }));
+        assert!(matches!(parse(Value::Nil), Err(StoreError::Server(_))));
+        assert!(matches!(parse(Value::Array(vec![Value::Int(1)])), Err(StoreError::Server(_))));
+    }
+}

@@ -1,0 +1,27 @@
+//! Redis Cluster and Sentinel, for real: each test starts its own 3-master cluster (or
+//! master + replica + sentinel) on free loopback ports and the whole app in-process.
+//!
+//! `scenarios` is `tests/api/scenarios.rs` itself — the scenario suite every store passes —
+//! run here with `StoreKind::Redis` meaning a cluster (see `support`). `scaling` covers
+//! what only a cluster shows; `sentinel` the Sentinel store; `cli` the flags.
+//!
+//! A missing `redis-server` or `redis-cli` is a loud failure (`make test` installs them).
+
+#[allow(dead_code)]
+#[path = "support/cluster.rs"]
+mod cluster_support;
+#[allow(dead_code)]
+#[path = "support/sentinel.rs"]
+mod sentinel_support;
+
+#[path = "cluster/cli.rs"]
+mod cli;
+#[path = "cluster/scaling.rs"]
+mod scaling;
+#[path = "api/scenarios.rs"]
+mod scenarios;
+#[path = "cluster/sentinel.rs"]
+mod sentinel;
+#[allow(dead_code)]
+#[path = "cluster/support.rs"]
+mod support;

@@ -1,0 +1,169 @@
+//! Config fuzzing with proptest: generated and mutated YAML through parse + validate +
+//! compile (and lookups on whatever compiles) never panics.
+//!
+//! CI runs a short pass (the default case count below). For a long run offline:
+//! `PROPTEST_CASES=100000 cargo test --release --test config_fuzz`. Every crash found
+//! becomes a case in `regressions()`.
+
+use std::path::PathBuf;
+
+use proptest::prelude::*;
+use tollgate::config::{compile_sources, Lookup};
+
+const SEEDS: [&str; 3] = [
+    include_str!("fixtures/config/valid/edge_proxy.yaml"),
+    include_str!("../config/api.yaml"),
+    include_str!("../config/login.yaml"),
+];
+
+/// Compiles `yaml` as one file; if it compiles, walks it with `probes`.
+fn exercise(yaml: &str, probes: &[Vec<(String, String)>]) {
+    let sources = [(PathBuf::from("fuzz.yaml"), yaml.to_string())];
+    let Ok(snapshot) = compile_sources(&sources) else { return };
+    for domain in snapshot.domains.values() {
+        for probe in probes {
+            if let Lookup::Rule(rule) = domain.lookup(probe.iter().map(|(k, v)| (k.as_str(), v.as_str()))) {
+                assert!(!rule.path.is_empty());
+            }
+        }
+    }
+}
+
+fn word() -> impl Strategy<Value = String> {
+    prop_oneof![
+        Just(String::new()),
+        "[a-z_]{1,8}",
+        "[a-z*/]{0,6}\\*[a-z]{0,3}",
+        Just("*".to_string()),
+        "\\PC{0,12}",
+    ]
+}
+
+fn unit() -> impl Strategy<Value = String> {
+    prop_oneof![
+        Just("second".into()),
+        Just("MINUTE".into()),
+        Just("hour".into()),
+        Just("day".into()),
+        Just("week".into()),
+        Just("month".into()),
+        Just("year".into()),
+        "[a-z]{0,7}",
+    ]
+}
+
+/// A descriptor node, as YAML lines at `indent`, up to `depth` levels deep.
+fn node(depth: u32) -> BoxedStrategy<String> {
+    let leaf = (
+        word(),
+        proptest::option::of(word()),
+        proptest::option::of((unit(), 0u64..100, any::<bool>(), 0u8..4)),
+    );
+    let children = if depth == 0 {
+        Just(Vec::new()).boxed()
+    } else {
+        proptest::collection::vec(node(depth - 1), 0..3).boxed()
+    };
+    (leaf, children, any::<bool>())
+        .prop_map(|((key, value, limit), children, shared)| {
+            let mut yaml = format!("- key: {key:?}\n");
+            if let Some(value) = value {
+                yaml.push_str(&format!("  value: {value:?}\n"));
+            }
+            if shared {
+                yaml.push_str("  share_threshold: true\n");
+            }
+            if let Some((unit, rpu, unlimited, algo)) = limit {
+                let algorithm = ["gcra", "sliding_window", "fixed_window", "nope"][algo as usize];
+                yaml.push_str(&format!("  rate_limit:\n    unit: {unit}\n    requests_per_unit: {rpu}\n"));
+                yaml.push_str(&format!("    algorithm: {algorithm}\n"));
+                if unlimited {
+                    yaml.push_str("    unlimited: true\n");
+                }
+            }
+            if !children.is_empty() {
+                yaml.push_str("  descriptors:\n");
+                for child in children {
+                    for line in child.lines() {
+                        yaml.push_str(&format!("    {line}\n"));
+                    }
+                }
+            }
+            yaml
+        })
+        .boxed()
+}
+
+fn config() -> impl Strategy<Value = String> {
+    (word(), proptest::collection::vec(node(3), 0..5)).prop_map(|(domain, nodes)| {
+        let mut yaml = format!("domain: {domain:?}\ndescriptors:\n");
+        for n in nodes {
+            for line in n.lines() {
+                yaml.push_str(&format!("  {line}\n"));
+            }
+        }
+        yaml
+    })
+}
+
+fn probes() -> impl Strategy<Value = Vec<Vec<(String, String)>>> {
+    proptest::collection::vec(proptest::collection::vec((word(), word()), 1..4), 1..6)
+}
+
+/// A seed config with random edits: byte flips, insertions, deletions, truncation.
+fn mutated() -> impl Strategy<Value = String> {
+    (0..SEEDS.len(), proptest::collection::vec((any::<prop::sample::Index>(), 0u8..4, any::<char>()), 1..8))
+        .prop_map(|(seed, edits)| {
+            let mut chars: Vec<char> = SEEDS[seed].chars().collect();
+            for (at, op, c) in edits {
+                if chars.is_empty() {
+                    break;
+                }
+                let i = at.index(chars.len());
+                match op {
+                    0 => chars[i] = c,
+                    1 => chars.insert(i, c),
+                    2 => {
+                        chars.remove(i);
+                    }
+                    _ => chars.truncate(i),
+                }
+            }
+            chars.into_iter().collect()
+        })
+}
+
+/// 256 per property in CI; `PROPTEST_CASES` for a long run.
+fn cases() -> u32 {
+    std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(256)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(cases()))]
+
+    #[test]
+    fn generated_configs_never_panic(yaml in config(), probes in probes()) {
+        exercise(&yaml, &probes);
+    }
+
+    #[test]
+    fn mutated_configs_never_panic(yaml in mutated(), probes in probes()) {
+        exercise(&yaml, &probes);
+    }
+}
+
+#[test]
+fn regressions() {
+    // Inputs that once mattered, kept as fixed cases.
+    for yaml in [
+        "",
+        "---\n---\n",
+        "domain: d\ndescriptors: null\n",
+        "domain: d\ndescriptors:\n  - key: a\n    value: '***'\n    share_threshold: true\n    rate_limit: {unit: second, requests_per_unit: 0}\n",
+        "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: year, requests_per_unit: 4294967295, burst: 18446744073709551615}\n",
+        "domain: [1, 2]\n",
+        "\u{feff}domain: d\n",
+    ] {
+        exercise(yaml, &[vec![("a".into(), "x".into())]]);
+    }
+}

@@ -1,0 +1,229 @@
+//! The real `tollgate` binary: SIGTERM drains and exits 0, SIGHUP reloads, and `explain`
+//! on the shipped policies. Signals go to the spawned binary only, never to this process.
+
+#[allow(dead_code)]
+#[path = "support/redis.rs"]
+mod redis_support;
+#[allow(dead_code)]
+#[path = "api/support.rs"]
+mod support;
+
+use std::net::SocketAddr;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use tonic::transport::Channel;
+use tonic_health::pb::health_check_response::ServingStatus;
+use tonic_health::pb::health_client::HealthClient;
+use tonic_health::pb::HealthCheckRequest;
+
+use redis_support::free_port;
+use support::{eventually, http, limits, request, Traffic};
+
+fn tollgate() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_tollgate"))
+}
+
+fn user_policy(per_user: u32) -> String {
+    format!(
+        "domain: api\ndescriptors:\n  - key: user\n    rate_limit: {{ name: per-user, unit: hour, requests_per_unit: {per_user} }}\n"
+    )
+}
+
+/// A `tollgate serve` process on free ports, killed on drop if still running.
+struct Server {
+    child: Child,
+    grpc: SocketAddr,
+    admin: SocketAddr,
+    dir: tempfile::TempDir,
+}
+
+impl Server {
+    /// Starts the binary with `api.yaml` = `policy` and waits until `/readyz` says ready.
+    async fn start(policy: &str, extra: &[&str]) -> Server {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::create_dir(dir.path().join("config")).expect("mkdir");
+        std::fs::write(dir.path().join("config/api.yaml"), policy).expect("write policy");
+        let log = std::fs::File::create(dir.path().join("stderr.log")).expect("log file");
+        let grpc: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().expect("addr");
+        let admin: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().expect("addr");
+        let child = tollgate()
+            .args(["serve", "--grpc-addr", &grpc.to_string(), "--admin-addr", &admin.to_string()])
+            .arg("--config")
+            .arg(dir.path().join("config"))
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn tollgate");
+        let mut server = Server { child, grpc, admin, dir };
+        let ready = eventually(Duration::from_secs(10), || async {
+            http(admin, "GET", "/readyz").await.is_ok_and(|r| r.status == 200)
+        })
+        .await;
+        assert!(ready && server.child.try_wait().ok().flatten().is_none(), "not ready:\n{}", server.log());
+        server
+    }
+
+    fn config(&self) -> std::path::PathBuf {
+        self.dir.path().join("config/api.yaml")
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("stderr.log")).unwrap_or_default()
+    }
+
+    /// Sends `signal` (e.g. `TERM`, `HUP`) to the server process.
+    fn signal(&self, signal: &str) {
+        let status = Command::new("kill").arg(format!("-{signal}")).arg(self.child.id().to_string()).status();
+        assert!(status.is_ok_and(|s| s.success()), "kill -{signal} failed");
+    }
+
+    async fn channel(&self) -> Channel {
+        Channel::from_shared(format!("http://{}", self.grpc)).expect("uri").connect().await.expect("connect")
+    }
+
+    async fn ready_status(&self) -> Option<u16> {
+        http(self.admin, "GET", "/readyz").await.ok().map(|r| r.status)
+    }
+
+    async fn user_limit(&self, client: &RateLimitServiceClient<Channel>) -> Option<u32> {
+        let response = client.clone().should_rate_limit(request("api", &[&[("user", "alice")]])).await;
+        response.ok().map(|r| limits(&r.into_inner())[0])
+    }
+
+    /// Waits up to `timeout` for the process to exit.
+    async fn exit_within(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                return Some(status);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_drains_then_exits_zero() {
+    let drain = Duration::from_secs(2);
+    let mut server = Server::start(&user_policy(100), &["--drain-seconds", "2"]).await;
+    let channel = server.channel().await;
+    let client = RateLimitServiceClient::new(channel.clone());
+    let health = HealthClient::new(channel);
+    assert_eq!(server.user_limit(&client).await, Some(100));
+
+    // Requests keep flowing, on the open connection, from before SIGTERM into the drain.
+    let traffic = Traffic::start(&client, &request("api", &[&[("user", "alice")]]), 2);
+    let sent = Instant::now();
+    server.signal("TERM");
+    let unready =
+        eventually(Duration::from_secs(1), || async { server.ready_status().await == Some(503) }).await;
+    assert!(unready, "/readyz did not go 503 after SIGTERM:\n{}", server.log());
+    let not_serving = eventually(Duration::from_secs(1), || async {
+        let status = health.clone().check(HealthCheckRequest { service: String::new() }).await;
+        status.is_ok_and(|r| r.into_inner().status == ServingStatus::NotServing as i32)
+    })
+    .await;
+    assert!(not_serving, "gRPC health did not go NOT_SERVING");
+    assert_eq!(server.user_limit(&client).await, Some(100), "a request during the drain failed");
+    let report = traffic.stop().await;
+    assert!(sent.elapsed() < drain && server.child.try_wait().ok().flatten().is_none(), "test too slow");
+    assert!(report.errors.is_empty() && report.requests > 0, "{report:?}");
+
+    let exit = server.exit_within(drain + Duration::from_secs(3)).await;
+    assert!(exit.is_some_and(|s| s.success()), "exit {exit:?}, log:\n{}", server.log());
+    assert!(sent.elapsed() >= drain, "exited before the drain period was over");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_reloads_without_failing_requests() {
+    let server = Server::start(&user_policy(1000), &["--no-watch"]).await;
+    let client = RateLimitServiceClient::new(server.channel().await);
+    std::fs::write(server.config(), user_policy(2000)).expect("write");
+    assert_eq!(server.user_limit(&client).await, Some(1000), "--no-watch: the write alone reloads nothing");
+
+    let traffic = Traffic::start(&client, &request("api", &[&[("user", "alice")]]), 4);
+    server.signal("HUP");
+    let reloaded =
+        eventually(Duration::from_secs(2), || async { server.user_limit(&client).await == Some(2000) }).await;
+    let report = traffic.stop().await;
+    assert!(reloaded, "SIGHUP did not reload within 2 s:\n{}", server.log());
+    assert!(report.errors.is_empty() && report.requests > 0, "{report:?}");
+
+    // A broken file on SIGHUP: logged with file and rule, the old limit keeps serving.
+    std::fs::write(server.config(), "domain: api\ndescriptors:\n  - key: user\n    rate_limit: { unit: fortnight, requests_per_unit: 1 }\n")
+        .expect("write broken");
+    server.signal("HUP");
+    let logged = eventually(Duration::from_secs(2), || async { server.log().contains("fortnight") }).await;
+    assert!(logged, "the failed reload was not logged:\n{}", server.log());
+    let log = server.log();
+    assert!(log.contains("api.yaml") && log.contains("descriptors[0].rate_limit.unit"), "{log}");
+    assert_eq!(server.user_limit(&client).await, Some(2000));
+}
+
+fn explain(args: &[&str]) -> (bool, String, String) {
+    let out = tollgate().arg("explain").args(args).output().expect("run tollgate explain");
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    (out.status.success(), text(&out.stdout), text(&out.stderr))
+}
+
+#[test]
+fn explain_walks_the_shipped_policies() {
+    let (ok, out, err) = explain(&[
+        "config",
+        "--domain",
+        "api",
+        "--descriptor",
+        "user=alice,path=/v1/search/x",
+        "--descriptor",
+        "path=/healthz",
+        "--descriptor",
+        "country=fr",
+    ]);
+    assert!(ok, "{err}");
+    for expected in [
+        "domain api: failure_mode open",
+        "descriptor 1: user=alice, path=/v1/search/x",
+        "1. user=alice: default node of key \"user\"",
+        "this node's own limit per-user does not apply",
+        "2. path=/v1/search/x: wildcard \"/v1/search*\"",
+        "→ rule per-user-search (path descriptors[0].descriptors[0])",
+        "limit: requests_per_unit 60 per minute (gcra), burst 60",
+        "bucket key: tg:gm:",
+        "descriptor 2: path=/healthz",
+        "1. path=/healthz: exact value",
+        "unlimited: OK with remaining 4294967295",
+        "descriptor 3: country=fr",
+        "shadow_mode (counted and reported, never denies)",
+    ] {
+        assert!(out.contains(expected), "missing {expected:?} in:\n{out}");
+    }
+}
+
+#[test]
+fn explain_reports_config_errors_and_bad_descriptors() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("bad.yaml"), "domain: web\ndescriptors:\n  - key: user\n    rate_limit: { unit: fortnight, requests_per_unit: 5 }\n")
+        .expect("write");
+    let path = dir.path().to_str().expect("utf-8 path");
+    let (ok, _, err) = explain(&[path, "--domain", "web", "--descriptor", "user=a"]);
+    assert!(!ok && err.contains("bad.yaml") && err.contains("fortnight"), "{err}");
+    let (ok, _, err) = explain(&["config", "--domain", "api", "--descriptor", "user"]);
+    assert!(!ok && err.contains("not key=value"), "{err}");
+    let (ok, out, _) = explain(&["config", "--domain", "nope", "--descriptor", "user=a"]);
+    assert!(ok && out.contains("domain \"nope\" is not configured"), "{out}");
+}

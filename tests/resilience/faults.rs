@@ -1,0 +1,151 @@
+//! Redis killed, frozen (SIGSTOP) and restarted under traffic; the circuit breaker.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tollgate::app::StoreKind;
+use tollgate::store::breaker::BreakerSettings;
+
+use crate::support::*;
+
+/// Store deadline of these tests, and the margin a response may take beyond it.
+const DEADLINE: Duration = Duration::from_millis(100);
+const MARGIN: Duration = Duration::from_millis(900);
+
+const POLICIES: [(&str, &str); 3] = [
+    ("open.yaml", "domain: open_d\nfailure_mode: open\ndescriptors:\n  - key: k\n    rate_limit: { unit: minute, requests_per_unit: 5 }\n"),
+    ("closed.yaml", "domain: closed_d\nfailure_mode: closed\ndescriptors:\n  - key: k\n    rate_limit: { unit: minute, requests_per_unit: 5 }\n"),
+    ("local.yaml", "domain: local_d\nfailure_mode: local\ndescriptors:\n  - key: k\n    rate_limit: { unit: minute, requests_per_unit: 5 }\n"),
+];
+
+async fn app(breaker: BreakerSettings) -> TestApp {
+    let mut options = Options::new(StoreKind::Redis);
+    options.store_timeout = DEADLINE;
+    options.breaker = breaker;
+    spawn_with(options, &POLICIES).await
+}
+
+/// Sends `n` requests for `key` in `domain`, each checked against the deadline; returns
+/// how many were allowed. Panics on a gRPC error or a late answer.
+async fn send(app: &TestApp, domain: &str, key: &str, n: usize) -> usize {
+    let mut allowed = 0;
+    let mut worst = Duration::ZERO;
+    for _ in 0..n {
+        let started = Instant::now();
+        let response = app.call(request(domain, &[&[("k", key)]])).await.expect("never a gRPC error");
+        let took = started.elapsed();
+        assert!(took < DEADLINE + MARGIN, "{domain}: answered after {took:?}");
+        worst = worst.max(took);
+        if !over(&response) {
+            allowed += 1;
+        }
+    }
+    // Figures for docs/reliability.md (`cargo test --test resilience -- --nocapture`).
+    println!("figures: {domain}/{key}: {allowed}/{n} allowed, 0 errors, worst {worst:?}");
+    allowed
+}
+
+async fn each_domain_follows_its_policy(app: &TestApp, tag: &str) {
+    assert_eq!(send(app, "open_d", tag, 8).await, 8, "open: everything passes");
+    assert_eq!(send(app, "closed_d", tag, 8).await, 0, "closed: nothing passes");
+    assert_eq!(send(app, "local_d", tag, 8).await, 5, "local: limited in memory");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_killed_under_load() {
+    let mut app = app(BreakerSettings::default()).await;
+    let app_ref = &app;
+    assert_eq!(send(app_ref, "closed_d", "warm", 1).await, 1);
+    // Traffic from 8 tasks while Redis dies: no gRPC error at any point.
+    let traffic = Traffic::start(&app.client, &request("open_d", &[&[("k", "load")]]), 8);
+    tokio::time::sleep(Duration::from_millis(200)).await; // let the traffic run against Redis
+    app.redis().stop();
+    each_domain_follows_its_policy(&app, "after-kill").await;
+    let report = traffic.stop().await;
+    assert!(report.errors.is_empty(), "{:?}", report.errors);
+    assert!(report.requests > 8, "traffic ran: {}", report.requests);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_frozen_then_resumed() {
+    let mut app = app(BreakerSettings::default()).await;
+    assert_eq!(send(&app, "closed_d", "warm", 1).await, 1);
+    let pid = app.redis().pid().expect("redis pid").to_string();
+    assert!(std::process::Command::new("kill").args(["-STOP", &pid]).status().expect("kill").success());
+    each_domain_follows_its_policy(&app, "frozen").await;
+    assert!(std::process::Command::new("kill").args(["-CONT", &pid]).status().expect("kill").success());
+    let started = Instant::now();
+    let app = Arc::new(app);
+    let recovered = eventually(Duration::from_secs(10), || {
+        let app = app.clone();
+        async move { !over(&app.check(request("closed_d", &[&[("k", "resumed")]])).await) }
+    })
+    .await;
+    assert!(recovered, "limiting resumes after SIGCONT");
+    assert!(started.elapsed() < Duration::from_secs(5), "recovered in {:?}", started.elapsed());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn first_request_after_a_restart_succeeds() {
+    let mut app = app(BreakerSettings::default()).await;
+    assert_eq!(send(&app, "closed_d", "r", 2).await, 2);
+    // Restarted: data, script cache and every open connection are gone.
+    app.redis().restart();
+    let response = app.check(request("closed_d", &[&[("k", "r")]])).await;
+    assert!(!over(&response), "answered by Redis (fresh connection, NOSCRIPT → EVAL)");
+    assert_eq!(response.statuses[0].limit_remaining, 4, "a fresh bucket in the restarted Redis");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn breaker_opens_after_the_configured_failures_and_closes_after_recovery() {
+    let mut app = app(BreakerSettings { failures: 3, cooldown: Duration::from_millis(300) }).await;
+    assert_eq!(send(&app, "closed_d", "warm", 1).await, 1);
+    let state = r#"tollgate_breaker_state{store="redis"}"#;
+    let opens = r#"tollgate_breaker_opens_total{store="redis"}"#;
+    let rejected = r#"tollgate_store_requests_total{store="redis",outcome="circuit_open"}"#;
+    assert_eq!(metric(&app.metrics().await, state), Some(0.0));
+    app.redis().stop();
+    for _ in 0..2 {
+        send(&app, "closed_d", "x", 1).await;
+    }
+    assert_eq!(metric(&app.metrics().await, state), Some(0.0), "2 failures: still closed");
+    send(&app, "closed_d", "x", 1).await;
+    let text = app.metrics().await;
+    assert_eq!(metric(&text, state), Some(1.0), "3 failures: open");
+    assert_eq!(metric(&text, opens), Some(1.0));
+    // Open: answered by the failure policy at once, without calling Redis.
+    let started = Instant::now();
+    assert_eq!(send(&app, "closed_d", "x", 5).await, 0);
+    assert!(started.elapsed() < Duration::from_millis(100), "{:?}", started.elapsed());
+    assert_eq!(metric(&app.metrics().await, rejected), Some(5.0));
+
+    app.redis().restart();
+    let app = Arc::new(app);
+    let closed = eventually(Duration::from_secs(10), || {
+        let app = app.clone();
+        async move { !over(&app.check(request("closed_d", &[&[("k", "back")]])).await) }
+    })
+    .await;
+    assert!(closed, "a probe after the cool-down closes the breaker");
+    assert_eq!(metric(&app.metrics().await, state), Some(0.0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_demoted_master_answering_readonly_is_a_store_failure_until_promoted_again() {
+    let mut app = app(BreakerSettings { failures: 0, cooldown: Duration::from_millis(300) }).await;
+    assert_eq!(send(&app, "closed_d", "ro", 1).await, 1);
+    // As after a failover: our Redis becomes a replica (of nothing reachable) and answers
+    // every script with READONLY.
+    let dead = crate::redis_support::free_port().to_string();
+    assert_eq!(app.redis().cli(&["REPLICAOF", "127.0.0.1", &dead]), "OK");
+    assert_eq!(send(&app, "closed_d", "ro", 3).await, 0, "closed domain denies");
+    assert_eq!(send(&app, "open_d", "ro", 3).await, 3, "open domain allows");
+    assert_eq!(app.redis().cli(&["REPLICAOF", "NO", "ONE"]), "OK");
+    let app = Arc::new(app);
+    let back = eventually(Duration::from_secs(5), || {
+        let app = app.clone();
+        async move { !over(&app.check(request("closed_d", &[&[("k", "promoted")]])).await) }
+    })
+    .await;
+    assert!(back, "serves again once the node is a master");
+}

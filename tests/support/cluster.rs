@@ -1,0 +1,199 @@
+//! A real 3-master Redis Cluster per test, on free loopback ports, killed on drop.
+//!
+//! Each node needs two free ports: its own and its cluster bus (port + 10000). The nodes
+//! start with persistence off and `cluster-require-full-coverage no` (a dead master stops
+//! only its own slots), `redis-cli --cluster create` assigns the slots, and `start` returns
+//! once every node reports `cluster_state:ok` and knows every other node: readiness is
+//! polled, never slept for. A missing `redis-server` or `redis-cli` is a loud failure.
+
+use std::collections::HashSet;
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Masters in a test cluster.
+pub const MASTERS: usize = 3;
+
+/// A running Redis Cluster owned by one test.
+pub struct RedisCluster {
+    nodes: Vec<Node>,
+    dir: tempfile::TempDir,
+}
+
+struct Node {
+    port: u16,
+    child: Option<Child>,
+}
+
+/// A port that is free, and whose cluster bus port (+10000) is free too, and not in `taken`.
+fn free_cluster_port(taken: &HashSet<u16>) -> u16 {
+    for _ in 0..200 {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
+        let port = listener.local_addr().expect("local addr").port();
+        if port > 55535 || taken.contains(&port) || taken.contains(&(port + 10000)) {
+            continue;
+        }
+        if TcpListener::bind(("127.0.0.1", port + 10000)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port pair (port, port + 10000) found on 127.0.0.1");
+}
+
+impl RedisCluster {
+    /// Starts three masters, creates the cluster and waits until it is ready.
+    pub fn start() -> RedisCluster {
+        let dir = tempfile::Builder::new().prefix("tollgate-cluster-").tempdir().expect("tempdir");
+        let mut taken = HashSet::new();
+        let mut nodes = Vec::new();
+        for _ in 0..MASTERS {
+            let port = free_cluster_port(&taken);
+            taken.extend([port, port + 10000]);
+            nodes.push(Node { port, child: None });
+        }
+        let mut cluster = RedisCluster { nodes, dir };
+        for i in 0..MASTERS {
+            cluster.spawn(i);
+        }
+        cluster.create();
+        cluster
+    }
+
+    fn spawn(&mut self, i: usize) {
+        let port = self.nodes[i].port.to_string();
+        let child = Command::new("redis-server")
+            .args(["--port", &port, "--bind", "127.0.0.1"])
+            .args(["--cluster-enabled", "yes", "--cluster-config-file", &format!("nodes-{port}.conf")])
+            .args(["--cluster-require-full-coverage", "no", "--cluster-node-timeout", "2000"])
+            .args(["--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(self.dir.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect(
+                "redis-server must be installed (make test installs it: apt-get install -y redis-server)",
+            );
+        self.nodes[i].child = Some(child);
+        self.wait(Duration::from_secs(10), &format!("node {port} answers PING"), |c| {
+            c.cli(i, &["PING"]) == "PONG"
+        });
+    }
+
+    fn create(&self) {
+        let addrs: Vec<String> = self.nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)).collect();
+        let out = Command::new("redis-cli")
+            .args(["--cluster", "create"])
+            .args(&addrs)
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .output()
+            .expect("redis-cli must be installed (it comes with redis-server)");
+        assert!(
+            out.status.success(),
+            "redis-cli --cluster create failed:\n{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let known = format!("cluster_known_nodes:{MASTERS}");
+        self.wait(Duration::from_secs(30), "every node sees cluster_state:ok", |c| {
+            (0..MASTERS).all(|i| {
+                let info = c.cli(i, &["CLUSTER", "INFO"]);
+                info.contains("cluster_state:ok") && info.contains(&known)
+            })
+        });
+    }
+
+    /// Polls `ready` every 20 ms; panics naming `what` after `timeout`.
+    fn wait(&self, timeout: Duration, what: &str, ready: impl Fn(&RedisCluster) -> bool) {
+        let deadline = Instant::now() + timeout;
+        while !ready(self) {
+            assert!(Instant::now() < deadline, "redis cluster: timed out waiting until {what}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// `127.0.0.1:PORT` of every node, for `--redis-cluster-nodes`.
+    pub fn nodes(&self) -> Vec<String> {
+        self.nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)).collect()
+    }
+
+    pub fn port(&self, i: usize) -> u16 {
+        self.nodes[i].port
+    }
+
+    /// `redis-cli -p PORT args…` on node `i` (no cluster redirects); its trimmed stdout.
+    pub fn cli(&self, i: usize, args: &[&str]) -> String {
+        let out = Command::new("redis-cli")
+            .args(["-p", &self.nodes[i].port.to_string()])
+            .args(args)
+            .output()
+            .expect("redis-cli must be installed (it comes with redis-server)");
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
+    /// Keys held by node `i`.
+    pub fn dbsize(&self, i: usize) -> u64 {
+        self.cli(i, &["DBSIZE"]).parse().unwrap_or_else(|_| panic!("DBSIZE of node {i}"))
+    }
+
+    /// Every key node `i` holds.
+    pub fn keys(&self, i: usize) -> Vec<String> {
+        self.cli(i, &["--scan"]).lines().map(str::to_string).filter(|k| !k.is_empty()).collect()
+    }
+
+    /// `CLUSTER KEYSLOT key`, asked of node 0.
+    pub fn keyslot(&self, key: &str) -> u16 {
+        self.cli(0, &["CLUSTER", "KEYSLOT", key]).parse().expect("CLUSTER KEYSLOT answers a number")
+    }
+
+    /// The node that serves `slot`, by a live node's `CLUSTER NODES`.
+    pub fn owner_of(&self, slot: u16) -> usize {
+        let alive = (0..MASTERS).find(|&i| self.is_alive(i)).expect("a live node");
+        for line in self.cli(alive, &["CLUSTER", "NODES"]).lines() {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let owns = fields.iter().skip(8).any(|range| match range.split_once('-') {
+                Some((a, b)) => {
+                    a.parse::<u16>().is_ok_and(|a| a <= slot) && b.parse::<u16>().is_ok_and(|b| slot <= b)
+                }
+                None => range.parse::<u16>().is_ok_and(|s| s == slot),
+            });
+            if owns {
+                let port = fields[1].split(['@', ':']).nth(1).and_then(|p| p.parse::<u16>().ok());
+                if let Some(i) = self.nodes.iter().position(|n| Some(n.port) == port) {
+                    return i;
+                }
+            }
+        }
+        panic!("no node owns slot {slot}");
+    }
+
+    /// Whether node `i` still runs.
+    pub fn is_alive(&self, i: usize) -> bool {
+        self.nodes[i].child.is_some()
+    }
+
+    /// Freezes master `i` (SIGSTOP): connections stay open and nothing answers, as with a
+    /// host cut off without a reset. `kill` or drop ends it.
+    pub fn pause(&self, i: usize) {
+        let pid = self.nodes[i].child.as_ref().expect("node is running").id();
+        let status = Command::new("kill").args(["-STOP", &pid.to_string()]).status().expect("run kill");
+        assert!(status.success(), "SIGSTOP node {i}");
+    }
+
+    /// Kills master `i` (SIGKILL) and waits for it to exit. Its slots have no replica: they
+    /// stay down, the other masters keep serving theirs.
+    pub fn kill(&mut self, i: usize) {
+        if let Some(mut child) = self.nodes[i].child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for RedisCluster {
+    fn drop(&mut self) {
+        for i in 0..self.nodes.len() {
+            self.kill(i);
+        }
+    }
+}

@@ -1,0 +1,146 @@
+//! A real Sentinel setup per test: a master, one replica and one sentinel (quorum 1), on
+//! free loopback ports, killed on drop.
+//!
+//! `start` returns once the replica's link is up and the sentinel knows master and replica;
+//! `failover` asks the sentinel for a failover and returns once the old replica is master
+//! and the old master has become its replica. Readiness is polled, never slept for.
+
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The master's name in the sentinel's configuration.
+pub const MASTER_NAME: &str = "tollgate";
+
+/// Master, replica and sentinel, owned by one test.
+pub struct RedisSentinel {
+    /// Data nodes' ports: `[0]` starts as master, `[1]` as its replica.
+    data: [u16; 2],
+    sentinel: u16,
+    children: Vec<Child>,
+    dir: tempfile::TempDir,
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port").local_addr().expect("local addr").port()
+}
+
+fn redis_server(dir: &std::path::Path, args: &[&str]) -> Child {
+    Command::new("redis-server")
+        .args(args)
+        .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+        // Replicas sync at once (the default waits 5 s for more replicas to join).
+        .args(["--repl-diskless-sync-delay", "0"])
+        .arg("--dir")
+        .arg(dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("redis-server must be installed (make test installs it: apt-get install -y redis-server)")
+}
+
+impl RedisSentinel {
+    pub fn start() -> RedisSentinel {
+        let dir = tempfile::Builder::new().prefix("tollgate-sentinel-").tempdir().expect("tempdir");
+        let (master, replica, sentinel) = (free_port(), free_port(), free_port());
+        let mut setup = RedisSentinel { data: [master, replica], sentinel, children: vec![], dir };
+        setup.children.push(redis_server(setup.dir.path(), &["--port", &master.to_string()]));
+        setup.children.push(redis_server(
+            setup.dir.path(),
+            &["--port", &replica.to_string(), "--replicaof", "127.0.0.1", &master.to_string()],
+        ));
+        setup.wait("the replica's link is up", |s| {
+            s.cli(replica, &["INFO", "replication"]).contains("master_link_status:up")
+        });
+        let conf = setup.dir.path().join("sentinel.conf");
+        let text = format!(
+            "port {sentinel}\nbind 127.0.0.1\ndir {}\n\
+             sentinel monitor {MASTER_NAME} 127.0.0.1 {master} 1\n\
+             sentinel down-after-milliseconds {MASTER_NAME} 1000\n\
+             sentinel failover-timeout {MASTER_NAME} 10000\n",
+            setup.dir.path().display()
+        );
+        std::fs::write(&conf, text).expect("write sentinel.conf");
+        let child = Command::new("redis-server")
+            .arg(&conf)
+            .arg("--sentinel")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server must be installed (it runs as a sentinel with --sentinel)");
+        setup.children.push(child);
+        setup.wait("the sentinel knows master and replica", |s| {
+            s.sentinel_master() == Some(master)
+                && s.cli(sentinel, &["SENTINEL", "REPLICAS", MASTER_NAME]).contains(&replica.to_string())
+        });
+        setup
+    }
+
+    /// `127.0.0.1:PORT` of the sentinel.
+    pub fn sentinel_addr(&self) -> String {
+        format!("127.0.0.1:{}", self.sentinel)
+    }
+
+    /// The data nodes' ports (`[0]` started as master).
+    pub fn data_ports(&self) -> [u16; 2] {
+        self.data
+    }
+
+    /// The master's port as the sentinel reports it.
+    pub fn sentinel_master(&self) -> Option<u16> {
+        let out = self.cli(self.sentinel, &["SENTINEL", "GET-MASTER-ADDR-BY-NAME", MASTER_NAME]);
+        out.lines().nth(1).and_then(|p| p.trim().parse().ok())
+    }
+
+    /// Waits until the replica has every write the master had when this was called.
+    pub fn wait_replicated(&self) {
+        let offset = |s: &RedisSentinel, port: u16, field: &str| -> u64 {
+            let info = s.cli(port, &["INFO", "replication"]);
+            info.lines().find_map(|l| l.strip_prefix(field)).and_then(|v| v.trim().parse().ok()).unwrap_or(0)
+        };
+        let [master, replica] = self.data;
+        let target = offset(self, master, "master_repl_offset:");
+        self.wait("the replica has caught up", |s| offset(s, replica, "slave_repl_offset:") >= target);
+    }
+
+    /// Forces a failover of the master `data_ports()[0]` and waits until the sentinel names
+    /// the replica as master and the replica says so. The old master stays up, and a master,
+    /// until the sentinel reconfigures it (about 10 s later).
+    pub fn failover(&self) {
+        let new = self.data[1];
+        // NOGOODSLAVE until the sentinel has fresh INFO from the replica: ask again.
+        self.wait("the sentinel accepts a failover", |s| {
+            s.cli(s.sentinel, &["SENTINEL", "FAILOVER", MASTER_NAME]) == "OK"
+        });
+        self.wait("the failover completes", |s| {
+            s.sentinel_master() == Some(new) && s.cli(new, &["ROLE"]).starts_with("master")
+        });
+    }
+
+    /// `redis-cli -p port args…`; its trimmed stdout.
+    pub fn cli(&self, port: u16, args: &[&str]) -> String {
+        let out = Command::new("redis-cli")
+            .args(["-p", &port.to_string()])
+            .args(args)
+            .output()
+            .expect("redis-cli must be installed (it comes with redis-server)");
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
+    fn wait(&self, what: &str, ready: impl Fn(&RedisSentinel) -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !ready(self) {
+            assert!(Instant::now() < deadline, "redis sentinel: timed out waiting until {what}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for RedisSentinel {
+    fn drop(&mut self) {
+        for child in &mut self.children {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
