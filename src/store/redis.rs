@@ -7,10 +7,11 @@
 //! one request is one round trip. A connection that fails is handed back to the pool
 //! (which discards it) and the next request checks out a fresh one.
 //!
-//! Scripts are called by SHA. A `NOSCRIPT` answer (Redis restarted, `SCRIPT FLUSH`) is
-//! retried once, for the failed entries only, with `EVAL` (which also caches the script).
-//! Nothing is retried after a timeout: the script may have run. Every call, checkout
-//! included, finishes by the caller's deadline.
+//! Scripts are called by SHA (`scripts`). A `NOSCRIPT` answer (Redis restarted,
+//! `SCRIPT FLUSH`) is retried once, for the failed entries only, with `EVAL` (which also
+//! caches the script). Nothing is retried after a timeout: the script may have run. Every
+//! call, checkout included, finishes by the caller's deadline; a circuit breaker stops
+//! calling a Redis that keeps failing.
 
 use std::fmt;
 use std::path::PathBuf;
@@ -18,20 +19,16 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use deadpool_redis::redis::aio::{ConnectionLike, MultiplexedConnection};
-use deadpool_redis::redis::{self, Pipeline, RedisError, ServerErrorKind, Value};
-use deadpool_redis::redis::{AsyncConnectionConfig, IntoConnectionInfo};
+use deadpool_redis::redis::aio::MultiplexedConnection;
+use deadpool_redis::redis::{self, AsyncConnectionConfig, IntoConnectionInfo};
 use deadpool_redis::{Connection, Manager, Pool, Runtime};
 use tokio::time::Instant;
 
-use crate::algorithm::{Algorithm, Decision, Hits};
+use crate::algorithm::Decision;
 
 use super::breaker::{Admission, Breaker, BreakerSettings};
+use super::scripts::{charge_pipelined, Scripts};
 use super::{Charge, StoreError};
-
-const GCRA_LUA: &str = include_str!("lua/gcra.lua");
-const SLIDING_LUA: &str = include_str!("lua/sliding_window.lua");
-const FIXED_LUA: &str = include_str!("lua/fixed_window.lua");
 
 /// How to reach Redis.
 #[derive(Clone)]
@@ -76,19 +73,6 @@ pub fn redact_url(url: &str) -> String {
     }
 }
 
-/// A Lua script with its SHA1, computed once.
-#[derive(Debug)]
-struct Script {
-    sha: String,
-    source: &'static str,
-}
-
-impl Script {
-    fn new(source: &'static str) -> Script {
-        Script { sha: redis::Script::new(source).get_hash().to_string(), source }
-    }
-}
-
 /// A checked-out pooled connection and a clone of it that requests share.
 struct Slot {
     _pooled: Connection,
@@ -102,7 +86,7 @@ pub struct RedisStore {
     slots: Box<[Mutex<Option<Slot>>]>,
     next_slot: AtomicUsize,
     next_id: AtomicUsize,
-    scripts: [Script; 3],
+    scripts: Scripts,
     healthy: AtomicBool,
     breaker: Breaker,
     url: String,
@@ -136,7 +120,7 @@ impl RedisStore {
             slots: (0..connections).map(|_| Mutex::new(None)).collect(),
             next_slot: AtomicUsize::new(0),
             next_id: AtomicUsize::new(0),
-            scripts: [Script::new(GCRA_LUA), Script::new(SLIDING_LUA), Script::new(FIXED_LUA)],
+            scripts: Scripts::new(),
             healthy: AtomicBool::new(true),
             breaker: Breaker::new(settings.breaker),
             url: settings.url.clone(),
@@ -221,67 +205,23 @@ impl RedisStore {
         id: usize,
         batch: &[Charge],
     ) -> Result<Vec<Result<Decision, StoreError>>, StoreError> {
-        let pipe = self.pipeline(batch, |script| ("EVALSHA", script.sha.as_str()));
-        let values = conn.req_packed_commands(&pipe, 0, batch.len()).await.map_err(|e| {
-            self.drop_connection(slot, id);
-            classify(&e)
-        })?;
-        let missing: Vec<usize> =
-            (0..values.len()).filter(|&i| is_error(&values[i], ServerErrorKind::NoScript)).collect();
-        if values.iter().any(|v| is_error(v, ServerErrorKind::ReadOnly)) {
-            // A replica promoted away from us (failover): reconnect to find the master.
+        let outcome = charge_pipelined(&mut conn, &self.scripts, batch).await;
+        if outcome.replica {
+            // A failover demoted our master: reconnect to find the new one.
             self.drop_connection(slot, id);
             return Err(StoreError::Unavailable("READONLY: connected to a replica".into()));
         }
-        let mut results: Vec<Result<Decision, StoreError>> = values.into_iter().map(parse).collect();
-        if !missing.is_empty() {
-            let retry: Vec<Charge> = missing.iter().map(|&i| batch[i].clone()).collect();
-            let pipe = self.pipeline(&retry, |script| ("EVAL", script.source));
-            let answers = conn.req_packed_commands(&pipe, 0, retry.len()).await;
-            for (n, &i) in missing.iter().enumerate() {
-                results[i] = match &answers {
-                    Ok(values) => {
-                        values.get(n).cloned().map_or(Err(StoreError::Server("short reply".into())), parse)
-                    }
-                    Err(e) => Err(classify(e)),
-                };
-            }
-            if answers.is_err() {
-                self.drop_connection(slot, id);
+        if outcome.connection_failed {
+            self.drop_connection(slot, id);
+            if let Some(Err(e)) = outcome.results.iter().find(|r| r.is_err()) {
+                if outcome.results.iter().all(|r| r.is_err()) {
+                    return Err(e.clone());
+                }
             }
         }
-        Ok(results)
+        Ok(outcome.results)
     }
 
-    fn pipeline(&self, batch: &[Charge], call: impl Fn(&Script) -> (&'static str, &str)) -> Pipeline {
-        let mut pipe = Pipeline::with_capacity(batch.len());
-        for charge in batch {
-            let script = &self.scripts[match charge.params.algorithm {
-                Algorithm::Gcra => 0,
-                Algorithm::SlidingWindow => 1,
-                Algorithm::FixedWindow => 2,
-            }];
-            let (command, body) = call(script);
-            let (mode, n) = match charge.hits {
-                Hits::Consume(n) => (0, n),
-                Hits::Peek => (1, 0),
-                Hits::Refund(n) => (2, n),
-            };
-            let p = &charge.params;
-            pipe.cmd(command)
-                .arg(body)
-                .arg(1)
-                .arg(&charge.key)
-                .arg(p.limit)
-                .arg(p.unit_us)
-                .arg(p.burst)
-                .arg(mode)
-                .arg(n);
-        }
-        pipe
-    }
-
-    /// A shared connection: a clone of a kept one, or a fresh checkout from the pool.
     /// The connection of `slot`, or a new one from the pool when the slot is empty or
     /// `fresh` is asked for (the kept one just failed). Also says whether the connection was
     /// kept from earlier requests (it may have died since).
@@ -327,40 +267,6 @@ fn connection_info(settings: &RedisSettings) -> Result<redis::ConnectionInfo, St
     let certs = redis::TlsCertificates { client_tls: None, root_cert: Some(root_cert) };
     let client = redis::Client::build_with_tls(settings.url.as_str(), certs).map_err(|e| e.to_string())?;
     Ok(client.get_connection_info().clone())
-}
-
-fn is_error(value: &Value, kind: ServerErrorKind) -> bool {
-    matches!(value, Value::ServerError(e) if e.kind() == Some(kind))
-}
-
-fn classify(e: &RedisError) -> StoreError {
-    if e.is_io_error() || e.is_connection_dropped() || e.is_timeout() {
-        StoreError::Unavailable(e.to_string())
-    } else {
-        StoreError::Server(e.to_string())
-    }
-}
-
-/// A script's `{allowed, remaining, reset_us}` reply.
-fn parse(value: Value) -> Result<Decision, StoreError> {
-    let as_u64 = |v: &Value| match v {
-        Value::Int(i) => Some((*i).max(0) as u64),
-        _ => None,
-    };
-    match value {
-        Value::Array(items) if items.len() == 3 => {
-            match (as_u64(&items[0]), as_u64(&items[1]), as_u64(&items[2])) {
-                (Some(allowed), Some(remaining), Some(reset_us)) => {
-                    Ok(Decision { allowed: allowed == 1, remaining, reset_us })
-                }
-                _ => Err(StoreError::Server(format!("unexpected script reply {items:?}"))),
-            }
-        }
-        Value::ServerError(e) => {
-            Err(StoreError::Server(format!("{}: {}", e.code(), e.details().unwrap_or(""))))
-        }
-        other => Err(StoreError::Server(format!("unexpected script reply {other:?}"))),
-    }
 }
 
 #[cfg(test)]

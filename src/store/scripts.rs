@@ -14,9 +14,11 @@ use crate::algorithm::{Algorithm, Decision, Hits};
 
 use super::{Charge, StoreError};
 
-const GCRA_LUA: &str = include_str!("lua/gcra.lua");
-const SLIDING_LUA: &str = include_str!("lua/sliding_window.lua");
-const FIXED_LUA: &str = include_str!("lua/fixed_window.lua");
+/// The script bodies as sent to Redis: the shared prelude, then the algorithm.
+pub const GCRA_LUA: &str = concat!(include_str!("lua/prelude.lua"), include_str!("lua/gcra.lua"));
+pub const SLIDING_LUA: &str =
+    concat!(include_str!("lua/prelude.lua"), include_str!("lua/sliding_window.lua"));
+pub const FIXED_LUA: &str = concat!(include_str!("lua/prelude.lua"), include_str!("lua/fixed_window.lua"));
 
 /// How a script is called: by SHA (the normal case) or with its source (after `NOSCRIPT`;
 /// `EVAL` also caches the script on that node).
