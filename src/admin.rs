@@ -68,11 +68,9 @@ async fn metrics(State(admin): State<Admin>) -> impl IntoResponse {
             let stats = memory.stats();
             admin.metrics.set_memory(stats.keys, stats.lossless_evictions, stats.lossy_evictions);
         }
-        Store::Redis(redis) => {
-            let breaker = redis.breaker();
-            admin.metrics.set_breaker("redis", breaker.state() as i64, breaker.opened_total());
-        }
-        Store::Cluster(_) | Store::Sentinel(_) => {}
+        Store::Redis(redis) => set_breaker(&admin, redis.breaker()),
+        Store::Sentinel(sentinel) => set_breaker(&admin, sentinel.breaker()),
+        Store::Cluster(_) => {}
     }
     (
         [(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")],
@@ -107,6 +105,12 @@ async fn rlconfig(State(admin): State<Admin>, Query(format): Query<Format>) -> a
     }
 }
 
+fn set_breaker(admin: &Admin, breaker: Option<&crate::store::breaker::Breaker>) {
+    if let Some(breaker) = breaker {
+        admin.metrics.set_breaker(admin.store.name(), breaker.state() as i64, breaker.opened_total());
+    }
+}
+
 fn store_state(store: &Store) -> crate::rlconfig::StoreState {
     match store {
         Store::Memory(memory) => {
@@ -119,18 +123,18 @@ fn store_state(store: &Store) -> crate::rlconfig::StoreState {
         }
         Store::Redis(redis) => crate::rlconfig::StoreState {
             kind: "redis",
-            healthy: redis.is_healthy(),
-            detail: redis.redacted_url(),
+            healthy: redis.client().is_healthy(),
+            detail: redis.client().redacted_url(),
         },
         Store::Cluster(cluster) => crate::rlconfig::StoreState {
             kind: "redis_cluster",
-            healthy: cluster.is_healthy(),
-            detail: cluster.redacted_nodes(),
+            healthy: cluster.client().is_healthy(),
+            detail: cluster.client().redacted_nodes(),
         },
         Store::Sentinel(sentinel) => crate::rlconfig::StoreState {
             kind: "redis_sentinel",
-            healthy: sentinel.is_healthy(),
-            detail: sentinel.description(),
+            healthy: sentinel.client().is_healthy(),
+            detail: sentinel.client().description(),
         },
     }
 }

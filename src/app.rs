@@ -25,7 +25,7 @@ use crate::service::bounds::Bounds;
 use crate::service::{RateLimiter, Settings};
 use crate::store::cluster::{ClusterSettings, ClusterStore};
 use crate::store::sentinel::{SentinelSettings, SentinelStore};
-use crate::store::{MemoryStore, RedisSettings, RedisStore, Store};
+use crate::store::{Guarded, MemoryStore, RedisSettings, RedisStore, Store};
 
 /// The gRPC service name health checks ask about.
 pub const SERVICE_NAME: &str = "envoy.service.ratelimit.v3.RateLimitService";
@@ -306,7 +306,10 @@ fn build_store(settings: &ServeSettings) -> anyhow::Result<Store> {
 fn build_redis(settings: &ServeSettings) -> anyhow::Result<Store> {
     let connections = settings.redis.connections;
     Ok(match &settings.redis_topology {
-        RedisTopology::Single => Store::Redis(RedisStore::new(&settings.redis).context("redis store")?),
+        RedisTopology::Single => Store::Redis(Guarded::new(
+            RedisStore::new(&settings.redis).context("redis store")?,
+            Some(settings.redis.breaker),
+        )),
         RedisTopology::Cluster { nodes } => {
             if let Some(tag) = crate::store::cluster::hash_tag(settings.redis_key_prefix.as_bytes()) {
                 tracing::warn!(
@@ -315,7 +318,7 @@ fn build_redis(settings: &ServeSettings) -> anyhow::Result<Store> {
                 );
             }
             let cluster = ClusterSettings { nodes: nodes.clone(), connections };
-            Store::Cluster(ClusterStore::new(&cluster).context("redis cluster store")?)
+            Store::Cluster(Guarded::new(ClusterStore::new(&cluster).context("redis cluster store")?, None))
         }
         RedisTopology::Sentinel { master, sentinels } => {
             let sentinel = SentinelSettings {
@@ -324,7 +327,10 @@ fn build_redis(settings: &ServeSettings) -> anyhow::Result<Store> {
                 master_url: Some(settings.redis.url.clone()),
                 connections,
             };
-            Store::Sentinel(SentinelStore::new(&sentinel).context("redis sentinel store")?)
+            Store::Sentinel(Guarded::new(
+                SentinelStore::new(&sentinel).context("redis sentinel store")?,
+                Some(settings.redis.breaker),
+            ))
         }
     })
 }

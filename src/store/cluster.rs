@@ -225,6 +225,12 @@ fn crc16(bytes: &[u8]) -> u16 {
     crc
 }
 
+impl super::Remote for ClusterStore {
+    async fn charge(&self, batch: &[Charge], deadline: Instant) -> Vec<Result<Decision, StoreError>> {
+        ClusterStore::charge(self, batch, deadline).await
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

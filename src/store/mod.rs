@@ -5,12 +5,14 @@
 //! within a deadline. This module knows nothing of gRPC or of policies: it receives bucket
 //! keys and algorithm parameters already computed.
 //!
-//! `RedisStore` here is the Redis client (`redis::RedisStore`) fronted by the over-limit
-//! cache (`overlimit`): buckets Redis has just denied are answered locally until they can
-//! pass, so a flood from one abusive key does not load Redis.
+//! Every Redis topology is a client (`redis`, `cluster`, `sentinel`) behind `guarded`:
+//! the over-limit cache (`overlimit`: buckets Redis has just denied are answered locally
+//! until they can pass, so a flood from one abusive key does not load Redis), load
+//! shedding and the circuit breaker (`breaker`).
 
 pub mod breaker;
 pub mod cluster;
+pub mod guarded;
 pub(crate) mod kept;
 pub mod key;
 pub mod memory;
@@ -19,18 +21,14 @@ pub mod redis;
 pub(crate) mod scripts;
 pub mod sentinel;
 
-use std::fmt;
-
 use tokio::time::Instant;
 
 use crate::algorithm::{Decision, Hits, Params};
 
+pub use self::guarded::{Guarded, Remote};
 pub use self::memory::MemoryStore;
 pub use self::overlimit::OverLimitCache;
-pub use self::redis::RedisSettings;
-
-/// Buckets the over-limit cache of one Redis store may hold (≈ 100 bytes each).
-pub const OVER_LIMIT_CACHE_ENTRIES: usize = 100_000;
+pub use self::redis::{RedisSettings, RedisStore};
 
 /// One bucket to charge: built by the service from a matched rule.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -74,11 +72,13 @@ impl StoreError {
 #[derive(Debug)]
 pub enum Store {
     Memory(MemoryStore),
-    Redis(RedisStore),
-    /// Redis Cluster: one command per charge, routed by slot (`cluster`).
-    Cluster(cluster::ClusterStore),
-    /// A master found through Redis Sentinel (`sentinel`).
-    Sentinel(sentinel::SentinelStore),
+    /// One Redis node (`redis`), with the over-limit cache and the circuit breaker.
+    Redis(Guarded<redis::RedisStore>),
+    /// Redis Cluster: one command per charge, routed by slot (`cluster`); over-limit cache,
+    /// no breaker (one breaker would stop the healthy masters with the failing one).
+    Cluster(Guarded<cluster::ClusterStore>),
+    /// A master found through Redis Sentinel (`sentinel`), with cache and breaker.
+    Sentinel(Guarded<sentinel::SentinelStore>),
 }
 
 impl Store {
@@ -104,88 +104,5 @@ impl Store {
             Store::Cluster(_) => "redis_cluster",
             Store::Sentinel(_) => "redis_sentinel",
         }
-    }
-}
-
-/// The Redis store as the service uses it: the Redis client behind the over-limit cache.
-pub struct RedisStore {
-    redis: self::redis::RedisStore,
-    over_limit: OverLimitCache,
-}
-
-impl fmt::Debug for RedisStore {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RedisStore")
-            .field("redis", &self.redis)
-            .field("over_limit_entries", &self.over_limit.len())
-            .finish()
-    }
-}
-
-impl RedisStore {
-    /// Builds the store. Connects lazily: Redis being down at startup is not an error.
-    pub fn new(settings: &RedisSettings) -> Result<RedisStore, StoreError> {
-        Ok(RedisStore {
-            redis: self::redis::RedisStore::new(settings)?,
-            over_limit: OverLimitCache::new(OVER_LIMIT_CACHE_ENTRIES),
-        })
-    }
-
-    /// The Redis URL without its password.
-    pub fn redacted_url(&self) -> String {
-        self.redis.redacted_url()
-    }
-
-    /// Whether the last call reached Redis.
-    pub fn is_healthy(&self) -> bool {
-        self.redis.is_healthy()
-    }
-
-    /// The circuit breaker in front of Redis (for metrics).
-    pub fn breaker(&self) -> &breaker::Breaker {
-        self.redis.breaker()
-    }
-
-    /// The over-limit cache (for metrics and tests).
-    pub fn over_limit(&self) -> &OverLimitCache {
-        &self.over_limit
-    }
-
-    /// Charges the batch: charges of buckets known to be denied are answered locally, the
-    /// rest go to Redis in one pipeline (one round trip) by `deadline`.
-    pub async fn charge(&self, batch: &[Charge], deadline: Instant) -> Vec<Result<Decision, StoreError>> {
-        if self.over_limit.is_empty() {
-            return self.remote(batch, deadline).await;
-        }
-        let now = Instant::now();
-        let mut results: Vec<Option<Result<Decision, StoreError>>> = Vec::with_capacity(batch.len());
-        for charge in batch {
-            if let Hits::Refund(_) = charge.hits {
-                self.over_limit.forget(&charge.key);
-            }
-            results.push(self.over_limit.answer(charge, now).map(Ok));
-        }
-        let missing: Vec<usize> = (0..batch.len()).filter(|&i| results[i].is_none()).collect();
-        if missing.len() == batch.len() {
-            return self.remote(batch, deadline).await;
-        }
-        if !missing.is_empty() {
-            let remote: Vec<Charge> = missing.iter().map(|&i| batch[i].clone()).collect();
-            for (i, result) in missing.into_iter().zip(self.remote(&remote, deadline).await) {
-                results[i] = Some(result);
-            }
-        }
-        // Every slot is filled: answered locally or by Redis.
-        results.into_iter().map(|r| r.unwrap_or(Err(StoreError::Timeout))).collect()
-    }
-
-    /// One pipeline to Redis, whose answers teach the over-limit cache.
-    async fn remote(&self, batch: &[Charge], deadline: Instant) -> Vec<Result<Decision, StoreError>> {
-        let sent_at = Instant::now();
-        let results = self.redis.charge(batch, deadline).await;
-        for (charge, result) in batch.iter().zip(&results) {
-            self.over_limit.learn(charge, result, sent_at);
-        }
-        results
     }
 }

@@ -168,8 +168,10 @@ impl OverLimitCache {
 fn evict_one(shard: &mut IndexMap<Box<str>, Denial>, now: Instant) {
     let mut rng = rand::rng();
     let mut victim: Option<(usize, Instant)> = None;
-    for _ in 0..EVICTION_SAMPLE.min(shard.len()) {
-        let i = rng.random_range(0..shard.len());
+    let len = shard.len();
+    // A small shard is looked at whole; a large one through a random sample.
+    for n in 0..EVICTION_SAMPLE.min(len) {
+        let i = if len <= EVICTION_SAMPLE { n } else { rng.random_range(0..len) };
         let Some((_, denial)) = shard.get_index(i) else { continue };
         if denial.expires <= now {
             victim = Some((i, denial.expires));

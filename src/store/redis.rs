@@ -26,7 +26,7 @@ use tokio::time::Instant;
 
 use crate::algorithm::Decision;
 
-use super::breaker::{Admission, Breaker, BreakerSettings};
+use super::breaker::BreakerSettings;
 use super::scripts::{charge_pipelined, Scripts};
 use super::{Charge, StoreError};
 
@@ -88,7 +88,6 @@ pub struct RedisStore {
     next_id: AtomicUsize,
     scripts: Scripts,
     healthy: AtomicBool,
-    breaker: Breaker,
     url: String,
 }
 
@@ -122,14 +121,8 @@ impl RedisStore {
             next_id: AtomicUsize::new(0),
             scripts: Scripts::new(),
             healthy: AtomicBool::new(true),
-            breaker: Breaker::new(settings.breaker),
             url: settings.url.clone(),
         })
-    }
-
-    /// The circuit breaker in front of this store.
-    pub fn breaker(&self) -> &Breaker {
-        &self.breaker
     }
 
     /// The Redis URL without its password.
@@ -143,22 +136,12 @@ impl RedisStore {
     }
 
     /// Charges the batch in one round trip (two if some scripts were missing), by `deadline`.
-    /// A request whose deadline has already passed (it queued too long) is not sent: it is
-    /// answered by the failure policy at once instead of adding to the queue.
+    /// Charges the batch in one round trip (two if some scripts were missing), by `deadline`.
     pub async fn charge(&self, batch: &[Charge], deadline: Instant) -> Vec<Result<Decision, StoreError>> {
-        let started = Instant::now();
-        if started >= deadline {
-            return vec![Err(StoreError::Timeout); batch.len()];
-        }
-        let admission = self.breaker.admit(started.into_std());
-        if admission == Admission::Rejected {
-            return vec![Err(StoreError::CircuitOpen); batch.len()];
-        }
         let result = match tokio::time::timeout_at(deadline, self.run(batch)).await {
             Ok(result) => result,
             Err(_) => Err(StoreError::Timeout),
         };
-        self.breaker.record(admission, result.is_err(), Instant::now().into_std());
         match result {
             Ok(results) => {
                 self.set_healthy(true);
@@ -267,6 +250,12 @@ fn connection_info(settings: &RedisSettings) -> Result<redis::ConnectionInfo, St
     let certs = redis::TlsCertificates { client_tls: None, root_cert: Some(root_cert) };
     let client = redis::Client::build_with_tls(settings.url.as_str(), certs).map_err(|e| e.to_string())?;
     Ok(client.get_connection_info().clone())
+}
+
+impl super::Remote for RedisStore {
+    async fn charge(&self, batch: &[Charge], deadline: Instant) -> Vec<Result<Decision, StoreError>> {
+        RedisStore::charge(self, batch, deadline).await
+    }
 }
 
 #[cfg(test)]

@@ -243,6 +243,12 @@ fn master_info(url: &str) -> Result<SentinelNodeConnectionInfo, StoreError> {
     })
 }
 
+impl super::Remote for SentinelStore {
+    async fn charge(&self, batch: &[Charge], deadline: Instant) -> Vec<Result<Decision, StoreError>> {
+        SentinelStore::charge(self, batch, deadline).await
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
