@@ -3,6 +3,7 @@
 //! `lookup/<rules>`: one two-entry descriptor `(route, /r<i>), (user, alice)` walked through
 //! configs of 10, 1,000 and 10,000 rules (routes cycled, so the walk is not one hot path).
 //! `plan/<rules>`: the same descriptor through `plan::plan` (lookup + bucket key + charge).
+//! `plan_request/<n>`: a request of n `user` descriptors through `plan::plan`.
 
 mod common;
 
@@ -58,5 +59,19 @@ fn planning(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, lookup, planning);
+/// A whole request's plan: 1, 4 and 16 `user` descriptors (lookup, key, charge each).
+fn request_plans(c: &mut Criterion) {
+    let snapshot = common::snapshot(10);
+    let domain = snapshot.domain("bench").expect("domain");
+    let mut group = c.benchmark_group("plan_request");
+    for n in [1usize, 4, 16] {
+        let descriptors = common::user_descriptors(n);
+        group.bench_function(BenchmarkId::from_parameter(n), |b| {
+            b.iter(|| plan(domain, black_box(&descriptors), 0, ""))
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, lookup, planning, request_plans);
 criterion_main!(benches);

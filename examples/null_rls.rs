@@ -4,21 +4,26 @@
 //! sockets, a jittered one-hour maximum connection age, the gRPC health service beside the
 //! rate-limit service, one `DescriptorStatus` per descriptor in the answer. Its throughput
 //! is the ceiling of the gRPC layer on a machine, the denominator of every ratio in
-//! `docs/performance.md`. The tuning flags exist to try server settings here first.
+//! `docs/performance.md`. By default each status carries a limit, remaining and reset, as
+//! a real answer does, so the client's decoding costs the same. The tuning flags exist to
+//! try server settings here first.
 //!
 //! ```sh
 //! cargo run --release --example null_rls -- --addr 127.0.0.1:8091 [--worker-threads 2]
 //! ```
 
 use std::net::SocketAddr;
-use std::time::Duration;
 
 use clap::Parser;
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, DescriptorStatus};
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
+    Code, DescriptorStatus, RateLimit,
+};
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
     RateLimitService, RateLimitServiceServer,
 };
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use envoy_types::pb::google::protobuf::Duration;
 use tokio::net::TcpListener;
 use tonic::transport::server::TcpIncoming;
 use tonic::{Request, Response, Status};
@@ -49,15 +54,24 @@ struct Args {
     /// HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS.
     #[arg(long)]
     max_concurrent_streams: Option<u32>,
-    /// Answer with an empty status list instead of one status per descriptor.
-    #[arg(long)]
-    empty: bool,
+    /// What each descriptor's status holds: `full` (default) the fields a real limiter
+    /// fills (limit, remaining, reset) so the client decodes as much as from Tollgate;
+    /// `bare` only the code; `empty` no statuses at all.
+    #[arg(long, value_enum, default_value = "full")]
+    shape: Shape,
 }
 
-/// Answers OK: one OK status per descriptor, nothing else.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Shape {
+    Full,
+    Bare,
+    Empty,
+}
+
+/// Answers OK to every descriptor, with constant numbers.
 #[derive(Debug, Clone, Copy)]
 struct NullRls {
-    empty: bool,
+    shape: Shape,
 }
 
 #[tonic::async_trait]
@@ -66,11 +80,25 @@ impl RateLimitService for NullRls {
         &self,
         request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
-        let n = if self.empty { 0 } else { request.get_ref().descriptors.len() };
-        let ok = DescriptorStatus { code: Code::Ok as i32, ..Default::default() };
+        let n = request.get_ref().descriptors.len();
+        let status = match self.shape {
+            Shape::Full => DescriptorStatus {
+                code: Code::Ok as i32,
+                current_limit: Some(RateLimit {
+                    name: String::new(),
+                    requests_per_unit: 1,
+                    unit: Unit::Hour as i32,
+                }),
+                limit_remaining: 99_999,
+                duration_until_reset: Some(Duration { seconds: 3_600, nanos: 0 }),
+                quota: None,
+            },
+            Shape::Bare | Shape::Empty => DescriptorStatus { code: Code::Ok as i32, ..Default::default() },
+        };
+        let n = if self.shape == Shape::Empty { 0 } else { n };
         Ok(Response::new(RateLimitResponse {
             overall_code: Code::Ok as i32,
-            statuses: vec![ok; n],
+            statuses: vec![status; n],
             ..Default::default()
         }))
     }
@@ -92,7 +120,7 @@ fn main() -> anyhow::Result<()> {
 async fn serve(args: Args) -> anyhow::Result<()> {
     let listener = TcpListener::bind(args.addr).await?;
     let (_health, health_service) = tonic_health::server::health_reporter();
-    let age = Duration::from_secs(3600).mul_f64(rand::random_range(0.9..=1.1));
+    let age = std::time::Duration::from_secs(3600).mul_f64(rand::random_range(0.9..=1.1));
     let mut builder = tonic::transport::Server::builder()
         .max_connection_age(age)
         .initial_stream_window_size(args.stream_window)
@@ -104,7 +132,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     eprintln!("null_rls listening on {} ({args:?})", listener.local_addr()?);
     builder
         .add_service(health_service)
-        .add_service(RateLimitServiceServer::new(NullRls { empty: args.empty }))
+        .add_service(RateLimitServiceServer::new(NullRls { shape: args.shape }))
         .serve_with_incoming_shutdown(
             TcpIncoming::from(listener).with_nodelay(Some(!args.no_nodelay)),
             async {
