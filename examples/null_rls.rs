@@ -1,8 +1,9 @@
 //! `null_rls`: an Envoy RLS v3 server that answers OK to everything, touching no store.
 //!
-//! The same tonic server shape as `tollgate serve` (`src/app.rs`): TCP_NODELAY on accepted
-//! sockets, a jittered one-hour maximum connection age, the gRPC health service beside the
-//! rate-limit service, one `DescriptorStatus` per descriptor in the answer. Its throughput
+//! The same tonic server shape as `tollgate serve` (`src/app.rs`): its allocator (mimalloc),
+//! TCP_NODELAY on accepted sockets, a jittered one-hour maximum connection age, the gRPC
+//! health service beside the rate-limit service, one `DescriptorStatus` per descriptor in
+//! the answer. Its throughput
 //! is the ceiling of the gRPC layer on a machine, the denominator of every ratio in
 //! `docs/performance.md`. By default each status carries a limit, remaining and reset, as
 //! a real answer does, so the client's decoding costs the same. The tuning flags exist to
@@ -27,6 +28,10 @@ use envoy_types::pb::google::protobuf::Duration;
 use tokio::net::TcpListener;
 use tonic::transport::server::TcpIncoming;
 use tonic::{Request, Response, Status};
+
+/// The allocator of `tollgate serve`, so the two servers differ only in the work done.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[derive(Debug, Parser)]
 #[command(about = "Envoy RLS v3 server answering OK without any store (gRPC ceiling)")]

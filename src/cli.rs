@@ -99,6 +99,9 @@ pub struct Serve {
     /// Multiplexed Redis connections shared by all requests.
     #[arg(long, env = "TOLLGATE_REDIS_CONNECTIONS", default_value_t = 2)]
     pub redis_connections: usize,
+    /// Tokio worker threads serving gRPC, admin and store I/O (default: one per core).
+    #[arg(long, env = "TOLLGATE_WORKER_THREADS", value_parser = clap::value_parser!(u16).range(1..))]
+    pub worker_threads: Option<u16>,
     /// Longest a request waits for the store, in ms (Envoy's filter gives up after 20 ms).
     #[arg(long, env = "TOLLGATE_STORE_TIMEOUT_MS", default_value_t = 10)]
     pub store_timeout_ms: u64,

@@ -5,10 +5,30 @@ use std::process::ExitCode;
 use clap::Parser;
 use tollgate::cli::{Cli, Command, LogFormat};
 
-#[tokio::main]
-async fn main() -> ExitCode {
+/// mimalloc instead of the system allocator: a request allocates and frees on whichever
+/// worker thread runs it, which glibc malloc serves slowly (see docs/performance.md).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+fn main() -> ExitCode {
     let cli = Cli::parse();
     init_tracing(cli.log_format);
+    let mut runtime = tokio::runtime::Builder::new_multi_thread();
+    if let Command::Serve(serve) = &cli.command {
+        if let Some(n) = serve.worker_threads {
+            runtime.worker_threads(usize::from(n));
+        }
+    }
+    match runtime.enable_all().build() {
+        Ok(runtime) => runtime.block_on(run(cli)),
+        Err(e) => {
+            eprintln!("tollgate: cannot start the async runtime: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> ExitCode {
     match cli.command {
         Command::Check { path } => match tollgate::config::load_path(&path) {
             Ok(snapshot) => {
