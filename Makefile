@@ -2,7 +2,7 @@
 CARGO ?= cargo
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: run test e2e deps lint fmt check bench build
+.PHONY: run test e2e deps lint fmt check bench bench-table build
 
 ## Start the server on the in-memory store with the example policies in config/.
 run:
@@ -51,3 +51,12 @@ check:
 
 build:
 	$(CARGO) build --release
+
+## Criterion micro benchmarks (benches/*.rs): matching, keys, algorithms, responses, decide.
+bench:
+	$(CARGO) bench
+
+## The table of docs/performance.md: null RLS vs memory vs Redis vs redis-benchmark, in one
+## run on this machine (starts its own redis-server and servers on free ports).
+bench-table: deps
+	bash benches/table.sh
