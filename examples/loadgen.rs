@@ -284,39 +284,38 @@ fn report(args: &Args, mut total: Tally) {
     let (p50, p99, p999) = (quantile(l, 0.50), quantile(l, 0.99), quantile(l, 0.999));
     let max = l.last().copied().unwrap_or(0);
     let mode = args.rate.map_or_else(|| "closed".to_string(), |r| format!("rate={r}"));
-    if args.json {
-        println!(
-            "{{\"addr\":\"{}\",\"mode\":\"{mode}\",\"keys\":{},\"descriptors\":{},\"concurrency\":{},\
-             \"connections\":{},\"seconds\":{},\"requests\":{requests},\"rps\":{rps:.0},\"p50_us\":{p50},\
-             \"p99_us\":{p99},\"p999_us\":{p999},\"max_us\":{max},\"ok\":{},\"over_limit\":{},\
-             \"other_code\":{},\"errors\":{}}}",
-            args.addr,
-            args.keys,
-            args.descriptors,
-            args.concurrency,
-            args.connections,
-            args.seconds,
-            total.ok,
-            total.over_limit,
-            total.other_code,
-            total.errors
-        );
+    // One list of fields for both formats; `true` marks the strings JSON must quote.
+    let fields: [(&str, String, bool); 17] = [
+        ("addr", args.addr.clone(), true),
+        ("mode", mode, true),
+        ("keys", args.keys.to_string(), false),
+        ("descriptors", args.descriptors.to_string(), false),
+        ("concurrency", args.concurrency.to_string(), false),
+        ("connections", args.connections.to_string(), false),
+        ("seconds", args.seconds.to_string(), false),
+        ("requests", requests.to_string(), false),
+        ("rps", format!("{rps:.0}"), false),
+        ("p50_us", p50.to_string(), false),
+        ("p99_us", p99.to_string(), false),
+        ("p999_us", p999.to_string(), false),
+        ("max_us", max.to_string(), false),
+        ("ok", total.ok.to_string(), false),
+        ("over_limit", total.over_limit.to_string(), false),
+        ("other_code", total.other_code.to_string(), false),
+        ("errors", total.errors.to_string(), false),
+    ];
+    let line: Vec<String> = if args.json {
+        fields
+            .iter()
+            .map(|(k, v, quoted)| if *quoted { format!("\"{k}\":\"{v}\"") } else { format!("\"{k}\":{v}") })
+            .collect()
     } else {
-        println!(
-            "addr={} mode={mode} keys={} descriptors={} concurrency={} connections={} seconds={} \
-             requests={requests} rps={rps:.0} p50_us={p50} p99_us={p99} p999_us={p999} max_us={max} \
-             ok={} over_limit={} other_code={} errors={}",
-            args.addr,
-            args.keys,
-            args.descriptors,
-            args.concurrency,
-            args.connections,
-            args.seconds,
-            total.ok,
-            total.over_limit,
-            total.other_code,
-            total.errors
-        );
+        fields.iter().map(|(k, v, _)| format!("{k}={v}")).collect()
+    };
+    if args.json {
+        println!("{{{}}}", line.join(","));
+    } else {
+        println!("{}", line.join(" "));
     }
     if let Some(e) = total.first_error {
         eprintln!("first error: {e}");
