@@ -304,10 +304,11 @@ fn build_store(settings: &ServeSettings) -> anyhow::Result<Store> {
 }
 
 fn build_redis(settings: &ServeSettings) -> anyhow::Result<Store> {
-    let connections = settings.redis.connections;
+    let link = settings.redis.link(settings.store_timeout);
+    let ca_file = settings.redis.ca_file.clone();
     Ok(match &settings.redis_topology {
         RedisTopology::Single => Store::Redis(Guarded::new(
-            RedisStore::new(&settings.redis).context("redis store")?,
+            RedisStore::new(&settings.redis, settings.store_timeout).context("redis store")?,
             Some(settings.redis.breaker),
         )),
         RedisTopology::Cluster { nodes } => {
@@ -317,7 +318,7 @@ fn build_redis(settings: &ServeSettings) -> anyhow::Result<Store> {
                     "the key prefix holds a hash tag: every bucket is in one slot, on one master"
                 );
             }
-            let cluster = ClusterSettings { nodes: nodes.clone(), connections };
+            let cluster = ClusterSettings { nodes: nodes.clone(), ca_file, link };
             Store::Cluster(Guarded::new(ClusterStore::new(&cluster).context("redis cluster store")?, None))
         }
         RedisTopology::Sentinel { master, sentinels } => {
@@ -325,7 +326,8 @@ fn build_redis(settings: &ServeSettings) -> anyhow::Result<Store> {
                 master: master.clone(),
                 sentinels: sentinels.clone(),
                 master_url: Some(settings.redis.url.clone()),
-                connections,
+                ca_file,
+                link,
             };
             Store::Sentinel(Guarded::new(
                 SentinelStore::new(&sentinel).context("redis sentinel store")?,

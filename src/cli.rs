@@ -96,9 +96,18 @@ pub struct Serve {
     /// First cool-down of an open breaker, in ms (doubles after each failed probe, max 30 s).
     #[arg(long, env = "TOLLGATE_BREAKER_COOLDOWN_MS", default_value_t = 1000)]
     pub breaker_cooldown_ms: u64,
-    /// Multiplexed Redis connections shared by all requests.
+    /// Multiplexed Redis connections shared by all requests (per master with a cluster).
     #[arg(long, env = "TOLLGATE_REDIS_CONNECTIONS", default_value_t = 2)]
     pub redis_connections: usize,
+    /// Commands in flight per Redis connection; past it a charge fails at once to the
+    /// failure policy instead of queueing behind a stalled Redis.
+    #[arg(long, env = "TOLLGATE_REDIS_MAX_INFLIGHT", default_value_t = crate::store::redis::DEFAULT_MAX_INFLIGHT as u32,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub redis_max_inflight: u32,
+    /// A Redis connection with commands outstanding and no reply for this long (ms) is
+    /// replaced (default: 3 × --store-timeout-ms, at least 100).
+    #[arg(long, env = "TOLLGATE_REDIS_REPLY_TIMEOUT_MS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub redis_reply_timeout_ms: Option<u64>,
     /// Tokio worker threads serving gRPC, admin and store I/O (default: one per core).
     #[arg(long, env = "TOLLGATE_WORKER_THREADS", value_parser = clap::value_parser!(u16).range(1..))]
     pub worker_threads: Option<u16>,
@@ -212,6 +221,8 @@ impl Serve {
                     failures: self.breaker_failures,
                     cooldown: Duration::from_millis(self.breaker_cooldown_ms),
                 },
+                reply_timeout: self.redis_reply_timeout_ms.map(Duration::from_millis),
+                max_inflight: self.redis_max_inflight as usize,
             },
             redis_topology: self.redis_topology(),
             redis_key_prefix: self.redis_key_prefix.clone(),

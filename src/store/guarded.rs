@@ -27,6 +27,10 @@ pub trait Remote {
         batch: &[Charge],
         deadline: Instant,
     ) -> impl Future<Output = Vec<Result<Decision, StoreError>>> + Send;
+
+    /// Replaces the client's connections by new ones, made in the background (the breaker
+    /// opened: its probe must not ride a connection from before the outage).
+    fn renew(&self) {}
 }
 
 /// A Redis client behind the over-limit cache, load shedding and (optionally) a breaker.
@@ -113,7 +117,12 @@ impl<C: Remote + Sync> Guarded<C> {
         }
         let results = self.client.charge(batch, deadline).await;
         if let Some(breaker) = &self.breaker {
+            let opened = breaker.opened_total();
             breaker.record(admission, unreachable(&results), Instant::now().into_std());
+            if breaker.opened_total() != opened {
+                // Its probe will ride a connection made after the outage began.
+                self.client.renew();
+            }
         }
         for (charge, result) in batch.iter().zip(&results) {
             self.over_limit.learn(charge, result, sent_at);
@@ -124,6 +133,5 @@ impl<C: Remote + Sync> Guarded<C> {
 
 /// Every charge failed for want of Redis (not because a script answered an error).
 fn unreachable(results: &[Result<Decision, StoreError>]) -> bool {
-    !results.is_empty()
-        && results.iter().all(|r| matches!(r, Err(StoreError::Timeout | StoreError::Unavailable(_))))
+    !results.is_empty() && results.iter().all(|r| matches!(r, Err(e) if e.is_unreachable()))
 }

@@ -11,15 +11,14 @@
 //! shedding and the circuit breaker (`breaker`).
 
 pub mod breaker;
-pub mod cluster;
 pub mod guarded;
-pub(crate) mod kept;
 pub mod key;
 pub mod memory;
 pub mod overlimit;
 pub mod redis;
 pub(crate) mod scripts;
-pub mod sentinel;
+
+pub use self::redis::{cluster, sentinel};
 
 use tokio::time::Instant;
 
@@ -54,6 +53,10 @@ pub enum StoreError {
     /// The circuit breaker is open: Redis was not called.
     #[error("store circuit breaker open")]
     CircuitOpen,
+    /// The connection already has `--redis-max-inflight` commands outstanding: Redis was
+    /// not called (a backlog behind a stalled server would charge for answered requests).
+    #[error("store overloaded: too many commands in flight")]
+    Overloaded,
 }
 
 impl StoreError {
@@ -64,7 +67,14 @@ impl StoreError {
             StoreError::Unavailable(_) => "unavailable",
             StoreError::Server(_) => "server_error",
             StoreError::CircuitOpen => "circuit_open",
+            StoreError::Overloaded => "overloaded",
         }
+    }
+
+    /// The store could not be reached or did not keep up (not an error a script answered):
+    /// what the circuit breaker and health reporting count as failures.
+    pub fn is_unreachable(&self) -> bool {
+        matches!(self, StoreError::Timeout | StoreError::Unavailable(_) | StoreError::Overloaded)
     }
 }
 

@@ -7,11 +7,12 @@
 //! entries that failed that way. It holds no connection and never retries after a
 //! transport error or a timeout (the script may have run). Deadlines are the caller's.
 
-use deadpool_redis::redis::aio::ConnectionLike;
-use deadpool_redis::redis::{self, Cmd, Pipeline, RedisError, ServerErrorKind, Value};
+use redis::{Cmd, Pipeline, RedisError, ServerErrorKind, Value};
+use tokio::time::Instant;
 
 use crate::algorithm::{Algorithm, Decision, Hits};
 
+use super::redis::link::Link;
 use super::{Charge, StoreError};
 
 /// The script bodies as sent to Redis: the shared prelude, then the algorithm.
@@ -98,64 +99,46 @@ impl Scripts {
     }
 }
 
-/// What one pipelined batch gave: a result per charge, and whether the caller should stop
-/// sharing the connection.
-#[derive(Debug)]
-pub struct PipelineOutcome {
-    pub results: Vec<Result<Decision, StoreError>>,
-    /// The connection failed (a transport error): it is broken.
-    pub connection_failed: bool,
-    /// An entry was answered `READONLY`: the node is a replica now (a failover happened).
-    pub replica: bool,
-}
-
-/// Sends `batch` as one `EVALSHA` pipeline on `conn`; entries answered `NOSCRIPT` are sent
-/// again, once, as one `EVAL` pipeline. One round trip, two if scripts were missing. No
-/// deadline here: the caller wraps the call in its own.
-pub async fn charge_pipelined<C: ConnectionLike>(
-    conn: &mut C,
+/// Sends `batch` as one `EVALSHA` pipeline over `link`; entries answered `NOSCRIPT` are
+/// sent again, once, as one `EVAL` pipeline (they did not run). One round trip, two if
+/// scripts were missing, all by `deadline`. A `READONLY` entry did not run either, but is
+/// not re-sent here: the lifecycle has taken that connection out, and the charge is a
+/// store failure (`Unavailable`) so the breaker sees it.
+pub async fn charge_pipelined(
+    link: &Link,
     scripts: &Scripts,
     batch: &[Charge],
-) -> PipelineOutcome {
-    let pipe = scripts.pipeline(batch, Call::Sha);
-    let values = match conn.req_packed_commands(&pipe, 0, batch.len()).await {
+    deadline: Instant,
+) -> Vec<Result<Decision, StoreError>> {
+    let values = match link.send(scripts.pipeline(batch, Call::Sha), batch.len(), deadline).await {
         Ok(values) => values,
-        Err(e) => {
-            let results = vec![Err(classify(&e)); batch.len()];
-            return PipelineOutcome { results, connection_failed: true, replica: false };
-        }
+        Err(e) => return vec![Err(e.into()); batch.len()],
     };
     let mut missing = Vec::new();
-    let mut replica = false;
     let mut results: Vec<Result<Decision, StoreError>> = Vec::with_capacity(batch.len());
     for (i, value) in values.into_iter().enumerate() {
         if is_noscript(&value) {
             missing.push(i);
         }
-        replica |= is_readonly(&value);
         results.push(parse(value));
     }
-    let mut connection_failed = false;
     if !missing.is_empty() {
         let retry: Vec<Charge> = missing.iter().map(|&i| batch[i].clone()).collect();
-        let pipe = scripts.pipeline(&retry, Call::Source);
-        match conn.req_packed_commands(&pipe, 0, retry.len()).await {
+        match link.send(scripts.pipeline(&retry, Call::Source), retry.len(), deadline).await {
             Ok(values) => {
                 for (&i, value) in missing.iter().zip(values) {
-                    replica |= is_readonly(&value);
                     results[i] = parse(value);
                 }
             }
             Err(e) => {
-                connection_failed = true;
-                let err = classify(&e);
+                let err = StoreError::from(e);
                 for &i in &missing {
                     results[i] = Err(err.clone());
                 }
             }
         }
     }
-    PipelineOutcome { results, connection_failed, replica }
+    results
 }
 
 /// Whether a reply is `NOSCRIPT` (the node does not have the script cached).
@@ -191,6 +174,10 @@ pub fn parse(value: Value) -> Result<Decision, StoreError> {
                 }
                 _ => Err(StoreError::Server(format!("unexpected script reply {items:?}"))),
             }
+        }
+        // The node is a replica now (a failover): a store failure, like an unreachable master.
+        Value::ServerError(e) if e.kind() == Some(ServerErrorKind::ReadOnly) => {
+            Err(StoreError::Unavailable(format!("READONLY: {}", e.details().unwrap_or(""))))
         }
         Value::ServerError(e) => {
             Err(StoreError::Server(format!("{}: {}", e.code(), e.details().unwrap_or(""))))

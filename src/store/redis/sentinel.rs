@@ -1,0 +1,238 @@
+//! The Redis Sentinel store: the single-node store's behaviour on whichever node the
+//! sentinels name as master.
+//!
+//! Every connection of the lifecycle (`link`) is made to the address the sentinels give at
+//! that moment (the first sentinel that answers), with the credentials, database and TLS
+//! mode of `--redis-url`. Every request is one pipeline of `EVALSHA`, with the usual single
+//! `EVAL` retry of `NOSCRIPT` entries, by the request's deadline.
+//!
+//! After a failover the old master may be gone (its connections close or fall silent: the
+//! lifecycle replaces them), a replica (`READONLY`: taken out for good), or — for the
+//! seconds until the sentinels reconfigure it — still a master accepting writes that nobody
+//! else sees. So a background task also asks the sentinels every second which node is
+//! master and renews every connection when the answer changes. Until the sentinels promote
+//! a replica, charges fail and take their domain's failure policy. Replication is
+//! asynchronous: counts the old master had not yet sent are lost.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Once, Weak};
+use std::time::Duration;
+
+use redis::aio::MultiplexedConnection;
+use redis::ConnectionInfo;
+use tokio::time::Instant;
+
+use crate::algorithm::Decision;
+
+use super::super::scripts::{charge_pipelined, Scripts};
+use super::super::{Charge, StoreError};
+use super::link::{Connect, Link, LinkSettings, Replaced};
+use super::{connection_info, node_url, redact_url, with_address};
+
+/// How often the sentinels are asked which node is master.
+const WATCH_PERIOD: Duration = Duration::from_secs(1);
+
+/// How to reach a master through Redis Sentinel.
+#[derive(Clone)]
+pub struct SentinelSettings {
+    /// The master's name in the sentinels' configuration (`sentinel monitor <name> …`).
+    pub master: String,
+    /// Sentinels: `host:port` or `redis://[user:password@]host:port`.
+    pub sentinels: Vec<String>,
+    /// Credentials, database and TLS for the master (its host is ignored): `--redis-url`.
+    pub master_url: Option<String>,
+    /// PEM CA bundle for a `rediss://` master.
+    pub ca_file: Option<PathBuf>,
+    /// How connections to the master are kept.
+    pub link: LinkSettings,
+}
+
+impl fmt::Debug for SentinelSettings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SentinelSettings")
+            .field("master", &self.master)
+            .field("sentinels", &self.sentinels.iter().map(|s| redact_url(s)).collect::<Vec<_>>())
+            .field("master_url", &self.master_url.as_deref().map(redact_url))
+            .field("link", &self.link)
+            .finish()
+    }
+}
+
+/// Sentinel-backed store.
+pub struct SentinelStore {
+    link: Arc<Link>,
+    scripts: Scripts,
+    master: String,
+    sentinels: Vec<String>,
+    watching: Once,
+    healthy: AtomicBool,
+    description: String,
+}
+
+impl fmt::Debug for SentinelStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SentinelStore").field("sentinel", &self.description).finish_non_exhaustive()
+    }
+}
+
+impl SentinelStore {
+    /// Builds the store. Connects lazily: sentinels or master down at startup is not an error.
+    pub fn new(settings: &SentinelSettings) -> Result<SentinelStore, StoreError> {
+        if settings.sentinels.is_empty() {
+            return Err(StoreError::Unavailable("no sentinels given".into()));
+        }
+        let urls: Vec<String> = settings.sentinels.iter().map(|s| node_url(s)).collect();
+        let master_url = settings.master_url.as_deref().unwrap_or("redis://127.0.0.1:6379/");
+        let template = connection_info(master_url, settings.ca_file.as_ref())?;
+        let connect = connect_to_master(template, urls.clone(), settings.master.clone());
+        let shown: Vec<String> = urls.iter().map(|u| redact_url(u)).collect();
+        let description = format!("{} via {}", settings.master, shown.join(","));
+        Ok(SentinelStore {
+            link: Arc::new(Link::new(settings.link, description.clone(), connect)),
+            scripts: Scripts::new(),
+            master: settings.master.clone(),
+            sentinels: urls,
+            watching: Once::new(),
+            healthy: AtomicBool::new(true),
+            description,
+        })
+    }
+
+    /// `master via sentinel,sentinel`, without passwords.
+    pub fn description(&self) -> String {
+        self.description.clone()
+    }
+
+    /// Whether the last call reached the master.
+    pub fn is_healthy(&self) -> bool {
+        self.healthy.load(Ordering::Relaxed)
+    }
+
+    /// Connections replaced since the start, by reason.
+    pub fn replaced(&self) -> Replaced {
+        self.link.replaced()
+    }
+
+    /// Charges the batch in one round trip (two if some scripts were missing), by `deadline`.
+    pub async fn charge(&self, batch: &[Charge], deadline: Instant) -> Vec<Result<Decision, StoreError>> {
+        self.watching.call_once(|| {
+            let link = Arc::downgrade(&self.link);
+            tokio::spawn(watch_master(link, self.sentinels.clone(), self.master.clone()));
+        });
+        let results = charge_pipelined(&self.link, &self.scripts, batch, deadline).await;
+        self.set_healthy(!results.iter().any(|r| matches!(r, Err(e) if e.is_unreachable())));
+        results
+    }
+
+    fn set_healthy(&self, up: bool) {
+        if self.healthy.swap(up, Ordering::Relaxed) != up {
+            if up {
+                tracing::info!(sentinel = %self.description, "redis master is reachable again");
+            } else {
+                tracing::warn!(sentinel = %self.description, "redis master is failing; domains apply failure_mode");
+            }
+        }
+    }
+}
+
+/// Each connect asks the sentinels for the master's address, then connects there with
+/// the master URL's credentials, database and TLS mode.
+fn connect_to_master(template: ConnectionInfo, sentinels: Vec<String>, master: String) -> Connect {
+    Arc::new(move |config| {
+        let (template, sentinels, master) = (template.clone(), sentinels.clone(), master.clone());
+        Box::pin(async move {
+            let mut conns = vec![None; sentinels.len()];
+            let Some((host, port)) = ask_sentinels(&sentinels, &mut conns, &master).await else {
+                return Err(StoreError::Unavailable(format!("no sentinel knows master {master}")));
+            };
+            let client = redis::Client::open(with_address(&template, &host, port))
+                .map_err(|e| StoreError::Unavailable(e.to_string()))?;
+            client
+                .get_multiplexed_async_connection_with_config(&config)
+                .await
+                .map_err(|e| StoreError::Unavailable(e.to_string()))
+        })
+    })
+}
+
+/// Until the store is dropped: asks the sentinels which node is master every
+/// `WATCH_PERIOD` and drops every kept connection when the answer changes.
+async fn watch_master(link: Weak<Link>, sentinels: Vec<String>, master: String) {
+    let mut conns: Vec<Option<MultiplexedConnection>> = vec![None; sentinels.len()];
+    let mut known: Option<(String, u16)> = None;
+    let mut tick = tokio::time::interval(WATCH_PERIOD);
+    loop {
+        tick.tick().await;
+        let answer = ask_sentinels(&sentinels, &mut conns, &master).await;
+        let Some(link) = link.upgrade() else { return };
+        let Some(now) = answer else { continue };
+        if let Some(before) = known.as_ref().filter(|before| **before != now) {
+            tracing::warn!(
+                master = %master,
+                from = %format!("{}:{}", before.0, before.1),
+                to = %format!("{}:{}", now.0, now.1),
+                "the sentinels switched master; reconnecting"
+            );
+            link.renew();
+        }
+        known = Some(now);
+    }
+}
+
+/// The master's address from the first sentinel that knows it (connections kept).
+async fn ask_sentinels(
+    urls: &[String],
+    conns: &mut [Option<MultiplexedConnection>],
+    master: &str,
+) -> Option<(String, u16)> {
+    let limit = WATCH_PERIOD / 2;
+    for (url, conn) in urls.iter().zip(conns.iter_mut()) {
+        if conn.is_none() {
+            let client = redis::Client::open(url.as_str()).ok()?;
+            let made = tokio::time::timeout(limit, client.get_multiplexed_async_connection()).await;
+            *conn = made.ok().and_then(Result::ok);
+        }
+        let Some(c) = conn.as_mut() else { continue };
+        let mut cmd = redis::cmd("SENTINEL");
+        cmd.arg("GET-MASTER-ADDR-BY-NAME").arg(master);
+        match tokio::time::timeout(limit, cmd.query_async::<Option<(String, u16)>>(c)).await {
+            Ok(Ok(Some(addr))) => return Some(addr),
+            Ok(Ok(None)) => {}
+            _ => *conn = None,
+        }
+    }
+    None
+}
+
+impl super::super::Remote for SentinelStore {
+    async fn charge(&self, batch: &[Charge], deadline: Instant) -> Vec<Result<Decision, StoreError>> {
+        SentinelStore::charge(self, batch, deadline).await
+    }
+
+    fn renew(&self) {
+        self.link.renew();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_never_print() {
+        let s = SentinelSettings {
+            master: "mymaster".into(),
+            sentinels: vec!["redis://:s3cret@h:26379".into()],
+            master_url: Some("redis://:m4ster@h:6379".into()),
+            ca_file: None,
+            link: crate::store::redis::RedisSettings::new("redis://h").link(Duration::from_millis(10)),
+        };
+        let shown = format!("{s:?}");
+        assert!(
+            !shown.contains("s3cret") && !shown.contains("m4ster") && shown.contains("mymaster"),
+            "{shown}"
+        );
+    }
+}

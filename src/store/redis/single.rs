@@ -1,0 +1,93 @@
+//! The single-node Redis store: every charge of one request in one pipeline of `EVALSHA`
+//! on one of a few shared connections (`link`) to a fixed address — a server, a proxy, or
+//! a cloud "primary endpoint" whose address stays while the node behind it changes.
+//!
+//! Scripts are called by SHA (`scripts`); `NOSCRIPT` entries are sent again once with
+//! `EVAL`. Nothing else is re-sent: after a timeout or a failed connection the script may
+//! have run, and a second send would charge the bucket twice. A connection the server
+//! closed is replaced before a request uses it (the lifecycle watches disconnects), so a
+//! Redis restart costs no request.
+
+use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::algorithm::Decision;
+
+use super::super::scripts::{charge_pipelined, Scripts};
+use super::super::{Charge, StoreError};
+use super::link::{Link, Replaced};
+use super::{address, connect_to, connection_info, redact_url, RedisSettings};
+
+/// Redis-backed store.
+pub struct RedisStore {
+    link: Link,
+    scripts: Scripts,
+    healthy: AtomicBool,
+    url: String,
+}
+
+impl fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisStore").field("url", &redact_url(&self.url)).finish_non_exhaustive()
+    }
+}
+
+impl RedisStore {
+    /// Builds the store; requests run with `store_timeout`. Connects in the background
+    /// once a runtime runs: Redis being down at startup is not an error.
+    pub fn new(settings: &RedisSettings, store_timeout: Duration) -> Result<RedisStore, StoreError> {
+        let info = connection_info(&settings.url, settings.ca_file.as_ref())?;
+        let name = address(&info);
+        Ok(RedisStore {
+            link: Link::new(settings.link(store_timeout), name, connect_to(info)),
+            scripts: Scripts::new(),
+            healthy: AtomicBool::new(true),
+            url: settings.url.clone(),
+        })
+    }
+
+    /// The Redis URL without its password.
+    pub fn redacted_url(&self) -> String {
+        redact_url(&self.url)
+    }
+
+    /// Whether the last call reached Redis.
+    pub fn is_healthy(&self) -> bool {
+        self.healthy.load(Ordering::Relaxed)
+    }
+
+    /// Connections replaced since the start, by reason.
+    pub fn replaced(&self) -> Replaced {
+        self.link.replaced()
+    }
+
+    /// Charges the batch in one round trip (two if some scripts were missing), by `deadline`.
+    pub async fn charge(&self, batch: &[Charge], deadline: Instant) -> Vec<Result<Decision, StoreError>> {
+        let results = charge_pipelined(&self.link, &self.scripts, batch, deadline).await;
+        self.set_healthy(!results.iter().any(|r| matches!(r, Err(e) if e.is_unreachable())));
+        results
+    }
+
+    fn set_healthy(&self, up: bool) {
+        if self.healthy.swap(up, Ordering::Relaxed) != up {
+            if up {
+                tracing::info!(redis = %redact_url(&self.url), "redis store is reachable again");
+            } else {
+                tracing::warn!(redis = %redact_url(&self.url), "redis store is failing; domains apply their failure_mode");
+            }
+        }
+    }
+}
+
+impl super::super::Remote for RedisStore {
+    async fn charge(&self, batch: &[Charge], deadline: Instant) -> Vec<Result<Decision, StoreError>> {
+        RedisStore::charge(self, batch, deadline).await
+    }
+
+    fn renew(&self) {
+        self.link.renew();
+    }
+}
