@@ -39,6 +39,10 @@ pub struct Options {
     pub response_headers: bool,
     pub breaker: tollgate::store::breaker::BreakerSettings,
     pub redis_ca_file: Option<PathBuf>,
+    /// `--redis-max-inflight` (commands outstanding per connection).
+    pub max_inflight: usize,
+    /// `--redis-connections`.
+    pub redis_connections: usize,
 }
 
 impl Options {
@@ -57,6 +61,8 @@ impl Options {
             response_headers: false,
             breaker: Default::default(),
             redis_ca_file: None,
+            max_inflight: tollgate::store::redis::DEFAULT_MAX_INFLIGHT,
+            redis_connections: 2,
         }
     }
 }
@@ -90,6 +96,8 @@ pub async fn spawn_in(options: Options, config_dir: tempfile::TempDir) -> TestAp
     settings.redis = RedisSettings::new(redis_url);
     settings.redis.breaker = options.breaker;
     settings.redis.ca_file = options.redis_ca_file;
+    settings.redis.max_inflight = options.max_inflight;
+    settings.redis.connections = options.redis_connections;
     settings.redis_key_prefix = options.key_prefix;
     settings.store_timeout = options.store_timeout;
     settings.memory_max_keys = options.memory_max_keys;
@@ -280,6 +288,8 @@ pub struct Traffic {
 #[derive(Debug, Default)]
 pub struct TrafficReport {
     pub requests: usize,
+    /// Answers whose overall code was OK.
+    pub allowed: usize,
     pub errors: Vec<String>,
     pub limits: std::collections::BTreeSet<Vec<u32>>,
 }
@@ -301,7 +311,9 @@ impl Traffic {
                         report.requests += 1;
                         match client.should_rate_limit(request.clone()).await {
                             Ok(response) => {
-                                report.limits.insert(limits(&response.into_inner()));
+                                let response = response.into_inner();
+                                report.allowed += usize::from(!over(&response));
+                                report.limits.insert(limits(&response));
                             }
                             Err(status) => report.errors.push(status.to_string()),
                         }
@@ -320,6 +332,7 @@ impl Traffic {
         for task in self.tasks {
             let report = task.await.expect("traffic task");
             all.requests += report.requests;
+            all.allowed += report.allowed;
             all.errors.extend(report.errors);
             all.limits.extend(report.limits);
         }

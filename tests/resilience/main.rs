@@ -7,6 +7,7 @@ mod redis_support;
 #[path = "../api/support.rs"]
 mod support;
 
+mod backlog;
 mod faults;
 mod hostile;
 mod security;

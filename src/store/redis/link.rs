@@ -271,6 +271,12 @@ impl Drop for Link {
 
 /// One pipeline on `conn`, owned by a spawned task: the reply clock, the in-flight count
 /// and the decision to replace the connection never depend on the request still waiting.
+///
+/// The commands count as outstanding until their reply arrives or the connection is taken
+/// out: a command that outlived its request is still on the wire, and a stalled server
+/// would run it when it resumes. Every `reply_timeout` without a reply the task looks at
+/// the connection: replies arriving for others mean it is slow, not silent (keep waiting);
+/// none for `reply_timeout` means silent (take it out).
 async fn call(
     inner: Arc<Inner>,
     conn: Arc<Conn>,
@@ -280,24 +286,29 @@ async fn call(
     let _inflight = Inflight(conn.clone(), count);
     let mut mc = conn.mc.clone();
     let reply_timeout = inner.settings.reply_timeout;
-    match tokio::time::timeout(reply_timeout, mc.send_packed_commands(&pipe, 0, count)).await {
-        Ok(Ok(values)) => {
-            conn.last_reply_us.store(inner.now_us(), Ordering::Relaxed);
-            if values.iter().any(is_readonly) {
-                inner.retire(&conn, Reason::ReadOnly);
+    let reply = mc.send_packed_commands(&pipe, 0, count);
+    tokio::pin!(reply);
+    loop {
+        match tokio::time::timeout(reply_timeout, &mut reply).await {
+            Ok(Ok(values)) => {
+                conn.last_reply_us.store(inner.now_us(), Ordering::Relaxed);
+                if values.iter().any(is_readonly) {
+                    inner.retire(&conn, Reason::ReadOnly);
+                }
+                return Ok(values);
             }
-            Ok(values)
-        }
-        Ok(Err(e)) => {
-            inner.retire(&conn, Reason::Failed(e.to_string()));
-            Err(classify(&e))
-        }
-        Err(_) => {
-            let silent = inner.now_us().saturating_sub(conn.last_reply_us.load(Ordering::Relaxed));
-            if silent >= reply_timeout.as_micros() as u64 {
-                inner.retire(&conn, Reason::NoReply);
+            Ok(Err(e)) => {
+                inner.retire(&conn, Reason::Failed(e.to_string()));
+                return Err(classify(&e));
             }
-            Err(StoreError::Timeout)
+            Err(_) if conn.retired.load(Ordering::Acquire) => return Err(StoreError::Timeout),
+            Err(_) => {
+                let silent = inner.now_us().saturating_sub(conn.last_reply_us.load(Ordering::Relaxed));
+                if silent >= reply_timeout.as_micros() as u64 {
+                    inner.retire(&conn, Reason::NoReply);
+                    return Err(StoreError::Timeout);
+                }
+            }
         }
     }
 }
