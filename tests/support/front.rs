@@ -2,8 +2,8 @@
 //! Kubernetes Service, a cloud "primary endpoint" or a NAT in the path produces.
 //!
 //! The front listens on a free loopback port and forwards every accepted connection to its
-//! current target. It runs on a runtime of its own (one worker thread), so it keeps working
-//! whatever the test's runtime does (blocked in `spawn_blocking`, paused, shutting down).
+//! current target. It runs on a thread and a runtime of its own, so it keeps working whatever
+//! the test's runtime does (blocked, paused, shutting down).
 //! Controls, callable from any thread at any time:
 //! - `set_target`: new connections go to the new address; open ones keep their upstream
 //!   (a failover behind a stable address).
@@ -15,7 +15,8 @@
 //!   until that long after the accept (a slow TLS/AUTH set-up across zones).
 //! - counters: connections accepted, bytes forwarded each way, bytes swallowed.
 //!
-//! Dropping the front stops its runtime: the listener and every connection close.
+//! Dropping the front stops its runtime and waits for it: once `drop` returns, the listener
+//! and every connection are closed.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -30,7 +31,9 @@ use tokio::time::Instant;
 pub struct Front {
     addr: SocketAddr,
     shared: Arc<Shared>,
-    runtime: Option<tokio::runtime::Runtime>,
+    /// Ends the front's runtime when sent (or dropped).
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
 }
 
 /// What the controls change and the connections read.
@@ -85,22 +88,28 @@ impl Conn {
 impl Front {
     /// Starts a front on a free loopback port forwarding to `target`.
     pub fn start(target: SocketAddr) -> Front {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .thread_name("test-front")
-            .enable_all()
-            .build()
-            .expect("front runtime");
         let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind the front");
         listener.set_nonblocking(true).expect("nonblocking listener");
         let addr = listener.local_addr().expect("front address");
         let shared = Arc::new(Shared { target: Mutex::new(Some(target)), ..Shared::default() });
-        let listener = {
-            let _entered = runtime.enter();
-            TcpListener::from_std(listener).expect("front listener")
-        };
-        runtime.spawn(accept(listener, shared.clone()));
-        Front { addr, shared, runtime: Some(runtime) }
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let runtime =
+            tokio::runtime::Builder::new_current_thread().enable_all().build().expect("front runtime");
+        let accepting = shared.clone();
+        let thread = std::thread::Builder::new()
+            .name(format!("test-front-{}", addr.port()))
+            .spawn(move || {
+                runtime.block_on(async move {
+                    let listener = TcpListener::from_std(listener).expect("front listener");
+                    tokio::spawn(accept(listener, accepting));
+                    let _ = stopped.await;
+                });
+                // Dropping a current-thread runtime drops every task on this thread, now:
+                // the listener and all sockets close before `Front::drop` returns.
+                drop(runtime);
+            })
+            .expect("front thread");
+        Front { addr, shared, stop: Some(stop), thread: Some(thread) }
     }
 
     /// Starts a front to `127.0.0.1:port`.
@@ -159,10 +168,11 @@ impl Front {
 
 impl Drop for Front {
     fn drop(&mut self) {
-        // Drops every task: the listener and all sockets close. `shutdown_background`
-        // because a test may drop the front from inside its own runtime.
-        if let Some(runtime) = self.runtime.take() {
-            runtime.shutdown_background();
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
         }
     }
 }
