@@ -3,7 +3,8 @@
 //!
 //! `scenarios` is `tests/api/scenarios.rs` itself — the scenario suite every store passes —
 //! run here with `StoreKind::Redis` meaning a cluster (see `support`). `scaling` covers
-//! what only a cluster shows; `sentinel` the Sentinel store; `cli` the flags.
+//! what only a cluster shows; `faults` a cluster behind TCP fronts (`support/front.rs`)
+//! whose connections go silent; `sentinel` the Sentinel store; `cli` the flags.
 //!
 //! A missing `redis-server` or `redis-cli` is a loud failure (`make test` installs them).
 
@@ -11,11 +12,16 @@
 #[path = "support/cluster.rs"]
 mod cluster_support;
 #[allow(dead_code)]
+#[path = "support/front.rs"]
+mod front_support;
+#[allow(dead_code)]
 #[path = "support/sentinel.rs"]
 mod sentinel_support;
 
 #[path = "cluster/cli.rs"]
 mod cli;
+#[path = "cluster/faults.rs"]
+mod faults;
 #[path = "cluster/scaling.rs"]
 mod scaling;
 #[path = "api/scenarios.rs"]

@@ -1,11 +1,15 @@
-//! Redis killed, frozen (SIGSTOP) and restarted under traffic; the circuit breaker.
+//! Redis killed, frozen (SIGSTOP) and restarted under traffic; the circuit breaker; and,
+//! through a TCP front, a failover behind a stable address, silent connections and a slow
+//! connection set-up.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tollgate::app::StoreKind;
 use tollgate::store::breaker::BreakerSettings;
 
+use crate::front_support::Front;
 use crate::support::*;
 
 /// Store deadline of these tests, and the margin a response may take beyond it.
@@ -148,4 +152,93 @@ async fn a_demoted_master_answering_readonly_is_a_store_failure_until_promoted_a
     })
     .await;
     assert!(back, "serves again once the node is a master");
+}
+
+// Faults of the path between Tollgate and Redis, produced by a TCP front
+// (`tests/support/front.rs`): Tollgate → front → Redis, the app owning no Redis itself.
+// "Answered by Redis" is a fresh bucket of the fail-closed domain allowed with 4 left: the
+// failure policy would deny it.
+
+/// An app whose Redis URL is the front's.
+async fn app_behind(front: &Front, store_timeout: Duration) -> TestApp {
+    let mut options = Options::new(StoreKind::Redis);
+    options.store_timeout = store_timeout;
+    options.redis_url = Some(front.url());
+    spawn_with(options, &POLICIES).await
+}
+
+/// Whether one request for a fresh bucket (`tag` and a counter) was answered by Redis.
+async fn answered_by_redis(app: &TestApp, tag: &str) -> bool {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let key = format!("{tag}-{}", NEXT.fetch_add(1, Ordering::Relaxed));
+    let response = app.check(request("closed_d", &[&[("k", &key)]])).await;
+    !over(&response) && response.statuses[0].limit_remaining == 4
+}
+
+/// Polls until a request is answered by Redis; how long that took, or `None` after `within`.
+async fn recovers(app: &Arc<TestApp>, tag: &'static str, within: Duration) -> Option<Duration> {
+    let started = Instant::now();
+    let recovered = eventually(within, || {
+        let app = app.clone();
+        async move { answered_by_redis(&app, tag).await }
+    })
+    .await;
+    let took = started.elapsed();
+    println!("figures: {tag}: recovered {recovered} after {took:?}");
+    recovered.then_some(took)
+}
+
+/// Of `n` requests in a row, how many were answered by Redis.
+async fn steadily(app: &TestApp, tag: &str, n: usize) -> usize {
+    let mut answered = 0;
+    for _ in 0..n {
+        answered += usize::from(answered_by_redis(app, tag).await);
+    }
+    answered
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failover_behind_a_stable_address() {
+    let (old, new) = (RedisServer::start(), RedisServer::start());
+    let front = Front::to_port(old.port());
+    let app = Arc::new(app_behind(&front, DEADLINE).await);
+    // Several requests: every kept connection is open to the old master.
+    assert_eq!(steadily(&app, "before", 10).await, 10);
+    assert!(old.cli(&["DBSIZE"]) != "0" && front.stats().to_client > 0, "served through the front");
+    // The failover: the old master stays up as a replica of the new one (answering every
+    // write with READONLY), and the stable address now leads to the new master.
+    assert_eq!(old.cli(&["REPLICAOF", "127.0.0.1", &new.port().to_string()]), "OK");
+    front.set_target_port(new.port());
+    let took = recovers(&app, "failover", Duration::from_secs(2)).await;
+    assert!(took.is_some(), "a fail-closed domain is answered by Redis again within 2 s");
+    // Not by luck of a request landing on a new connection: every later one too.
+    assert_eq!(steadily(&app, "failover-then", 10).await, 10, "then steadily: {:?}", front.stats());
+    assert!(new.cli(&["KEYS", "*failover*"]).contains("failover"), "charged on the new master");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_connections_are_replaced() {
+    let redis = RedisServer::start();
+    let front = Front::to_port(redis.port());
+    let app = Arc::new(app_behind(&front, DEADLINE).await);
+    assert_eq!(steadily(&app, "before", 10).await, 10);
+    // Every open connection now swallows bytes both ways, without FIN or RST; new ones work.
+    front.silence_existing();
+    let took = recovers(&app, "silent", Duration::from_secs(5)).await;
+    assert!(took.is_some(), "answered by Redis again within 5 s: {:?}", front.stats());
+    assert_eq!(steadily(&app, "after", 10).await, 10, "and then steadily");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_connection_setup_still_connects() {
+    let redis = RedisServer::start();
+    let front = Front::to_port(redis.port());
+    // Each connection's first answer (its set-up) takes 30 ms, three request deadlines.
+    front.delay_first_bytes(Duration::from_millis(30));
+    let app = Arc::new(app_behind(&front, Duration::from_millis(10)).await);
+    let took = recovers(&app, "slow-setup", Duration::from_secs(2)).await;
+    assert!(took.is_some(), "connected despite a set-up longer than the deadline: {:?}", front.stats());
+    // Then served from the connection made: a stray late answer on a busy host is tolerated.
+    let answered = steadily(&app, "slow-setup-then", 20).await;
+    assert!(answered >= 15, "{answered} of 20 answered by Redis: {:?}", front.stats());
 }

@@ -1,5 +1,9 @@
-//! Fault injection against a real redis-server, hostile input, and Redis AUTH/TLS.
+//! Fault injection against a real redis-server (directly or through a TCP front that
+//! moves, silences or slows connections), hostile input, and Redis AUTH/TLS.
 
+#[allow(dead_code)]
+#[path = "../support/front.rs"]
+mod front_support;
 #[allow(dead_code)]
 #[path = "../support/redis.rs"]
 mod redis_support;
@@ -9,5 +13,6 @@ mod support;
 
 mod backlog;
 mod faults;
+mod front;
 mod hostile;
 mod security;

@@ -5,11 +5,19 @@
 //! only its own slots), `redis-cli --cluster create` assigns the slots, and `start` returns
 //! once every node reports `cluster_state:ok` and knows every other node: readiness is
 //! polled, never slept for. A missing `redis-server` or `redis-cli` is a loud failure.
+//!
+//! `start_behind_fronts` puts a TCP front (`front.rs`) before each master, and each master
+//! announces its front (`cluster-announce-port`; the bus stays direct), so a client that
+//! discovers nodes by `CLUSTER SLOTS` or follows `MOVED` connects through the fronts, and a
+//! test can silence one master's connections. The cluster's own helpers (`cli`, …) always
+//! talk to the real ports.
 
 use std::collections::HashSet;
 use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+use crate::front_support::Front;
 
 /// Masters in a test cluster.
 pub const MASTERS: usize = 3;
@@ -23,6 +31,8 @@ pub struct RedisCluster {
 struct Node {
     port: u16,
     child: Option<Child>,
+    /// The front this master announces, when the cluster runs behind fronts.
+    front: Option<Front>,
 }
 
 /// A port that is free, and whose cluster bus port (+10000) is free too, and not in `taken`.
@@ -43,13 +53,23 @@ fn free_cluster_port(taken: &HashSet<u16>) -> u16 {
 impl RedisCluster {
     /// Starts three masters, creates the cluster and waits until it is ready.
     pub fn start() -> RedisCluster {
+        Self::start_with(false)
+    }
+
+    /// Like `start`, each master behind a front of its own that it announces to clients.
+    pub fn start_behind_fronts() -> RedisCluster {
+        Self::start_with(true)
+    }
+
+    fn start_with(fronts: bool) -> RedisCluster {
         let dir = tempfile::Builder::new().prefix("tollgate-cluster-").tempdir().expect("tempdir");
         let mut taken = HashSet::new();
         let mut nodes = Vec::new();
         for _ in 0..MASTERS {
             let port = free_cluster_port(&taken);
             taken.extend([port, port + 10000]);
-            nodes.push(Node { port, child: None });
+            let front = fronts.then(|| Front::to_port(port));
+            nodes.push(Node { port, child: None, front });
         }
         let mut cluster = RedisCluster { nodes, dir };
         for i in 0..MASTERS {
@@ -61,10 +81,22 @@ impl RedisCluster {
 
     fn spawn(&mut self, i: usize) {
         let port = self.nodes[i].port.to_string();
+        let announce = match &self.nodes[i].front {
+            Some(front) => vec![
+                "--cluster-announce-ip".to_string(),
+                "127.0.0.1".to_string(),
+                "--cluster-announce-port".to_string(),
+                front.port().to_string(),
+                "--cluster-announce-bus-port".to_string(),
+                (self.nodes[i].port + 10000).to_string(),
+            ],
+            None => vec![],
+        };
         let child = Command::new("redis-server")
             .args(["--port", &port, "--bind", "127.0.0.1"])
             .args(["--cluster-enabled", "yes", "--cluster-config-file", &format!("nodes-{port}.conf")])
             .args(["--cluster-require-full-coverage", "no", "--cluster-node-timeout", "2000"])
+            .args(&announce)
             .args(["--save", "", "--appendonly", "no"])
             .arg("--dir")
             .arg(self.dir.path())
@@ -112,13 +144,25 @@ impl RedisCluster {
         }
     }
 
-    /// `127.0.0.1:PORT` of every node, for `--redis-cluster-nodes`.
+    /// `127.0.0.1:PORT` of every node as clients should reach it, for
+    /// `--redis-cluster-nodes`: each master's front when the cluster runs behind fronts.
     pub fn nodes(&self) -> Vec<String> {
-        self.nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)).collect()
+        (0..self.nodes.len()).map(|i| format!("127.0.0.1:{}", self.client_port(i))).collect()
     }
 
+    /// The real port of node `i`.
     pub fn port(&self, i: usize) -> u16 {
         self.nodes[i].port
+    }
+
+    /// The port node `i` announces to clients: its front's, or its own.
+    pub fn client_port(&self, i: usize) -> u16 {
+        self.nodes[i].front.as_ref().map_or(self.nodes[i].port, Front::port)
+    }
+
+    /// The front of master `i` (only behind fronts).
+    pub fn front(&self, i: usize) -> &Front {
+        self.nodes[i].front.as_ref().expect("this cluster runs behind fronts (start_behind_fronts)")
     }
 
     /// `redis-cli -p PORT args…` on node `i` (no cluster redirects); its trimmed stdout.
@@ -159,7 +203,9 @@ impl RedisCluster {
             });
             if owns {
                 let port = fields[1].split(['@', ':']).nth(1).and_then(|p| p.parse::<u16>().ok());
-                if let Some(i) = self.nodes.iter().position(|n| Some(n.port) == port) {
+                if let Some(i) = (0..self.nodes.len())
+                    .find(|&i| port == Some(self.nodes[i].port) || port == Some(self.client_port(i)))
+                {
                     return i;
                 }
             }
