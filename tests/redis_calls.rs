@@ -1,17 +1,24 @@
 //! Counts what Tollgate asks Redis: one `EVALSHA` per charged descriptor, one round trip per
 //! request, and a flood on one over-limit key answered locally (Redis calls stay flat).
 //!
-//! Calls are counted with `INFO commandstats` (`cmdstat_evalsha:calls=`) and round trips
-//! with `INFO stats` `total_reads_processed`: Redis reads a pipeline that arrives in one
-//! write in one read event, so a request whose descriptors went out in one pipeline adds
-//! one read, and one that awaited each descriptor would add one per descriptor. Requests
-//! are sent one at a time so no two can share a read. Counters are compared as deltas over
-//! a persistent connection (whose own `INFO` adds exactly one read).
+//! Calls are counted by Redis (`INFO commandstats`, `cmdstat_evalsha:calls=`, read over a
+//! connection of the test's own: only Tollgate sends `EVALSHA`). Round trips are counted by
+//! a TCP front between Tollgate and Redis (`support/round_trips.rs`): a burst of bytes
+//! Tollgate sends on a connection after bytes came back is one round trip, counted if it
+//! carries an `EVALSHA`. Requests are sent one at a time, so a request whose descriptors
+//! went out in one pipeline adds exactly one, and one that awaited each descriptor would add
+//! one per descriptor. Nothing else moves the count: not how many connections Tollgate
+//! opens or when, not what it sends to set them up or check them, not other clients (Redis's
+//! own `total_reads_processed`, used before, counted all of these).
 
 #[allow(dead_code)]
 #[path = "support/redis.rs"]
 mod redis_support;
+#[path = "support/round_trips.rs"]
+mod round_trips;
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
@@ -20,6 +27,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use redis_support::RedisServer;
+use round_trips::RoundTripFront;
 use tollgate::app::{Running, ServeSettings, StoreKind};
 use tollgate::store::RedisSettings;
 use tonic::transport::Channel;
@@ -39,6 +47,7 @@ struct App {
     _running: Running,
     client: RateLimitServiceClient<Channel>,
     redis: RedisServer,
+    front: RoundTripFront,
     info: redis::Connection,
     _config: tempfile::TempDir,
 }
@@ -47,9 +56,10 @@ async fn spawn() -> App {
     let config = tempfile::tempdir().expect("tempdir");
     std::fs::write(config.path().join("calls.yaml"), POLICY).expect("write policy");
     let redis = RedisServer::start();
+    let front = RoundTripFront::start(([127, 0, 0, 1], redis.port()).into(), "EVALSHA");
     let mut settings = ServeSettings::new(config.path().to_path_buf());
     settings.store = StoreKind::Redis;
-    settings.redis = RedisSettings::new(redis.url());
+    settings.redis = RedisSettings::new(front.url());
     // Generous: an exact count must not see a timed-out call that still ran.
     settings.store_timeout = Duration::from_secs(2);
     settings.grpc_addr = "127.0.0.1:0".parse().expect("addr");
@@ -60,7 +70,7 @@ async fn spawn() -> App {
     let client =
         RateLimitServiceClient::connect(format!("http://{}", running.grpc_addr)).await.expect("connect");
     let info = redis.client();
-    App { _running: running, client, redis, info, _config: config }
+    App { _running: running, client, redis, front, info, _config: config }
 }
 
 /// A request with one single-entry descriptor per value.
@@ -76,12 +86,12 @@ fn request(key: &str, values: &[&str]) -> RateLimitRequest {
     }
 }
 
-/// Counters read over one persistent connection.
+/// Calls counted by Redis, round trips counted by the front.
 #[derive(Debug, Clone, Copy)]
 struct Counters {
     evalsha: u64,
     eval: u64,
-    reads: u64,
+    round_trips: u64,
 }
 
 impl App {
@@ -90,11 +100,11 @@ impl App {
     }
 
     fn counters(&mut self) -> Counters {
-        let stats: String = redis::cmd("INFO").arg("all").query(&mut self.info).expect("INFO");
+        let stats: String = redis::cmd("INFO").arg("commandstats").query(&mut self.info).expect("INFO");
         Counters {
             evalsha: command_calls(&stats, "evalsha"),
             eval: command_calls(&stats, "eval"),
-            reads: field(&stats, "total_reads_processed:").expect("INFO stats has total_reads_processed"),
+            round_trips: self.front.turns(),
         }
     }
 }
@@ -111,7 +121,7 @@ fn field(info: &str, prefix: &str) -> Option<u64> {
     line[prefix.len()..].split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()
 }
 
-/// Sends a few requests so that both shared connections are open and the scripts loaded.
+/// Sends a few requests first: the flood tests count from a store already in use.
 async fn warm_up(app: &App) {
     for i in 0..4 {
         let response = app.check(request("user", &["warm", &format!("w{i}")])).await;
@@ -119,30 +129,36 @@ async fn warm_up(app: &App) {
     }
 }
 
-/// The measure itself: 4 commands one by one are 4 reads, pipelined they are 1.
-fn assert_reads_count_round_trips(app: &mut App) {
-    let mut raw = app.redis.client();
-    let before = app.counters().reads;
+/// The measure itself, through the front with a client of the test's own: set-up and other
+/// commands are not counted, 4 `EVALSHA` one by one are 4 round trips, pipelined they are 1.
+fn assert_front_counts_round_trips(app: &mut App) {
+    let mut raw = redis::Client::open(app.front.url()).expect("url").get_connection().expect("connect");
+    let before = app.counters().round_trips;
+    let sha: String = redis::cmd("SCRIPT").arg("LOAD").arg("return 1").query(&mut raw).expect("SCRIPT LOAD");
+    let _: String = redis::cmd("PING").query(&mut raw).expect("PING");
+    let other = app.counters().round_trips - before;
     for _ in 0..4 {
-        let _: () = redis::cmd("SET").arg("probe").arg(1).query(&mut raw).expect("SET");
+        let _: i64 = redis::cmd("EVALSHA").arg(&sha).arg(0).query(&mut raw).expect("EVALSHA");
     }
-    let one_by_one = app.counters().reads - before;
+    let one_by_one = app.counters().round_trips - before;
     let mut pipe = redis::pipe();
     for _ in 0..4 {
-        pipe.cmd("SET").arg("probe").arg(1).ignore();
+        pipe.cmd("evalsha").arg(&sha).arg(0).ignore();
     }
-    let before = app.counters().reads;
+    let before = app.counters().round_trips;
     let _: () = pipe.query(&mut raw).expect("pipeline");
-    let pipelined = app.counters().reads - before;
-    // Each delta includes the INFO that read it.
-    assert_eq!((one_by_one, pipelined), (5, 2), "total_reads_processed counts round trips");
+    let pipelined = app.counters().round_trips - before;
+    assert_eq!((other, one_by_one, pipelined), (0, 4, 1), "the front counts round trips carrying EVALSHA");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_evalsha_per_descriptor_and_one_round_trip_per_request() {
     let mut app = spawn().await;
     warm_up(&app).await;
-    assert_reads_count_round_trips(&mut app);
+    assert_front_counts_round_trips(&mut app);
+    // What broke the old measure, on purpose: other clients come and go, through the front
+    // and straight to Redis, all through the count.
+    let noise = Noise::start(&app);
     for descriptors in [1usize, 4, 16] {
         let n = 50;
         let before = app.counters();
@@ -156,9 +172,52 @@ async fn one_evalsha_per_descriptor_and_one_round_trip_per_request() {
         let after = app.counters();
         assert_eq!(after.evalsha - before.evalsha, (n * descriptors) as u64, "one EVALSHA per descriptor");
         assert_eq!(after.eval, before.eval, "scripts were loaded: no EVAL");
-        // n pipelines + this INFO. Per-descriptor round trips would be n * descriptors.
-        let reads = after.reads - before.reads;
-        assert!(reads <= n as u64 + 1, "{descriptors} descriptors: {reads} reads for {n} requests");
+        // Per-descriptor round trips would be n * descriptors.
+        let round_trips = after.round_trips - before.round_trips;
+        assert_eq!(
+            round_trips, n as u64,
+            "{descriptors} descriptors: {round_trips} round trips for {n} requests"
+        );
+    }
+    assert!(noise.stop() > 0, "the other clients ran during the count");
+}
+
+/// Unrelated clients: each round opens a connection through the front and one straight to
+/// Redis, sends a few commands on each (no `EVALSHA`) and drops them.
+struct Noise {
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<u64>,
+}
+
+impl Noise {
+    fn start(app: &App) -> Noise {
+        let stop = Arc::new(AtomicBool::new(false));
+        let urls = [app.front.url(), app.redis.url()];
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut rounds = 0;
+            while !flag.load(Ordering::SeqCst) {
+                for url in &urls {
+                    let mut conn =
+                        redis::Client::open(url.as_str()).expect("url").get_connection().expect("connect");
+                    let _: () =
+                        redis::cmd("CLIENT").arg("SETNAME").arg("noise").query(&mut conn).expect("SETNAME");
+                    let _: String = redis::cmd("PING").query(&mut conn).expect("PING");
+                    let _: String = redis::cmd("INFO").arg("stats").query(&mut conn).expect("INFO");
+                }
+                rounds += 1;
+                // Pacing only (nothing waits on it): keep the noise from taking a core.
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            rounds
+        });
+        Noise { stop, thread }
+    }
+
+    /// Stops the clients; how many rounds they made.
+    fn stop(self) -> u64 {
+        self.stop.store(true, Ordering::SeqCst);
+        self.thread.join().expect("noise thread")
     }
 }
 

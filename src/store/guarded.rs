@@ -107,6 +107,7 @@ impl<C: Remote + Sync> Guarded<C> {
     /// over-limit cache.
     async fn remote(&self, batch: &[Charge], deadline: Instant) -> Vec<Result<Decision, StoreError>> {
         let sent_at = Instant::now();
+        let epoch = self.over_limit.epoch();
         // It waited longer than its grpc-timeout allows: answer by policy, don't queue.
         if sent_at >= deadline {
             return vec![Err(StoreError::Timeout); batch.len()];
@@ -125,7 +126,7 @@ impl<C: Remote + Sync> Guarded<C> {
             }
         }
         for (charge, result) in batch.iter().zip(&results) {
-            self.over_limit.learn(charge, result, sent_at);
+            self.over_limit.learn(charge, result, sent_at, epoch);
         }
         results
     }
