@@ -208,8 +208,10 @@ impl OverLimitCache {
             (Hits::Consume(hits), Ok(d)) if !d.allowed => {
                 self.insert(charge, hits, d.reset_us, sent_at, epoch)
             }
-            // Not sent: it cannot run later.
-            (Hits::Refund(_), Ok(_) | Err(StoreError::CircuitOpen)) => self.forget(&charge.key),
+            // Ran, or never sent (breaker open, in-flight cap): nothing of it can run later.
+            (Hits::Refund(_), Ok(_) | Err(StoreError::CircuitOpen | StoreError::Overloaded)) => {
+                self.forget(&charge.key)
+            }
             // It may have run, or may still run: see the module doc.
             (Hits::Refund(_), Err(_)) => {
                 self.unsettle(&charge.key, sent_at);
