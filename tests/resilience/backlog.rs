@@ -1,7 +1,8 @@
-//! A frozen Redis must not build a backlog that charges the past: commands outstanding per
-//! connection are capped (`--redis-max-inflight`), a connection silent for the reply
-//! timeout is replaced, and nothing is re-sent — so when Redis resumes, the counts it
-//! holds match what Tollgate admitted, within `max_inflight × connections`.
+//! A charge never runs twice, and a frozen Redis must not build a backlog that charges the
+//! past. Nothing is re-sent after a dropped connection or a timeout; commands outstanding
+//! per connection are capped (`--redis-max-inflight`) and a connection silent for the
+//! reply timeout is replaced — so when Redis resumes, the counts it holds match what
+//! Tollgate admitted, within `max_inflight × connections`.
 
 use std::time::Duration;
 
@@ -77,4 +78,36 @@ async fn a_frozen_redis_builds_no_backlog_that_charges_answered_requests() {
     let metrics = app.metrics().await;
     let overloaded = r#"tollgate_store_requests_total{store="redis",outcome="overloaded"}"#;
     assert!(metric(&metrics, overloaded).unwrap_or(0.0) > 0.0, "the cap turned calls away during the freeze");
+}
+
+/// The connection drops after Redis ran the script and before its reply arrived: the
+/// charge is answered by the failure policy and never sent again (a re-send would charge
+/// the bucket twice). The next request, on a fresh connection, sees exactly one charge.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_charge_whose_reply_was_lost_is_never_sent_again() {
+    let redis = crate::redis_support::RedisServer::start();
+    let front = crate::front_support::Front::to_port(redis.port());
+    let mut options = Options::new(StoreKind::Redis);
+    options.redis_url = Some(front.url());
+    options.breaker = BreakerSettings { failures: 0, ..Default::default() };
+    let app = spawn_with(options, &[POLICY]).await;
+    let once = request("count", &[&[("k", "once")]]);
+    assert!(!over(&app.check(once.clone()).await), "Redis answers through the front");
+
+    front.cut_replies(true);
+    assert!(over(&app.check(once.clone()).await), "a lost reply is a store failure (closed: denied)");
+    front.cut_replies(false);
+    let count = |redis: &crate::redis_support::RedisServer| -> u64 {
+        let keys = redis.cli(&["KEYS", "tg:*"]);
+        let key = keys.lines().find(|k| k.ends_with("4:once")).expect("the bucket").to_string();
+        redis.cli(&["HGET", &key, "c"]).parse().expect("a count")
+    };
+    assert_eq!(count(&redis), 2, "the request whose reply was lost ran once, and only once");
+
+    let back = eventually(Duration::from_secs(5), || async { !over(&app.check(once.clone()).await) }).await;
+    assert!(back, "a fresh connection serves again");
+    let settled = count(&redis);
+    let response = app.check(once.clone()).await;
+    assert_eq!(count(&redis), settled + 1, "one request, one charge");
+    assert_eq!(response.statuses[0].limit_remaining as u64, 1_000_000 - settled - 1);
 }

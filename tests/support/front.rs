@@ -44,6 +44,8 @@ struct Shared {
     /// Connections accepted before this many have been accepted in total are silenced: a
     /// connection's number is its place in accept order.
     silenced_below: AtomicU64,
+    /// Replies are dropped and the client's connection closed instead (see `cut_replies`).
+    cut: std::sync::atomic::AtomicBool,
     accepted: AtomicU64,
     to_redis: AtomicU64,
     to_client: AtomicU64,
@@ -154,6 +156,12 @@ impl Front {
         *self.shared.delay.lock().expect("front delay") = delay;
     }
 
+    /// While `on`, a reply from Redis is not forwarded: the client's connection is closed
+    /// instead — the command ran, the client saw its connection drop.
+    pub fn cut_replies(&self, on: bool) {
+        self.shared.cut.store(on, Ordering::SeqCst);
+    }
+
     /// The counters now.
     pub fn stats(&self) -> FrontStats {
         let s = &self.shared;
@@ -221,6 +229,10 @@ where
             continue;
         }
         if let Direction::ToClient = direction {
+            if conn.shared.cut.load(Ordering::SeqCst) {
+                conn.shared.swallowed.fetch_add(n as u64, Ordering::SeqCst);
+                break;
+            }
             tokio::time::sleep_until(conn.accepted_at + conn.delay).await;
         }
         if to.write_all(&buf[..n]).await.is_err() {
