@@ -68,9 +68,17 @@ async fn metrics(State(admin): State<Admin>) -> impl IntoResponse {
             let stats = memory.stats();
             admin.metrics.set_memory(stats.keys, stats.lossless_evictions, stats.lossy_evictions);
         }
-        Store::Redis(redis) => set_breaker(&admin, redis.breaker()),
-        Store::Sentinel(sentinel) => set_breaker(&admin, sentinel.breaker()),
-        Store::Cluster(_) => {}
+        Store::Redis(redis) => {
+            set_breaker(&admin, redis.breaker());
+            admin.metrics.set_replaced(admin.store.name(), redis.client().replaced());
+        }
+        Store::Sentinel(sentinel) => {
+            set_breaker(&admin, sentinel.breaker());
+            admin.metrics.set_replaced(admin.store.name(), sentinel.client().replaced());
+        }
+        Store::Cluster(cluster) => {
+            admin.metrics.set_replaced(admin.store.name(), cluster.client().replaced())
+        }
     }
     (
         [(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")],

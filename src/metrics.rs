@@ -43,6 +43,12 @@ struct StoreName {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReplacedLabels {
+    store: &'static str,
+    reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ResultLabel {
     result: &'static str,
 }
@@ -75,6 +81,7 @@ pub struct Metrics {
     local_decisions: Family<DomainLabel, Counter>,
     breaker_state: Family<StoreName, Gauge>,
     breaker_opens: Family<StoreName, Counter>,
+    connections_replaced: Family<ReplacedLabels, Counter>,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -154,6 +161,13 @@ impl Metrics {
         let local_decisions = Family::<DomainLabel, Counter>::default();
         let breaker_state = Family::<StoreName, Gauge>::default();
         let breaker_opens = Family::<StoreName, Counter>::default();
+        let connections_replaced = Family::<ReplacedLabels, Counter>::default();
+        registry.register(
+            "tollgate_redis_connections_replaced",
+            "Redis connections taken out and made again, by reason: closed (by the server), failed, \
+             readonly (a demoted master), no_reply (silent with commands outstanding), renewed",
+            connections_replaced.clone(),
+        );
         registry.register(
             "tollgate_oversized_requests",
             "Requests past --max-descriptors/--max-entries/--max-value-bytes, answered by failure policy",
@@ -228,6 +242,7 @@ impl Metrics {
             local_decisions,
             breaker_state,
             breaker_opens,
+            connections_replaced,
         }
     }
 
@@ -303,6 +318,20 @@ impl Metrics {
     pub fn set_breaker(&self, store: &'static str, state: i64, opens: u64) {
         self.breaker_state.get_or_create(&StoreName { store }).set(state);
         set_counter(&self.breaker_opens.get_or_create(&StoreName { store }), opens);
+    }
+
+    /// Connection replacement counts of a Redis store, refreshed before each scrape.
+    pub fn set_replaced(&self, store: &'static str, replaced: crate::store::redis::link::Replaced) {
+        let counts = [
+            ("closed", replaced.closed),
+            ("failed", replaced.failed),
+            ("readonly", replaced.readonly),
+            ("no_reply", replaced.no_reply),
+            ("renewed", replaced.renewed),
+        ];
+        for (reason, value) in counts {
+            set_counter(&self.connections_replaced.get_or_create(&ReplacedLabels { store, reason }), value);
+        }
     }
 
     /// The text exposition format.

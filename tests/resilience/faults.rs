@@ -214,6 +214,8 @@ async fn failover_behind_a_stable_address() {
     // Not by luck of a request landing on a new connection: every later one too.
     assert_eq!(steadily(&app, "failover-then", 10).await, 10, "then steadily: {:?}", front.stats());
     assert!(new.cli(&["KEYS", "*failover*"]).contains("failover"), "charged on the new master");
+    let readonly = r#"tollgate_redis_connections_replaced_total{store="redis",reason="readonly"}"#;
+    assert!(metric(&app.metrics().await, readonly) >= Some(1.0), "READONLY connections taken out");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -227,6 +229,8 @@ async fn silent_connections_are_replaced() {
     let took = recovers(&app, "silent", Duration::from_secs(5)).await;
     assert!(took.is_some(), "answered by Redis again within 5 s: {:?}", front.stats());
     assert_eq!(steadily(&app, "after", 10).await, 10, "and then steadily");
+    let silent = r#"tollgate_redis_connections_replaced_total{store="redis",reason="no_reply"}"#;
+    assert!(metric(&app.metrics().await, silent) >= Some(1.0), "silent connections replaced");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
