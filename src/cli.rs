@@ -90,9 +90,21 @@ pub struct Serve {
     /// PEM CA bundle to verify the Redis server's TLS certificate (rediss://).
     #[arg(long, env = "TOLLGATE_REDIS_CA_FILE")]
     pub redis_ca_file: Option<PathBuf>,
-    /// Consecutive Redis failures that open the circuit breaker (0 = no breaker).
+    /// Fewest failed Redis calls within the breaker window that open the circuit breaker
+    /// (0 = no breaker).
     #[arg(long, env = "TOLLGATE_BREAKER_FAILURES", default_value_t = 5)]
     pub breaker_failures: u32,
+    /// Share of the Redis calls within the breaker window that must have failed to open it.
+    #[arg(long, env = "TOLLGATE_BREAKER_FAILURE_RATE", default_value_t = 0.5, value_parser = parse_share)]
+    pub breaker_failure_rate: f64,
+    /// The circuit breaker's sliding window, in ms: how far back Redis calls count.
+    #[arg(
+        long,
+        env = "TOLLGATE_BREAKER_WINDOW_MS",
+        default_value_t = 1000,
+        value_parser = clap::value_parser!(u64).range(10..)
+    )]
+    pub breaker_window_ms: u64,
     /// First cool-down of an open breaker, in ms (doubles after each failed probe, max 30 s).
     #[arg(long, env = "TOLLGATE_BREAKER_COOLDOWN_MS", default_value_t = 1000)]
     pub breaker_cooldown_ms: u64,
@@ -181,6 +193,14 @@ pub fn parse_sentinel(s: &str) -> Result<SentinelArg, String> {
     Ok(SentinelArg { master, sentinels })
 }
 
+/// A share from 0 to 1 (e.g. `0.5`).
+pub fn parse_share(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(share) if (0.0..=1.0).contains(&share) => Ok(share),
+        _ => Err(format!("expected a share from 0 to 1 (e.g. 0.5), got {s:?}")),
+    }
+}
+
 /// `90s`, `30m`, `1h`, `500ms` or plain seconds.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
@@ -219,6 +239,8 @@ impl Serve {
                 ca_file: self.redis_ca_file.clone(),
                 breaker: BreakerSettings {
                     failures: self.breaker_failures,
+                    failure_rate: self.breaker_failure_rate,
+                    window: Duration::from_millis(self.breaker_window_ms),
                     cooldown: Duration::from_millis(self.breaker_cooldown_ms),
                 },
                 reply_timeout: self.redis_reply_timeout_ms.map(Duration::from_millis),
@@ -251,5 +273,46 @@ impl Serve {
             },
             watch_config: !self.no_watch,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn breaker(args: &[&str]) -> Result<BreakerSettings, clap::Error> {
+        let cli = Cli::try_parse_from(["tollgate", "serve"].iter().chain(args))?;
+        match cli.command {
+            Command::Serve(serve) => Ok(serve.settings().redis.breaker),
+            other => panic!("not serve: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn breaker_flags_default_to_the_breaker_defaults_and_parse() {
+        assert_eq!(breaker(&[]).expect("defaults"), BreakerSettings::default());
+        let set = breaker(&[
+            "--breaker-failures",
+            "2",
+            "--breaker-failure-rate",
+            "0.25",
+            "--breaker-window-ms",
+            "500",
+            "--breaker-cooldown-ms",
+            "300",
+        ])
+        .expect("flags");
+        assert_eq!(
+            set,
+            BreakerSettings {
+                failures: 2,
+                failure_rate: 0.25,
+                window: Duration::from_millis(500),
+                cooldown: Duration::from_millis(300),
+            }
+        );
+        assert!(breaker(&["--breaker-failure-rate", "1.5"]).is_err(), "a share is at most 1");
+        assert!(breaker(&["--breaker-failure-rate", "-0.1"]).is_err());
+        assert!(breaker(&["--breaker-window-ms", "5"]).is_err(), "a window of at least 10 ms");
     }
 }

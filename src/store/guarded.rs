@@ -14,7 +14,7 @@ use tokio::time::Instant;
 
 use crate::algorithm::{Decision, Hits};
 
-use super::breaker::{Admission, Breaker, BreakerSettings};
+use super::breaker::{Breaker, BreakerSettings};
 use super::{Charge, OverLimitCache, StoreError};
 
 /// Buckets the over-limit cache of one Redis store may hold (≈ 100 bytes each).
@@ -112,14 +112,20 @@ impl<C: Remote + Sync> Guarded<C> {
         if sent_at >= deadline {
             return vec![Err(StoreError::Timeout); batch.len()];
         }
-        let admission = self.breaker.as_ref().map_or(Admission::Allowed, |b| b.admit(sent_at.into_std()));
-        if admission == Admission::Rejected {
-            return vec![Err(StoreError::CircuitOpen); batch.len()];
-        }
+        // `call` lives across the await: if this future is dropped there (the client reset
+        // the stream), its `Drop` tells the breaker, so a cancelled probe cannot leave it
+        // half-open for good.
+        let call = match &self.breaker {
+            Some(breaker) => match breaker.admit(sent_at.into_std()) {
+                Some(call) => Some(call),
+                None => return vec![Err(StoreError::CircuitOpen); batch.len()],
+            },
+            None => None,
+        };
         let results = self.client.charge(batch, deadline).await;
-        if let Some(breaker) = &self.breaker {
+        if let (Some(breaker), Some(call)) = (&self.breaker, call) {
             let opened = breaker.opened_total();
-            breaker.record(admission, unreachable(&results), Instant::now().into_std());
+            call.record(unreachable(&results), Instant::now().into_std());
             if breaker.opened_total() != opened {
                 // Its probe will ride a connection made after the outage began.
                 self.client.renew();

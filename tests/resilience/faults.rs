@@ -102,8 +102,17 @@ async fn first_request_after_a_restart_succeeds() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn breaker_opens_after_the_configured_failures_and_closes_after_recovery() {
-    let mut app = app(BreakerSettings { failures: 3, cooldown: Duration::from_millis(300) }).await;
+    // A 10 s window: the three failures count together however slow the machine is.
+    let settings = BreakerSettings {
+        failures: 3,
+        window: Duration::from_secs(10),
+        cooldown: Duration::from_millis(300),
+        ..Default::default()
+    };
+    let mut app = app(settings).await;
     assert_eq!(send(&app, "closed_d", "warm", 1).await, 1);
+    // 1 success, then the failures: 2 of 3 calls failed (over the 0.5 rate) but under the
+    // minimum of 3; the third opens it.
     let state = r#"tollgate_breaker_state{store="redis"}"#;
     let opens = r#"tollgate_breaker_opens_total{store="redis"}"#;
     let rejected = r#"tollgate_store_requests_total{store="redis",outcome="circuit_open"}"#;
@@ -136,7 +145,7 @@ async fn breaker_opens_after_the_configured_failures_and_closes_after_recovery()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_demoted_master_answering_readonly_is_a_store_failure_until_promoted_again() {
-    let mut app = app(BreakerSettings { failures: 0, cooldown: Duration::from_millis(300) }).await;
+    let mut app = app(BreakerSettings { failures: 0, ..Default::default() }).await;
     assert_eq!(send(&app, "closed_d", "ro", 1).await, 1);
     // As after a failover: our Redis becomes a replica (of nothing reachable) and answers
     // every script with READONLY.
@@ -245,4 +254,81 @@ async fn slow_connection_setup_still_connects() {
     // Then served from the connection made: a stray late answer on a busy host is tolerated.
     let answered = steadily(&app, "slow-setup-then", 20).await;
     assert!(answered >= 15, "{answered} of 20 answered by Redis: {:?}", front.stats());
+}
+
+/// Sends `kill -<signal>` to the app's Redis (STOP freezes it, CONT resumes it).
+fn signal(app: &mut TestApp, signal: &str) {
+    let pid = app.redis().pid().expect("redis pid").to_string();
+    let status = std::process::Command::new("kill").args([&format!("-{signal}"), &pid]).status();
+    assert!(status.expect("kill").success(), "kill -{signal} {pid}");
+}
+
+async fn breaker_state(app: &TestApp) -> Option<f64> {
+    metric(&app.metrics().await, r#"tollgate_breaker_state{store="redis"}"#)
+}
+
+/// Envoy resets the stream at its own timeout, and hyper then drops the handler future
+/// wherever it is. A dropped half-open probe must re-open the breaker (same cool-down):
+/// before, it left the breaker half-open for good and every later call was refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_half_open_probe_does_not_wedge_the_breaker() {
+    let cooldown = Duration::from_millis(300);
+    let mut options = Options::new(StoreKind::Redis);
+    options.store_timeout = Duration::from_secs(5);
+    options.breaker = BreakerSettings { failures: 1, cooldown, ..Default::default() };
+    let mut app = spawn_with(options, &POLICIES).await;
+    assert!(!over(&app.check(request("closed_d", &[&[("k", "warm")]])).await));
+
+    // Frozen: the next call waits out its store deadline (at most the 5 s store timeout)
+    // and fails; with the warm success that is 1 failure of 2 calls: open.
+    signal(&mut app, "STOP");
+    let started = Instant::now();
+    assert!(over(&app.check(request("closed_d", &[&[("k", "frozen")]])).await), "closed domain denies");
+    assert!(started.elapsed() < Duration::from_secs(6), "failed within the store timeout");
+    assert_eq!(breaker_state(&app).await, Some(1.0), "open");
+
+    // The first call after the cool-down is the probe; it hangs on the frozen Redis (no
+    // grpc-timeout: only the client's cancel ends it). Calls made before the cool-down are
+    // refused at once; retry until one is the probe in flight.
+    let app = Arc::new(app);
+    let probe = loop {
+        let client_app = app.clone();
+        let call =
+            tokio::spawn(async move { client_app.check(request("closed_d", &[&[("k", "probe")]])).await });
+        let half_open = eventually(Duration::from_millis(500), || {
+            let app = app.clone();
+            let finished = call.is_finished();
+            async move { finished || breaker_state(&app).await == Some(2.0) }
+        })
+        .await;
+        if half_open && !call.is_finished() {
+            break call;
+        }
+        assert!(started.elapsed() < Duration::from_secs(15), "never saw the breaker half-open");
+        let _ = call.await;
+    };
+    // Cancel from the client: the task's future, and with it the gRPC call, is dropped
+    // (tonic resets the HTTP/2 stream); the server drops the handler and with it the probe.
+    probe.abort();
+    assert!(probe.await.is_err_and(|e| e.is_cancelled()), "the probe was still in flight");
+    let reopened = eventually(Duration::from_secs(2), || {
+        let app = app.clone();
+        async move { breaker_state(&app).await == Some(1.0) }
+    })
+    .await;
+    assert!(reopened, "the server saw the reset and re-opened the breaker (not stuck half-open)");
+
+    let mut app = Arc::into_inner(app).expect("no other user of the app");
+    signal(&mut app, "CONT");
+    let resumed = Instant::now();
+    let app = Arc::new(app);
+    let answered = eventually(cooldown + Duration::from_secs(1), || {
+        let app = app.clone();
+        async move { !over(&app.check(request("closed_d", &[&[("k", "resumed")]])).await) }
+    })
+    .await;
+    let took = resumed.elapsed();
+    println!("figures: cancelled probe: re-opened; answered by Redis {took:?} after SIGCONT");
+    assert!(answered, "a fail-closed domain is answered by Redis again within the cool-down + 1 s");
+    assert_eq!(breaker_state(&app).await, Some(0.0), "closed");
 }
