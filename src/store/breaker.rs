@@ -16,9 +16,16 @@
 //!   remain in the window. Frozen Redis (SIGSTOP: every call waits out its store deadline
 //!   T): with calls arriving at a steady rate it opens ≈ T + rate × (window − T) after the
 //!   freeze, ≈ 0.5 s; under closed-loop load (a fixed number in flight, so failures arrive
-//!   far more slowly than the successes did) it opens at most one window plus one
-//!   sub-window plus T after the freeze, ≤ 1.11 s. Killed Redis (connections refused at
-//!   once): the same bound, usually sooner because failures come fast.
+//!   far more slowly than the successes did) it opens at the latest when the successes
+//!   from before the freeze have left the window: ≤ window + T after the freeze, ≤ 1.01 s.
+//!   Killed Redis (connections refused at once): the same bound, usually sooner because
+//!   failures come fast.
+//!
+//!   Measured (release build, 2 shared cores, local Redis, 16 in flight, 1 descriptor,
+//!   ~20,000 requests/s): frozen, open after 905–910 ms (meanwhile ≈ 1,250 requests waited
+//!   out their 10 ms deadline and were answered by policy); killed, after 404–606 ms. On a
+//!   healthy Redis, 15 runs of 10 s: never opened (the consecutive-failure breaker it
+//!   replaces opened in 3 of the 15 and answered 6,000–62,000 decisions by policy).
 //! - *Low traffic*: it opens on the `failures`-th failed call within one window, i.e. after
 //!   `failures` calls. Below `failures` calls per window it never opens — each call then
 //!   just waits out its own store deadline, which is what the breaker would save.
