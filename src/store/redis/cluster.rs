@@ -23,7 +23,6 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -40,7 +39,7 @@ use super::super::scripts::{parse, Call, Scripts};
 use super::super::{Charge, StoreError};
 use super::link::{Link, LinkSettings, Replaced, SendError};
 use super::slots::{Node, Redirect, SlotMap};
-use super::{address, connect_to, connection_info, node_url, redact_url, with_address};
+use super::{address, connect_to, connection_info, host_port, node_url, redact_url, with_address, Health};
 
 pub use super::slots::{hash_tag, key_slot, SLOTS};
 
@@ -89,7 +88,7 @@ struct Shared {
     refresh: Mutex<RefreshState>,
     refreshed: Notify,
     scripts: Scripts,
-    healthy: AtomicBool,
+    health: Health,
     shown: Vec<String>,
 }
 
@@ -125,7 +124,7 @@ impl ClusterStore {
                 refresh: Mutex::new(RefreshState::default()),
                 refreshed: Notify::new(),
                 scripts: Scripts::new(),
-                healthy: AtomicBool::new(true),
+                health: Health::new(format!("cluster {} (some masters or all)", redacted(&urls).join(","))),
                 shown: redacted(&urls),
             }),
         })
@@ -138,7 +137,7 @@ impl ClusterStore {
 
     /// Whether every charge of the last call reached its master.
     pub fn is_healthy(&self) -> bool {
-        self.shared.healthy.load(Ordering::Relaxed)
+        self.shared.health.is_up()
     }
 
     /// Connections replaced since the start, over the masters known now.
@@ -178,8 +177,7 @@ impl ClusterStore {
         for (i, result) in routed.into_iter().chain(alone).flatten() {
             results[i] = result;
         }
-        let reached = !results.iter().any(|r| matches!(r, Err(e) if e.is_unreachable()));
-        shared.set_healthy(reached);
+        shared.health.record(&results);
         results
     }
 }
@@ -336,7 +334,7 @@ impl Shared {
         let mut candidates: Vec<Node> = self.map.load().nodes().to_vec();
         candidates.shuffle(&mut rand::rng());
         for seed in &self.seeds {
-            if let Some(node) = node_of(seed) {
+            if let Some(node) = host_port(seed) {
                 candidates.push(node);
             }
         }
@@ -360,30 +358,6 @@ impl Shared {
         }
         self.refresh.lock().unwrap_or_else(|e| e.into_inner()).running = false;
         self.refreshed.notify_waiters();
-    }
-
-    fn set_healthy(&self, up: bool) {
-        if self.healthy.swap(up, Ordering::Relaxed) != up {
-            let nodes = self.shown.join(",");
-            if up {
-                tracing::info!(nodes = %nodes, "redis cluster is reachable again");
-            } else {
-                tracing::warn!(
-                    nodes = %nodes,
-                    "redis cluster is failing (some masters or all); their charges apply failure_mode"
-                );
-            }
-        }
-    }
-}
-
-/// A seed's `(host, port)`.
-fn node_of(info: &ConnectionInfo) -> Option<Node> {
-    match info.addr() {
-        redis::ConnectionAddr::Tcp(host, port) | redis::ConnectionAddr::TcpTls { host, port, .. } => {
-            Some((host.clone(), *port))
-        }
-        _ => None,
     }
 }
 

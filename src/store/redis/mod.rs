@@ -100,6 +100,35 @@ pub fn redact_url(url: &str) -> String {
     }
 }
 
+/// Whether a store's last call reached Redis; each change is logged once.
+pub struct Health {
+    up: std::sync::atomic::AtomicBool,
+    /// What is reachable or failing, as logged (no password).
+    what: String,
+}
+
+impl Health {
+    pub fn new(what: String) -> Health {
+        Health { up: std::sync::atomic::AtomicBool::new(true), what }
+    }
+
+    pub fn is_up(&self) -> bool {
+        self.up.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Up unless a charge of `results` found Redis unreachable (not a script's own error).
+    pub fn record<T>(&self, results: &[Result<T, StoreError>]) {
+        let up = !results.iter().any(|r| matches!(r, Err(e) if e.is_unreachable()));
+        if self.up.swap(up, std::sync::atomic::Ordering::Relaxed) != up {
+            if up {
+                tracing::info!(redis = %self.what, "redis is reachable again");
+            } else {
+                tracing::warn!(redis = %self.what, "redis is failing; domains apply their failure_mode");
+            }
+        }
+    }
+}
+
 /// `host:port` → `redis://host:port`; a URL is kept as it is.
 pub fn node_url(node: &str) -> String {
     let node = node.trim();
@@ -143,14 +172,21 @@ pub fn connect_to(info: ConnectionInfo) -> Connect {
     })
 }
 
-/// `host:port` of a connection info (for logs; never the password).
-pub fn address(info: &ConnectionInfo) -> String {
+/// The host and port of a TCP (or TLS) connection info.
+pub fn host_port(info: &ConnectionInfo) -> Option<(String, u16)> {
     match info.addr() {
         redis::ConnectionAddr::Tcp(host, port) | redis::ConnectionAddr::TcpTls { host, port, .. } => {
-            format!("{host}:{port}")
+            Some((host.clone(), *port))
         }
-        redis::ConnectionAddr::Unix(path) => path.display().to_string(),
-        other => format!("{other}"),
+        _ => None,
+    }
+}
+
+/// `host:port` of a connection info (for logs; never the password).
+pub fn address(info: &ConnectionInfo) -> String {
+    match host_port(info) {
+        Some((host, port)) => format!("{host}:{port}"),
+        None => info.addr().to_string(),
     }
 }
 

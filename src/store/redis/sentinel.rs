@@ -16,7 +16,6 @@
 
 use std::fmt;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Once, Weak};
 use std::time::Duration;
 
@@ -29,7 +28,7 @@ use crate::algorithm::Decision;
 use super::super::scripts::{charge_pipelined, Scripts};
 use super::super::{Charge, StoreError};
 use super::link::{Connect, Link, LinkSettings, Replaced};
-use super::{connection_info, node_url, redact_url, with_address};
+use super::{connection_info, node_url, redact_url, with_address, Health};
 
 /// How often the sentinels are asked which node is master.
 const WATCH_PERIOD: Duration = Duration::from_secs(1);
@@ -67,7 +66,7 @@ pub struct SentinelStore {
     master: String,
     sentinels: Vec<String>,
     watching: Once,
-    healthy: AtomicBool,
+    health: Health,
     description: String,
 }
 
@@ -95,7 +94,7 @@ impl SentinelStore {
             master: settings.master.clone(),
             sentinels: urls,
             watching: Once::new(),
-            healthy: AtomicBool::new(true),
+            health: Health::new(description.clone()),
             description,
         })
     }
@@ -107,7 +106,7 @@ impl SentinelStore {
 
     /// Whether the last call reached the master.
     pub fn is_healthy(&self) -> bool {
-        self.healthy.load(Ordering::Relaxed)
+        self.health.is_up()
     }
 
     /// Connections replaced since the start, by reason.
@@ -122,18 +121,8 @@ impl SentinelStore {
             tokio::spawn(watch_master(link, self.sentinels.clone(), self.master.clone()));
         });
         let results = charge_pipelined(&self.link, &self.scripts, batch, deadline).await;
-        self.set_healthy(!results.iter().any(|r| matches!(r, Err(e) if e.is_unreachable())));
+        self.health.record(&results);
         results
-    }
-
-    fn set_healthy(&self, up: bool) {
-        if self.healthy.swap(up, Ordering::Relaxed) != up {
-            if up {
-                tracing::info!(sentinel = %self.description, "redis master is reachable again");
-            } else {
-                tracing::warn!(sentinel = %self.description, "redis master is failing; domains apply failure_mode");
-            }
-        }
     }
 }
 

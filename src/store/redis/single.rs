@@ -9,7 +9,6 @@
 //! Redis restart costs no request.
 
 use std::fmt;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -19,13 +18,13 @@ use crate::algorithm::Decision;
 use super::super::scripts::{charge_pipelined, Scripts};
 use super::super::{Charge, StoreError};
 use super::link::{Link, Replaced};
-use super::{address, connect_to, connection_info, redact_url, RedisSettings};
+use super::{address, connect_to, connection_info, redact_url, Health, RedisSettings};
 
 /// Redis-backed store.
 pub struct RedisStore {
     link: Link,
     scripts: Scripts,
-    healthy: AtomicBool,
+    health: Health,
     url: String,
 }
 
@@ -44,7 +43,7 @@ impl RedisStore {
         Ok(RedisStore {
             link: Link::new(settings.link(store_timeout), name, connect_to(info)),
             scripts: Scripts::new(),
-            healthy: AtomicBool::new(true),
+            health: Health::new(redact_url(&settings.url)),
             url: settings.url.clone(),
         })
     }
@@ -56,7 +55,7 @@ impl RedisStore {
 
     /// Whether the last call reached Redis.
     pub fn is_healthy(&self) -> bool {
-        self.healthy.load(Ordering::Relaxed)
+        self.health.is_up()
     }
 
     /// Connections replaced since the start, by reason.
@@ -67,18 +66,8 @@ impl RedisStore {
     /// Charges the batch in one round trip (two if some scripts were missing), by `deadline`.
     pub async fn charge(&self, batch: &[Charge], deadline: Instant) -> Vec<Result<Decision, StoreError>> {
         let results = charge_pipelined(&self.link, &self.scripts, batch, deadline).await;
-        self.set_healthy(!results.iter().any(|r| matches!(r, Err(e) if e.is_unreachable())));
+        self.health.record(&results);
         results
-    }
-
-    fn set_healthy(&self, up: bool) {
-        if self.healthy.swap(up, Ordering::Relaxed) != up {
-            if up {
-                tracing::info!(redis = %redact_url(&self.url), "redis store is reachable again");
-            } else {
-                tracing::warn!(redis = %redact_url(&self.url), "redis store is failing; domains apply their failure_mode");
-            }
-        }
     }
 }
 
