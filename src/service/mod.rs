@@ -131,11 +131,7 @@ impl RateLimiter {
 
     /// The instant by which the store must have answered a request that arrived `now`.
     fn deadline(&self, now: Instant, metadata: &MetadataMap) -> Instant {
-        let budget = match grpc_timeout(metadata) {
-            Some(caller) => caller.min(self.settings.store_timeout),
-            None => self.settings.store_timeout,
-        };
-        now + budget
+        now + store_budget(self.settings.store_timeout, grpc_timeout(metadata))
     }
 }
 
@@ -181,6 +177,21 @@ fn unknown_domain(request: &RateLimitRequest) -> RateLimitResponse {
         overall_code: Code::Ok as i32,
         statuses: vec![ok; request.descriptors.len()],
         ..Default::default()
+    }
+}
+
+/// How long the store may take: the store timeout, but never past what the caller allows
+/// less a margin to answer in. The gRPC server enforces the caller's `grpc-timeout` itself
+/// (its clock starts before ours) by dropping the handler: a store call still pending then
+/// would end as a gRPC error, not as the domain's failure policy, and the breaker would
+/// never hear of the failure. The margin is a tenth of the caller's timeout, at least 1 ms.
+pub fn store_budget(store_timeout: Duration, caller: Option<Duration>) -> Duration {
+    match caller {
+        Some(caller) => {
+            let margin = (caller / 10).max(Duration::from_millis(1));
+            store_timeout.min(caller.saturating_sub(margin))
+        }
+        None => store_timeout,
     }
 }
 

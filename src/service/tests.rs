@@ -138,3 +138,15 @@ fn headers_come_from_the_tightest_status_and_retry_after_from_the_longest_denial
     respond::add_headers(&mut ok);
     assert_eq!(ok.response_headers_to_add.len(), 3, "no retry-after when allowed");
 }
+
+#[test]
+fn the_store_budget_leaves_the_caller_time_to_get_the_answer() {
+    let ms = Duration::from_millis;
+    assert_eq!(store_budget(ms(10), None), ms(10));
+    // Envoy's default 20 ms: the 10 ms store timeout fits.
+    assert_eq!(store_budget(ms(10), Some(ms(20))), ms(10));
+    assert_eq!(store_budget(ms(5000), Some(ms(100))), ms(90));
+    assert_eq!(store_budget(ms(10), Some(ms(10))), ms(9));
+    assert_eq!(store_budget(ms(10), Some(ms(5))), ms(4));
+    assert_eq!(store_budget(ms(10), Some(ms(1))), Duration::ZERO);
+}

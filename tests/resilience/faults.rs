@@ -332,3 +332,32 @@ async fn a_cancelled_half_open_probe_does_not_wedge_the_breaker() {
     assert!(answered, "a fail-closed domain is answered by Redis again within the cool-down + 1 s");
     assert_eq!(breaker_state(&app).await, Some(0.0), "closed");
 }
+
+/// Envoy's own timeout at or below the store timeout: the gRPC server drops a handler at the
+/// caller's `grpc-timeout`, so a store call still pending then would end as a gRPC error
+/// (Envoy applies its own failure mode) and the breaker would never count it. The store
+/// budget keeps a margin under the caller's timeout: the domain's policy answers, in time,
+/// and a frozen Redis opens the breaker.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_caller_timeout_shorter_than_the_store_timeout_is_answered_by_policy() {
+    let mut options = Options::new(StoreKind::Redis);
+    options.store_timeout = Duration::from_secs(5);
+    options.breaker =
+        BreakerSettings { failures: 3, cooldown: Duration::from_secs(30), ..Default::default() };
+    let mut app = spawn_with(options, &POLICIES).await;
+    assert_eq!(send(&app, "closed_d", "warm", 1).await, 1);
+    signal(&mut app, "STOP");
+    let caller = Duration::from_millis(200);
+    for i in 0..3 {
+        let mut call = tonic::Request::new(request("closed_d", &[&[("k", &format!("t{i}"))]]));
+        call.set_timeout(caller);
+        let started = Instant::now();
+        let answer = app.client.clone().should_rate_limit(call).await;
+        let took = started.elapsed();
+        let answer = answer.unwrap_or_else(|status| panic!("a gRPC error instead of the policy: {status}"));
+        assert!(over(&answer.into_inner()), "closed domain: denied by its failure policy");
+        assert!(took < caller + Duration::from_millis(100), "answered after {took:?}");
+    }
+    assert_eq!(breaker_state(&app).await, Some(1.0), "the breaker counted the timeouts and opened");
+    signal(&mut app, "CONT");
+}
