@@ -6,7 +6,7 @@
 //! (`RuleCounters`), so the request path increments pre-built handles and allocates nothing.
 
 use std::collections::HashMap;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -82,6 +82,7 @@ pub struct Metrics {
     breaker_state: Family<StoreName, Gauge>,
     breaker_opens: Family<StoreName, Counter>,
     connections_replaced: Family<ReplacedLabels, Counter>,
+    shadow_overrides: Family<DomainLabel, Counter>,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -105,7 +106,11 @@ impl RuleCounters {
     /// Counts one descriptor decided by this rule.
     pub fn record(&self, outcome: Outcome, hits: u64) {
         self.decisions[outcome_index(outcome)].inc();
-        self.hits.inc_by(hits);
+        // Saturates: `hits_addend` may be 2^64 - 1, and a wrapped counter would read as a reset.
+        let _ = self
+            .hits
+            .inner()
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| Some(v.saturating_add(hits)));
     }
 }
 
@@ -162,6 +167,12 @@ impl Metrics {
         let breaker_state = Family::<StoreName, Gauge>::default();
         let breaker_opens = Family::<StoreName, Counter>::default();
         let connections_replaced = Family::<ReplacedLabels, Counter>::default();
+        let shadow_overrides = Family::<DomainLabel, Counter>::default();
+        registry.register(
+            "tollgate_shadow_overrides",
+            "Answers whose OVER_LIMIT overall code --shadow-mode turned into OK, by domain",
+            shadow_overrides.clone(),
+        );
         registry.register(
             "tollgate_redis_connections_replaced",
             "Redis connections taken out and made again, by reason: closed (by the server), failed, \
@@ -243,6 +254,7 @@ impl Metrics {
             breaker_state,
             breaker_opens,
             connections_replaced,
+            shadow_overrides,
         }
     }
 
@@ -320,6 +332,12 @@ impl Metrics {
         set_counter(&self.breaker_opens.get_or_create(&StoreName { store }), opens);
     }
 
+    /// One answer whose OVER_LIMIT `--shadow-mode` turned into OK. Only configured domains
+    /// are counted (an unknown domain is never OVER_LIMIT), so the label stays bounded.
+    pub fn shadow_override(&self, domain: &str) {
+        self.shadow_overrides.get_or_create(&DomainLabel { domain: domain.to_string() }).inc();
+    }
+
     /// Connection replacement counts of a Redis store, refreshed before each scrape.
     pub fn set_replaced(&self, store: &'static str, replaced: crate::store::redis::link::Replaced) {
         let counts = [
@@ -348,5 +366,22 @@ fn set_counter(counter: &Counter<u64, AtomicU64>, value: u64) {
     let current = counter.get();
     if value > current {
         counter.inc_by(value - current);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hits_saturate_instead_of_wrapping() {
+        let metrics = Metrics::new();
+        let counters = metrics.rule_counters("d", "r");
+        counters.record(Outcome::OverLimit, u64::MAX);
+        counters.record(Outcome::OverLimit, 5);
+        assert_eq!(counters.hits.get(), u64::MAX);
+        assert!(metrics
+            .encode()
+            .contains(&format!(r#"tollgate_hits_total{{domain="d",rule="r"}} {}"#, u64::MAX)));
     }
 }

@@ -80,6 +80,19 @@ impl RateLimiter {
     /// Decides a validated request by `deadline`. Never fails: store errors are answered
     /// by the domain's failure policy.
     pub async fn decide(&self, request: &RateLimitRequest, deadline: Instant) -> RateLimitResponse {
+        let mut response = self.decide_codes(request, deadline).await;
+        // Global shadow mode covers every answer: charged, failure-policy and oversized.
+        if self.settings.shadow_mode && respond::shadow(&mut response) {
+            self.metrics.shadow_override(&request.domain);
+        }
+        if self.settings.response_headers {
+            respond::add_headers(&mut response);
+        }
+        response
+    }
+
+    /// The response with the codes as decided (before global shadow mode and headers).
+    async fn decide_codes(&self, request: &RateLimitRequest, deadline: Instant) -> RateLimitResponse {
         let active = self.live.load();
         let Some(domain) = active.snapshot.domain(&request.domain) else {
             self.metrics.unknown_domain();
@@ -95,15 +108,9 @@ impl RateLimiter {
         if domain.failure_mode == FailureMode::Local {
             self.charge_locally(&domain.name, &charges, &mut results);
         }
-        let (mut response, outcomes) =
+        let (response, outcomes) =
             respond::respond(&plans, &results, domain.failure_mode, self.settings.near_limit_ratio);
         record::record(&self.metrics, &active, domain, request, &plans, &charges, &outcomes);
-        if self.settings.shadow_mode {
-            respond::shadow(&mut response);
-        }
-        if self.settings.response_headers {
-            respond::add_headers(&mut response);
-        }
         response
     }
 

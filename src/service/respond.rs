@@ -61,10 +61,12 @@ pub fn respond(
             Plan::Limited(limit) => {
                 let (status, outcome, denied) =
                     limited(limit, &results[limit.charge], failure_mode, near_limit_ratio);
-                if limit.quota() {
+                // A shadow rule never denies, quota or not.
+                if limit.shadow() {
+                } else if limit.quota() {
                     quota_seen = true;
                     quota_all_over &= denied;
-                } else if denied && !limit.shadow() {
+                } else if denied {
                     over = true;
                 }
                 (status, Some(outcome))
@@ -182,12 +184,13 @@ pub fn proto_unit(unit: Unit) -> ProtoUnit {
     }
 }
 
-/// Global shadow mode: every code becomes OK; the numbers stay as decided.
-pub fn shadow(response: &mut RateLimitResponse) {
+/// Global shadow mode: the overall code — the only one Envoy decides on — becomes OK; each
+/// descriptor keeps its code and numbers, so access logs and metadata show what would have
+/// been limited. Returns whether an OVER_LIMIT was overridden.
+pub fn shadow(response: &mut RateLimitResponse) -> bool {
+    let overridden = response.overall_code == Code::OverLimit as i32;
     response.overall_code = Code::Ok as i32;
-    for status in &mut response.statuses {
-        status.code = Code::Ok as i32;
-    }
+    overridden
 }
 
 /// `--response-headers`: `x-ratelimit-limit/remaining/reset` from the most constraining

@@ -11,18 +11,41 @@ descriptors:
     rate_limit: { unit: minute, requests_per_unit: 2 }
 "#;
 
+const CLOSED: &str = r#"
+domain: closed
+failure_mode: closed
+descriptors:
+  - key: user
+    rate_limit: { unit: minute, requests_per_unit: 2 }
+"#;
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn global_shadow_mode_decides_but_answers_ok() {
     let mut options = Options::new(StoreKind::Memory);
     options.shadow_mode = true;
-    let app = spawn_with(options, &[("api.yaml", POLICY)]).await;
+    let app = spawn_with(options, &[("api.yaml", POLICY), ("closed.yaml", CLOSED)]).await;
     let req = request("api", &[&[("user", "a")]]);
-    for expected_remaining in [1, 0, 0] {
+    for (expected_remaining, denied) in [(1, false), (0, false), (0, true)] {
         let response = app.check(req.clone()).await;
-        assert!(!over(&response));
-        assert!(is_ok(&response.statuses[0]));
+        assert!(!over(&response), "the overall code is always OK");
+        // Each descriptor keeps the code it was decided with: the evidence for access logs.
+        assert_eq!(is_ok(&response.statuses[0]), !denied);
         assert_eq!(response.statuses[0].limit_remaining, expected_remaining);
     }
+    // Oversized requests take the failure policy (closed: OVER_LIMIT), and shadow mode
+    // covers them too.
+    let long = "x".repeat(5000);
+    let oversized = app.check(request("closed", &[&[("user", &long)]])).await;
+    assert!(!over(&oversized), "an oversized request on a closed domain is not denied in shadow mode");
+    assert!(!is_ok(&oversized.statuses[0]), "its status keeps the policy's code");
+    let text = app.metrics().await;
+    assert_eq!(metric(&text, r#"tollgate_shadow_overrides_total{domain="api"}"#), Some(1.0));
+    assert_eq!(metric(&text, r#"tollgate_shadow_overrides_total{domain="closed"}"#), Some(1.0));
+    assert_eq!(
+        metric(&text, r#"tollgate_decisions_total{domain="api",rule="descriptors[0]",result="over_limit"}"#),
+        Some(1.0),
+        "decisions keep their own result"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

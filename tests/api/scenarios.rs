@@ -44,6 +44,10 @@ descriptors:
   - key: quota_b
     quota_mode: true
     rate_limit: { unit: hour, requests_per_unit: 2 }
+  - key: quota_shadow
+    quota_mode: true
+    shadow_mode: true
+    rate_limit: { unit: hour, requests_per_unit: 1 }
 "#;
 
 async fn app(store: StoreKind) -> TestApp {
@@ -237,6 +241,16 @@ pub async fn quota_mode_is_over_only_when_every_quota_is_over(store: StoreKind) 
     assert!(over(&app.check(req.clone()).await)); // both over
 }
 
+pub async fn a_quota_rule_in_shadow_mode_never_denies(store: StoreKind) {
+    let app = app(store).await;
+    let req = request("api", &[&[("quota_shadow", "x")]]);
+    assert!(!over(&app.check(req.clone()).await));
+    let second = app.check(req.clone()).await; // over its quota: shadow reports, never denies
+    assert!(!over(&second), "a shadow rule made the overall code OVER_LIMIT");
+    assert!(is_ok(&second.statuses[0]));
+    assert_eq!(second.statuses[0].limit_remaining, 0);
+}
+
 pub async fn invalid_requests_are_invalid_argument(store: StoreKind) {
     let app = app(store).await;
     let cases = [
@@ -286,5 +300,6 @@ all_stores!(
     denied_descriptors_consume_nothing_and_others_still_charge,
     request_limit_override_gets_its_own_bucket,
     quota_mode_is_over_only_when_every_quota_is_over,
+    a_quota_rule_in_shadow_mode_never_denies,
     invalid_requests_are_invalid_argument,
 );
