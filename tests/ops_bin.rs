@@ -227,3 +227,49 @@ fn explain_reports_config_errors_and_bad_descriptors() {
     let (ok, out, _) = explain(&["config", "--domain", "nope", "--descriptor", "user=a"]);
     assert!(ok && out.contains("domain \"nope\" is not configured"), "{out}");
 }
+
+/// Every password form redis-rs accepts stays out of the logs, `/rlconfig` (text and JSON)
+/// and error messages: a unix socket URL's `pass=` (limits correctly through it) and a
+/// TCP URL's `user:password@` that Redis refuses (logged as a failing store).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_passwords_never_show_in_logs_or_endpoints() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let socket = dir.path().join("redis.sock");
+    let socket_arg = socket.display().to_string();
+    let redis = redis_support::RedisServer::start_with(&[
+        "--unixsocket",
+        &socket_arg,
+        "--unixsocketperm",
+        "700",
+        "--requirepass",
+        "unix-s3cret",
+    ]);
+    let cases = [
+        (format!("redis+unix://{socket_arg}?db=0&pass=unix-s3cret"), "unix-s3cret", true),
+        (format!("redis://app:tcp-s3cret@127.0.0.1:{}/", redis.port()), "tcp-s3cret", false),
+    ];
+    let policy = "domain: api\nfailure_mode: closed\ndescriptors:\n  - key: user\n    rate_limit: { unit: hour, requests_per_unit: 2 }\n";
+    for (url, secret, reachable) in cases {
+        let server =
+            Server::start(policy, &["--store", "redis", "--redis-url", &url, "--log-format", "json"]).await;
+        let mut client = RateLimitServiceClient::new(server.channel().await);
+        let mut allowed = 0;
+        for _ in 0..3 {
+            let answer = client.should_rate_limit(request("api", &[&[("user", "u")]])).await.expect("grpc");
+            allowed += usize::from(answer.into_inner().overall_code == 1);
+        }
+        assert_eq!(allowed, if reachable { 2 } else { 0 }, "{url}: limited through Redis, or closed");
+        for path in ["/rlconfig", "/rlconfig?format=json", "/metrics"] {
+            let body = http(server.admin, "GET", path).await.expect("admin").body;
+            assert!(!body.contains(secret), "{path} shows the password:\n{body}");
+        }
+        let rlconfig = http(server.admin, "GET", "/rlconfig").await.expect("admin").body;
+        assert!(rlconfig.contains("***"), "the redacted URL is shown:\n{rlconfig}");
+        let log = server.log();
+        assert!(!log.contains(secret), "the log shows the password:\n{log}");
+        if !reachable {
+            assert!(log.contains("failing"), "the failing store was logged:\n{log}");
+        }
+    }
+    drop(redis);
+}

@@ -87,17 +87,41 @@ impl fmt::Debug for RedisSettings {
     }
 }
 
-/// The URL with any password replaced by `***`, for logs and `/rlconfig`.
+/// The URL with every password form redis-rs accepts replaced by `***`, for logs, errors
+/// and `/rlconfig`: the user-info of `redis://user:pass@` / `redis://:pass@` / `redis://pass@`
+/// (a password may itself hold `@`), and the `pass=` query parameter of
+/// `redis+unix://` / `unix://` URLs (any `pass`/`password` parameter, in any URL).
 pub fn redact_url(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
+    let (base, query) = match url.split_once('?') {
+        Some((base, query)) => (base, Some(query)),
+        None => (url, None),
+    };
+    let mut shown = match (base.find("://"), base.rfind('@')) {
         (Some(scheme), Some(at)) if at > scheme => {
-            let userinfo = &url[scheme + 3..at];
+            let userinfo = &base[scheme + 3..at];
             let user = userinfo.split(':').next().unwrap_or("");
             let user = if userinfo.contains(':') { format!("{user}:***") } else { "***".to_string() };
-            format!("{}{user}{}", &url[..scheme + 3], &url[at..])
+            format!("{}{user}{}", &base[..scheme + 3], &base[at..])
         }
-        _ => url.to_string(),
+        _ => base.to_string(),
+    };
+    if let Some(query) = query {
+        let params: Vec<String> = query
+            .split('&')
+            .map(|param| match param.split_once('=') {
+                Some((name, _)) if is_secret_param(name) => format!("{name}=***"),
+                _ => param.to_string(),
+            })
+            .collect();
+        shown.push('?');
+        shown.push_str(&params.join("&"));
     }
+    shown
+}
+
+fn is_secret_param(name: &str) -> bool {
+    let name = name.to_ascii_lowercase();
+    name == "pass" || name == "password"
 }
 
 /// Whether a store's last call reached Redis; each change is logged once.
@@ -214,6 +238,17 @@ mod tests {
         assert_eq!(redact_url("rediss://user:s3cret@host:6379"), "rediss://user:***@host:6379");
         assert_eq!(redact_url("redis://token@host"), "redis://***@host");
         assert_eq!(redact_url("redis://host:6379"), "redis://host:6379");
+        assert_eq!(redact_url("redis://:p@ss@host:6379"), "redis://:***@host:6379");
+        assert_eq!(
+            redact_url("redis://u:p%40ss@host/2?protocol=resp3"),
+            "redis://u:***@host/2?protocol=resp3"
+        );
+        assert_eq!(
+            redact_url("redis+unix:///run/redis.sock?db=1&pass=s3cret&user=app"),
+            "redis+unix:///run/redis.sock?db=1&pass=***&user=app"
+        );
+        assert_eq!(redact_url("unix:///tmp/r.sock?pass=s3cret"), "unix:///tmp/r.sock?pass=***");
+        assert_eq!(redact_url("redis://h?Password=s3cret"), "redis://h?Password=***");
         let s = RedisSettings::new("redis://u:pw@h");
         assert!(!format!("{s:?}").contains("pw"));
     }
