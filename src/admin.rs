@@ -1,6 +1,8 @@
 //! The admin HTTP server: liveness, readiness, metrics (and, as operations grow, config).
 //!
-//! Loopback by default. Readiness means "config loaded and gRPC serving"; it deliberately
+//! Loopback by default. With an admin token (`--admin-token-file`) every `POST` endpoint
+//! (`/reload`) requires `Authorization: Bearer <token>`; `/`, `/metrics`, `/rlconfig`,
+//! `/healthz` and `/readyz` never do. Readiness means "config loaded and gRPC serving"; it deliberately
 //! does not follow Redis: failure policies handle a Redis outage, so Kubernetes must not
 //! pull every replica out of the Service when Redis blips.
 
@@ -9,11 +11,13 @@ use std::sync::Arc;
 
 use axum::extract::Query;
 use axum::extract::State;
-use axum::http::{header, StatusCode};
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use axum::Router;
 use serde::Deserialize;
+
+use sha2::{Digest, Sha256};
 
 use crate::live::Live;
 use crate::metrics::Metrics;
@@ -26,11 +30,63 @@ pub struct Admin {
     live: Arc<Live>,
     store: Arc<Store>,
     metrics: Arc<Metrics>,
+    token: Option<Arc<AdminToken>>,
+}
+
+/// The bearer token mutating admin endpoints require; never printed.
+pub struct AdminToken(sha2::digest::Output<sha2::Sha256>);
+
+impl std::fmt::Debug for AdminToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("AdminToken(***)")
+    }
+}
+
+impl AdminToken {
+    /// The token in `text` (surrounding whitespace, such as a file's final newline, is not
+    /// part of it). `None` if empty.
+    pub fn new(text: &str) -> Option<AdminToken> {
+        let token = text.trim();
+        (!token.is_empty()).then(|| AdminToken(Sha256::digest(token.as_bytes())))
+    }
+
+    /// Whether `presented` is the token. Both sides are hashed first and the digests
+    /// compared without early exit, so the time taken says nothing about the token.
+    pub fn matches(&self, presented: &str) -> bool {
+        let digest = Sha256::digest(presented.as_bytes());
+        self.0.iter().zip(digest.iter()).fold(0u8, |diff, (a, b)| diff | (a ^ b)) == 0
+    }
 }
 
 impl Admin {
-    pub fn new(live: Arc<Live>, store: Arc<Store>, metrics: Arc<Metrics>) -> Admin {
-        Admin { ready: Arc::new(AtomicBool::new(false)), live, store, metrics }
+    pub fn new(
+        live: Arc<Live>,
+        store: Arc<Store>,
+        metrics: Arc<Metrics>,
+        token: Option<AdminToken>,
+    ) -> Admin {
+        Admin { ready: Arc::new(AtomicBool::new(false)), live, store, metrics, token: token.map(Arc::new) }
+    }
+
+    /// `Err(401)` when a token is configured and `headers` do not carry it as a bearer.
+    fn authorize(
+        &self,
+        headers: &HeaderMap,
+    ) -> Result<(), (StatusCode, [(header::HeaderName, &'static str); 1], String)> {
+        let Some(token) = &self.token else { return Ok(()) };
+        let presented = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(str::trim);
+        match presented {
+            Some(presented) if token.matches(presented) => Ok(()),
+            _ => Err((
+                StatusCode::UNAUTHORIZED,
+                [(header::WWW_AUTHENTICATE, "Bearer")],
+                "this endpoint requires Authorization: Bearer <admin token>\n".to_string(),
+            )),
+        }
     }
 
     /// Marks the server ready (or not, while draining).
@@ -86,7 +142,14 @@ async fn metrics(State(admin): State<Admin>) -> impl IntoResponse {
     )
 }
 
-async fn reload(State(admin): State<Admin>) -> (StatusCode, String) {
+async fn reload(State(admin): State<Admin>, headers: HeaderMap) -> axum::response::Response {
+    if let Err(denied) = admin.authorize(&headers) {
+        return denied.into_response();
+    }
+    reload_now(admin).await.into_response()
+}
+
+async fn reload_now(admin: Admin) -> (StatusCode, String) {
     let live = admin.live.clone();
     match tokio::task::spawn_blocking(move || live.reload()).await {
         Ok(Ok((version, changed))) => {
@@ -144,5 +207,19 @@ fn store_state(store: &Store) -> crate::rlconfig::StoreState {
             healthy: sentinel.client().is_healthy(),
             detail: sentinel.client().description(),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_token_matches_itself_only_and_never_prints() {
+        let token = AdminToken::new("  s3cret-token\n").expect("a token");
+        assert!(token.matches("s3cret-token"));
+        assert!(!token.matches("s3cret-token2") && !token.matches("") && !token.matches("S3cret-token"));
+        assert!(AdminToken::new(" \n").is_none(), "an empty file is no token");
+        assert!(!format!("{token:?}").contains("s3cret"));
     }
 }

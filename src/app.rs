@@ -102,6 +102,8 @@ pub struct ServeSettings {
     pub tls: Option<TlsFiles>,
     /// Watch the config location and reload on change.
     pub watch_config: bool,
+    /// A file holding the bearer token `POST` admin endpoints require (none: open).
+    pub admin_token_file: Option<PathBuf>,
 }
 
 impl ServeSettings {
@@ -125,6 +127,7 @@ impl ServeSettings {
             max_connection_age: Some(Duration::from_secs(3600)),
             tls: None,
             watch_config: true,
+            admin_token_file: None,
         }
     }
 }
@@ -205,7 +208,7 @@ pub async fn spawn(settings: ServeSettings) -> anyhow::Result<Running> {
     let grpc_addr = grpc_listener.local_addr()?;
     let admin_addr = admin_listener.local_addr()?;
     let (shutdown, signal) = watch::channel(false);
-    let admin = Admin::new(live.clone(), store.clone(), metrics.clone());
+    let admin = Admin::new(live.clone(), store.clone(), metrics.clone(), admin_token(&settings)?);
     let (health, health_service) = tonic_health::server::health_reporter();
 
     let mut builder = tonic::transport::Server::builder();
@@ -285,6 +288,17 @@ fn tls_config(tls: &TlsFiles) -> anyhow::Result<ServerTlsConfig> {
         config = config.client_ca_root(Certificate::from_pem(read(ca)?));
     }
     Ok(config)
+}
+
+/// The admin token from `--admin-token-file`: an unreadable or empty file is a startup error
+/// (an operator who asked for a token must not get an open admin port).
+fn admin_token(settings: &ServeSettings) -> anyhow::Result<Option<crate::admin::AdminToken>> {
+    let Some(path) = &settings.admin_token_file else { return Ok(None) };
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading the admin token {}", path.display()))?;
+    let token = crate::admin::AdminToken::new(&text)
+        .with_context(|| format!("the admin token file {} is empty", path.display()))?;
+    Ok(Some(token))
 }
 
 /// ± 10 %, so replicas started together do not all drop their connections at once.

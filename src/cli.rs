@@ -170,6 +170,10 @@ pub struct Serve {
     /// PEM CA bundle: require and verify client certificates (mTLS).
     #[arg(long, env = "TOLLGATE_GRPC_CLIENT_CA", requires = "grpc_tls_cert")]
     pub grpc_client_ca: Option<PathBuf>,
+    /// File holding a bearer token: with it, every POST admin endpoint (/reload) requires
+    /// `Authorization: Bearer <token>`; read endpoints never do.
+    #[arg(long, env = "TOLLGATE_ADMIN_TOKEN_FILE")]
+    pub admin_token_file: Option<PathBuf>,
     /// Do not watch the config for changes (SIGHUP and POST /reload still reload).
     #[arg(long, env = "TOLLGATE_NO_WATCH")]
     pub no_watch: bool,
@@ -272,6 +276,7 @@ impl Serve {
                 _ => None,
             },
             watch_config: !self.no_watch,
+            admin_token_file: self.admin_token_file.clone(),
         }
     }
 }

@@ -43,6 +43,8 @@ pub struct Options {
     pub max_inflight: usize,
     /// `--redis-connections`.
     pub redis_connections: usize,
+    /// `--admin-token-file`.
+    pub admin_token_file: Option<PathBuf>,
 }
 
 impl Options {
@@ -63,6 +65,7 @@ impl Options {
             redis_ca_file: None,
             max_inflight: tollgate::store::redis::DEFAULT_MAX_INFLIGHT,
             redis_connections: 2,
+            admin_token_file: None,
         }
     }
 }
@@ -98,6 +101,7 @@ pub async fn spawn_in(options: Options, config_dir: tempfile::TempDir) -> TestAp
     settings.redis.ca_file = options.redis_ca_file;
     settings.redis.max_inflight = options.max_inflight;
     settings.redis.connections = options.redis_connections;
+    settings.admin_token_file = options.admin_token_file;
     settings.redis_key_prefix = options.key_prefix;
     settings.store_timeout = options.store_timeout;
     settings.memory_max_keys = options.memory_max_keys;
@@ -222,10 +226,22 @@ pub struct HttpResponse {
 /// A tiny HTTP/1.1 client: one request per connection (`Connection: close`), no body sent;
 /// understands `Content-Length`, chunked and read-to-close bodies.
 pub async fn http(addr: std::net::SocketAddr, method: &str, path: &str) -> std::io::Result<HttpResponse> {
+    http_with(addr, method, path, &[]).await
+}
+
+/// `http` with extra request headers (`name`, `value`).
+pub async fn http_with(
+    addr: std::net::SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> std::io::Result<HttpResponse> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut stream = tokio::net::TcpStream::connect(addr).await?;
-    let head =
-        format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: 0\r\n\r\n");
+    let extra: String = headers.iter().map(|(k, v)| format!("{k}: {v}\r\n")).collect();
+    let head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: 0\r\n{extra}\r\n"
+    );
     stream.write_all(head.as_bytes()).await?;
     let mut raw = Vec::new();
     stream.read_to_end(&mut raw).await?;

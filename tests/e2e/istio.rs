@@ -130,14 +130,134 @@ fn the_grace_period_covers_the_drain() {
 }
 
 #[test]
-fn the_redis_url_names_the_redis_service() {
+fn the_redis_url_names_the_redis_service_with_its_password() {
     let manifests = Manifests::load();
-    let url = env(container(manifests.one("Deployment", "tollgate")), "TOLLGATE_REDIS_URL");
+    let tollgate = container(manifests.one("Deployment", "tollgate"));
+    let url = env(tollgate, "TOLLGATE_REDIS_URL");
     let redis = manifests.one("Service", "tollgate-redis");
     let port = at(find(seq_at(redis, "spec.ports"), "name", "tcp-redis"), "port").as_u64().expect("port");
-    assert_eq!(url, format!("redis://{}:{port}/", fqdn(redis)));
+    assert_eq!(url, format!("redis://:$(REDIS_PASSWORD)@{}:{port}/", fqdn(redis)));
     let pods = at(manifests.one("Deployment", "tollgate-redis"), "spec.template.metadata.labels");
     assert_eq!(at(redis, "spec.selector"), pods);
+    // $(REDIS_PASSWORD) expands only from a variable defined before it, from the Secret
+    // Redis itself requires.
+    let vars = seq_at(tollgate, "env");
+    let index = |name: &str| vars.iter().position(|v| str_at(v, "name") == name).expect(name);
+    assert!(index("REDIS_PASSWORD") < index("TOLLGATE_REDIS_URL"));
+    let secret = |c: &Value| {
+        let var = find(seq_at(c, "env"), "name", "REDIS_PASSWORD");
+        (
+            str_at(var, "valueFrom.secretKeyRef.name").to_string(),
+            str_at(var, "valueFrom.secretKeyRef.key").to_string(),
+        )
+    };
+    let redis_container = container(manifests.one("Deployment", "tollgate-redis"));
+    assert_eq!(secret(tollgate), secret(redis_container));
+    assert!(at(manifests.one("Secret", "tollgate-redis-auth"), "stringData").get("password").is_some());
+}
+
+#[test]
+fn the_sample_redis_requires_a_password_and_caps_its_memory() {
+    let manifests = Manifests::load();
+    let redis = container(manifests.one("Deployment", "tollgate-redis"));
+    let args: Vec<&str> = seq_at(redis, "args").iter().map(|a| a.as_str().expect("arg")).collect();
+    let after = |flag: &str| {
+        args.iter().position(|a| *a == flag).map(|i| args[i + 1]).unwrap_or_else(|| panic!("{flag}"))
+    };
+    assert_eq!(after("--requirepass"), "$(REDIS_PASSWORD)");
+    assert_eq!(
+        after("--maxmemory-policy"),
+        "volatile-ttl",
+        "evicts the buckets nearest to full, never fails writes"
+    );
+    let cap: u64 = after("--maxmemory").trim_end_matches("mb").parse().expect("maxmemory in mb");
+    let limit: u64 =
+        str_at(redis, "resources.limits.memory").trim_end_matches("Mi").parse().expect("limit in Mi");
+    assert!(
+        cap * 1_000_000 < limit * 1_048_576 * 8 / 10,
+        "maxmemory {cap}mb leaves headroom under {limit}Mi"
+    );
+    // Only Tollgate's pods reach it.
+    let policy = manifests.one("NetworkPolicy", "tollgate-redis");
+    assert_eq!(
+        at(policy, "spec.podSelector.matchLabels"),
+        at(manifests.one("Deployment", "tollgate-redis"), "spec.template.metadata.labels")
+    );
+    let rules = seq_at(policy, "spec.ingress");
+    assert_eq!(rules.len(), 1);
+    let from = seq_at(&rules[0], "from");
+    assert_eq!(from.len(), 1);
+    assert_eq!(
+        at(&from[0], "podSelector.matchLabels"),
+        at(manifests.one("Deployment", "tollgate"), "spec.template.metadata.labels")
+    );
+}
+
+/// The namespace a NetworkPolicy peer selects by its well-known name label.
+fn namespace_of(peer: &Value) -> &str {
+    let labels = at(peer, "namespaceSelector.matchLabels");
+    labels.get("kubernetes.io/metadata.name").and_then(Value::as_str).expect("selects a namespace by name")
+}
+
+/// `(namespace, pod labels)` of the Envoys that call Tollgate: the EnvoyFilters' targets.
+fn callers(manifests: &Manifests) -> Vec<(String, Value)> {
+    manifests
+        .all("EnvoyFilter")
+        .into_iter()
+        .map(|f| (str_at(f, "metadata.namespace").to_string(), at(f, "spec.workloadSelector.labels").clone()))
+        .collect()
+}
+
+#[test]
+fn network_policies_admit_grpc_from_the_callers_and_admin_from_monitoring_only() {
+    let manifests = Manifests::load();
+    let policy = manifests.one("NetworkPolicy", "tollgate");
+    let deployment = manifests.one("Deployment", "tollgate");
+    assert_eq!(at(policy, "spec.podSelector.matchLabels"), at(deployment, "spec.template.metadata.labels"));
+    let port_of = |name: &str| {
+        at(find(seq_at(container(deployment), "ports"), "name", name), "containerPort")
+            .as_u64()
+            .expect("port")
+    };
+    let rules = seq_at(policy, "spec.ingress");
+    let rule_for = |port: u64| -> &Value {
+        let found: Vec<&Value> = rules
+            .iter()
+            .filter(|r| seq_at(r, "ports").iter().any(|p| at(p, "port").as_u64() == Some(port)))
+            .collect();
+        assert_eq!(found.len(), 1, "one rule for port {port}");
+        found[0]
+    };
+    // gRPC: exactly the gateway and the sidecar workloads (namespace and pod labels).
+    let grpc = rule_for(port_of("grpc-ratelimit"));
+    let mut admitted: Vec<(String, Value)> = seq_at(grpc, "from")
+        .iter()
+        .map(|peer| (namespace_of(peer).to_string(), at(peer, "podSelector.matchLabels").clone()))
+        .collect();
+    let mut expected = callers(&manifests);
+    let key = |(ns, labels): &(String, Value)| format!("{ns}/{labels:?}");
+    admitted.sort_by_key(key);
+    expected.sort_by_key(key);
+    assert_eq!(admitted, expected, "gRPC is open to exactly the Envoys the EnvoyFilters configure");
+    // Admin: only the monitoring namespace, any pod there.
+    let admin = rule_for(port_of("http-admin"));
+    let from = seq_at(admin, "from");
+    assert_eq!(from.len(), 1);
+    assert_eq!(namespace_of(&from[0]), "monitoring");
+    assert!(from[0].get("podSelector").is_none());
+    assert_eq!(rules.len(), 2, "no other way in");
+}
+
+#[test]
+fn post_admin_endpoints_need_the_token_from_a_secret() {
+    let manifests = Manifests::load();
+    let deployment = manifests.one("Deployment", "tollgate");
+    let file = env(container(deployment), "TOLLGATE_ADMIN_TOKEN_FILE");
+    let (dir, name) = file.rsplit_once('/').expect("a path");
+    let mount = find(seq_at(container(deployment), "volumeMounts"), "mountPath", dir);
+    let volume = find(seq_at(deployment, "spec.template.spec.volumes"), "name", str_at(mount, "name"));
+    let secret = manifests.one("Secret", str_at(volume, "secret.secretName"));
+    assert!(at(secret, "stringData").get(name).is_some(), "the Secret holds the {name} key");
 }
 
 #[test]
@@ -262,15 +382,32 @@ fn the_deployments_container_starts_the_real_binary_to_readiness() {
     let admin = free_loopback();
     // Only what cannot be the same here: paths and addresses. Redis is not running, which
     // Tollgate must accept (it serves by the failure policies until Redis comes).
+    // The admin token file the Secret volume would hold.
+    let token_file = dir.path().join("admin-token");
+    let token_secret = manifests.one("Secret", "tollgate-admin-token");
+    std::fs::write(&token_file, str_at(token_secret, "stringData.token")).expect("token file");
     let local: HashMap<&str, String> = HashMap::from([
         ("TOLLGATE_CONFIG", policies.display().to_string()),
         ("TOLLGATE_GRPC_ADDR", free_loopback().to_string()),
         ("TOLLGATE_ADMIN_ADDR", admin.to_string()),
         ("TOLLGATE_REDIS_URL", format!("redis://{}/", free_loopback())),
+        ("TOLLGATE_ADMIN_TOKEN_FILE", token_file.display().to_string()),
     ]);
+    // A value, or what the kubelet reads from the Secret a `secretKeyRef` names.
+    let value_of = |e: &Value| -> String {
+        match e.get("value") {
+            Some(v) => v.as_str().expect("a string value").to_string(),
+            None => {
+                let secret = manifests.one("Secret", str_at(e, "valueFrom.secretKeyRef.name"));
+                let data = at(secret, "stringData");
+                let key = str_at(e, "valueFrom.secretKeyRef.key");
+                data.get(key).and_then(Value::as_str).expect("the Secret holds the key").to_string()
+            }
+        }
+    };
     let env: Vec<(String, String)> = seq_at(c, "env")
         .iter()
-        .map(|e| (str_at(e, "name").to_string(), str_at(e, "value").to_string()))
+        .map(|e| (str_at(e, "name").to_string(), value_of(e)))
         .map(|(k, v)| (k.clone(), local.get(k.as_str()).cloned().unwrap_or(v)))
         .collect();
     assert!(env.iter().any(|(k, v)| k == "TOLLGATE_STORE" && v == "redis"));

@@ -147,3 +147,26 @@ async fn hundred_reloads_under_traffic_never_mix_snapshots() {
     let text = app.metrics().await;
     assert_eq!(metric(&text, r#"tollgate_config_reloads_total{result="success"}"#), Some(100.0));
 }
+
+/// `--admin-token-file`: `POST /reload` needs the bearer token; read endpoints never do.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_admin_token_guards_post_endpoints_only() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let token_file = dir.path().join("admin-token");
+    std::fs::write(&token_file, "t0ken-s3cret\n").expect("write token");
+    let options = Options { admin_token_file: Some(token_file), ..Options::new(StoreKind::Memory) };
+    let app = spawn_with(options, &[("api.yaml", &user_policy(3))]).await;
+    let addr = app.admin_addr();
+    let post = |headers: &'static [(&'static str, &'static str)]| async move {
+        http_with(addr, "POST", "/reload", headers).await.expect("admin").status
+    };
+    assert_eq!(post(&[]).await, 401, "no token");
+    assert_eq!(post(&[("Authorization", "Bearer wrong")]).await, 401, "a wrong token");
+    assert_eq!(post(&[("Authorization", "t0ken-s3cret")]).await, 401, "not a bearer");
+    assert_eq!(post(&[("Authorization", "Bearer t0ken-s3cret")]).await, 200, "the token");
+    for path in ["/healthz", "/readyz", "/metrics", "/rlconfig", "/rlconfig?format=json"] {
+        let response = app.admin("GET", path).await;
+        assert_eq!(response.status, 200, "{path} needs no token");
+        assert!(!response.body.contains("t0ken-s3cret"), "{path} shows the token");
+    }
+}
