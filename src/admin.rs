@@ -85,7 +85,8 @@ impl Admin {
                 StatusCode::UNAUTHORIZED,
                 [(header::WWW_AUTHENTICATE, "Bearer")],
                 "this endpoint requires Authorization: Bearer <admin token>\n".to_string(),
-            )),
+            )
+                .into_response()),
         }
     }
 
@@ -144,7 +145,7 @@ async fn metrics(State(admin): State<Admin>) -> impl IntoResponse {
 
 async fn reload(State(admin): State<Admin>, headers: HeaderMap) -> axum::response::Response {
     if let Err(denied) = admin.authorize(&headers) {
-        return denied.into_response();
+        return denied;
     }
     reload_now(admin).await.into_response()
 }
