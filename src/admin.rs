@@ -69,10 +69,7 @@ impl Admin {
     }
 
     /// `Err(401)` when a token is configured and `headers` do not carry it as a bearer.
-    fn authorize(
-        &self,
-        headers: &HeaderMap,
-    ) -> Result<(), (StatusCode, [(header::HeaderName, &'static str); 1], String)> {
+    fn authorize(&self, headers: &HeaderMap) -> Result<(), axum::response::Response> {
         let Some(token) = &self.token else { return Ok(()) };
         let presented = headers
             .get(header::AUTHORIZATION)
