@@ -68,23 +68,15 @@ impl Admin {
         Admin { ready: Arc::new(AtomicBool::new(false)), live, store, metrics, token: token.map(Arc::new) }
     }
 
-    /// `Err(401)` when a token is configured and `headers` do not carry it as a bearer.
-    fn authorize(&self, headers: &HeaderMap) -> Result<(), axum::response::Response> {
-        let Some(token) = &self.token else { return Ok(()) };
-        let presented = headers
+    /// Whether `headers` may use a mutating endpoint: no token is configured, or they carry
+    /// it as `Authorization: Bearer <token>`.
+    fn authorized(&self, headers: &HeaderMap) -> bool {
+        let Some(token) = &self.token else { return true };
+        headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "))
-            .map(str::trim);
-        match presented {
-            Some(presented) if token.matches(presented) => Ok(()),
-            _ => Err((
-                StatusCode::UNAUTHORIZED,
-                [(header::WWW_AUTHENTICATE, "Bearer")],
-                "this endpoint requires Authorization: Bearer <admin token>\n".to_string(),
-            )
-                .into_response()),
-        }
+            .is_some_and(|presented| token.matches(presented.trim()))
     }
 
     /// Marks the server ready (or not, while draining).
@@ -141,8 +133,10 @@ async fn metrics(State(admin): State<Admin>) -> impl IntoResponse {
 }
 
 async fn reload(State(admin): State<Admin>, headers: HeaderMap) -> axum::response::Response {
-    if let Err(denied) = admin.authorize(&headers) {
-        return denied;
+    if !admin.authorized(&headers) {
+        let challenge = [(header::WWW_AUTHENTICATE, "Bearer")];
+        let body = "this endpoint requires Authorization: Bearer <admin token>\n";
+        return (StatusCode::UNAUTHORIZED, challenge, body).into_response();
     }
     reload_now(admin).await.into_response()
 }
