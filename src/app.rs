@@ -20,7 +20,7 @@ use tonic_health::ServingStatus;
 
 use crate::admin::Admin;
 use crate::live::Live;
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, SeriesLimits};
 use crate::service::bounds::Bounds;
 use crate::service::{RateLimiter, Settings};
 use crate::store::cluster::{ClusterSettings, ClusterStore};
@@ -95,6 +95,8 @@ pub struct ServeSettings {
     pub response_headers: bool,
     /// Bounds on request size (past them: the domain's failure policy).
     pub bounds: Bounds,
+    /// Bounds on the metric series of rules that carry request values.
+    pub metric_series: SeriesLimits,
     /// How long to keep serving after SIGTERM while endpoints are withdrawn.
     pub drain: Duration,
     /// Connections older than this (± 10 % jitter per process) are asked to reconnect.
@@ -123,6 +125,7 @@ impl ServeSettings {
             shadow_mode: false,
             response_headers: false,
             bounds: Bounds::default(),
+            metric_series: SeriesLimits::default(),
             drain: Duration::from_secs(5),
             max_connection_age: Some(Duration::from_secs(3600)),
             tls: None,
@@ -178,7 +181,7 @@ impl Running {
 pub async fn spawn(settings: ServeSettings) -> anyhow::Result<Running> {
     // rustls needs one process-wide crypto provider (Redis TLS); a second install is a no-op.
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let metrics = Arc::new(Metrics::new());
+    let metrics = Arc::new(Metrics::with_limits(settings.metric_series));
     let live = Live::load_initial(&settings.config, metrics.clone())
         .map_err(|errors| anyhow::anyhow!("invalid config {}:\n{errors}", settings.config.display()))?;
     let live = Arc::new(live);

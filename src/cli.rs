@@ -7,6 +7,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::app::{RedisTopology, ServeSettings, StoreKind, TlsFiles};
+use crate::metrics::SeriesLimits;
 use crate::service::bounds::Bounds;
 use crate::store::breaker::BreakerSettings;
 use crate::store::RedisSettings;
@@ -154,6 +155,19 @@ pub struct Serve {
     /// Keys or values longer than this (bytes) make the request answered by the failure policy.
     #[arg(long, env = "TOLLGATE_MAX_VALUE_BYTES", default_value_t = 4096)]
     pub max_value_bytes: usize,
+    /// Longest part (key, value or pattern), in bytes, of a `rule` metric label that carries
+    /// request values (`detailed_metric`, `value_to_metric`); longer parts are cut, ending in `…`.
+    #[arg(
+        long,
+        env = "TOLLGATE_MAX_LABEL_VALUE_BYTES",
+        default_value_t = crate::metrics::label::DEFAULT_MAX_LABEL_VALUE_BYTES as u64,
+        value_parser = clap::value_parser!(u64).range(crate::metrics::label::MIN_LABEL_VALUE_BYTES as u64..)
+    )]
+    pub max_label_value_bytes: u64,
+    /// Distinct value label sets per domain for rules that carry request values in their
+    /// `rule` label (each ≤ 8 series); past it they count under `rule="<rule>:_other_"`.
+    #[arg(long, env = "TOLLGATE_MAX_DETAILED_SERIES", default_value_t = crate::metrics::DEFAULT_MAX_DETAILED_SERIES)]
+    pub max_detailed_series: usize,
     /// Seconds to keep serving after SIGTERM while not ready (endpoints being withdrawn).
     #[arg(long, env = "TOLLGATE_DRAIN_SECONDS", default_value_t = 5)]
     pub drain_seconds: u64,
@@ -264,6 +278,10 @@ impl Serve {
                 max_entries: self.max_entries,
                 max_value_bytes: self.max_value_bytes,
             },
+            metric_series: SeriesLimits {
+                max_label_value_bytes: usize::try_from(self.max_label_value_bytes).unwrap_or(usize::MAX),
+                max_detailed_series: self.max_detailed_series,
+            },
             drain: Duration::from_secs(self.drain_seconds),
             max_connection_age: (!self.grpc_max_connection_age.is_zero())
                 .then_some(self.grpc_max_connection_age),
@@ -319,5 +337,25 @@ mod tests {
         assert!(breaker(&["--breaker-failure-rate", "1.5"]).is_err(), "a share is at most 1");
         assert!(breaker(&["--breaker-failure-rate", "-0.1"]).is_err());
         assert!(breaker(&["--breaker-window-ms", "5"]).is_err(), "a window of at least 10 ms");
+    }
+
+    fn series(args: &[&str]) -> Result<SeriesLimits, clap::Error> {
+        let cli = Cli::try_parse_from(["tollgate", "serve"].iter().chain(args))?;
+        match cli.command {
+            Command::Serve(serve) => Ok(serve.settings().metric_series),
+            other => panic!("not serve: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn series_flags_default_to_64_bytes_and_1000_sets() {
+        assert_eq!(series(&[]).expect("defaults"), SeriesLimits::default());
+        assert_eq!(
+            SeriesLimits::default(),
+            SeriesLimits { max_label_value_bytes: 64, max_detailed_series: 1000 }
+        );
+        let set = series(&["--max-label-value-bytes", "32", "--max-detailed-series", "0"]).expect("flags");
+        assert_eq!(set, SeriesLimits { max_label_value_bytes: 32, max_detailed_series: 0 });
+        assert!(series(&["--max-label-value-bytes", "8"]).is_err(), "room for an escape and the mark");
     }
 }

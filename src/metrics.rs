@@ -2,10 +2,15 @@
 //!
 //! Names are a contract (design §7). Labels are bounded: `domain` and `rule` come from the
 //! config, never from requests, except for rules that opt in with `detailed_metric` or
-//! `value_to_metric`. Per-rule counters are resolved once per config snapshot
-//! (`RuleCounters`), so the request path increments pre-built handles and allocates nothing.
+//! `value_to_metric`; their values are escaped, cut to `--max-label-value-bytes` (`label`)
+//! and capped at `--max-detailed-series` label sets per domain (`series`). Per-rule counters
+//! are resolved once per config snapshot (`RuleCounters`), so the request path of other
+//! rules increments pre-built handles and allocates nothing; a reload removes the series
+//! of the rules it drops.
 
-use std::collections::HashMap;
+pub mod label;
+mod series;
+
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -15,8 +20,9 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
-use crate::config::Snapshot;
 use crate::service::respond::Outcome;
+
+pub use series::{RuleSeries, SnapshotCounters};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct DecisionLabels {
@@ -83,6 +89,9 @@ pub struct Metrics {
     breaker_opens: Family<StoreName, Counter>,
     connections_replaced: Family<ReplacedLabels, Counter>,
     shadow_overrides: Family<DomainLabel, Counter>,
+    series_dropped: Family<DomainLabel, Counter>,
+    limits: SeriesLimits,
+    installed: series::Installed,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -114,12 +123,25 @@ impl RuleCounters {
     }
 }
 
-/// Per-domain, per-rule counters for one snapshot (`counters[domain][rule_id]`).
-#[derive(Debug, Default)]
-pub struct SnapshotCounters {
-    pub domains: HashMap<String, Vec<RuleCounters>>,
-    /// Counters for request `limit` overrides, per domain.
-    pub overrides: HashMap<String, RuleCounters>,
+/// Bounds on the series of rules that carry request values in their `rule` label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SeriesLimits {
+    /// `--max-label-value-bytes`: longest part (key, value or pattern) of such a label.
+    pub max_label_value_bytes: usize,
+    /// `--max-detailed-series`: distinct value label sets per domain (each ≤ 8 series).
+    pub max_detailed_series: usize,
+}
+
+/// Default of `--max-detailed-series`.
+pub const DEFAULT_MAX_DETAILED_SERIES: usize = 1_000;
+
+impl Default for SeriesLimits {
+    fn default() -> Self {
+        SeriesLimits {
+            max_label_value_bytes: label::DEFAULT_MAX_LABEL_VALUE_BYTES,
+            max_detailed_series: DEFAULT_MAX_DETAILED_SERIES,
+        }
+    }
 }
 
 const OUTCOMES: [Outcome; 7] = [
@@ -148,8 +170,13 @@ impl Default for Metrics {
 }
 
 impl Metrics {
-    /// Creates and registers every family.
+    /// Creates and registers every family, with the default series limits.
     pub fn new() -> Metrics {
+        Metrics::with_limits(SeriesLimits::default())
+    }
+
+    /// Creates and registers every family.
+    pub fn with_limits(limits: SeriesLimits) -> Metrics {
         let mut registry = Registry::default();
         let decisions = Family::<DecisionLabels, Counter>::default();
         let hits = Family::<RuleLabels, Counter>::default();
@@ -172,6 +199,13 @@ impl Metrics {
             "tollgate_shadow_overrides",
             "Answers whose OVER_LIMIT overall code --shadow-mode turned into OK, by domain",
             shadow_overrides.clone(),
+        );
+        let series_dropped = Family::<DomainLabel, Counter>::default();
+        registry.register(
+            "tollgate_metric_series_dropped",
+            "Decisions counted under rule=\"<rule>:_other_\" because their domain had \
+             --max-detailed-series value label sets already",
+            series_dropped.clone(),
         );
         registry.register(
             "tollgate_redis_connections_replaced",
@@ -255,18 +289,10 @@ impl Metrics {
             breaker_opens,
             connections_replaced,
             shadow_overrides,
+            series_dropped,
+            limits,
+            installed: series::Installed::default(),
         }
-    }
-
-    /// Handles for every rule of a snapshot, and marks it as the serving version.
-    pub fn counters_for(&self, snapshot: &Snapshot) -> SnapshotCounters {
-        let mut counters = SnapshotCounters::default();
-        for (name, domain) in &snapshot.domains {
-            let rules = domain.rules.iter().map(|rule| self.rule_counters(name, rule.label())).collect();
-            counters.domains.insert(name.clone(), rules);
-            counters.overrides.insert(name.clone(), self.rule_counters(name, "request_override"));
-        }
-        counters
     }
 
     /// Marks `version` as the serving config (call right after the swap).
@@ -275,8 +301,8 @@ impl Metrics {
         self.config_info.get_or_create(&VersionLabel { version: version.to_string() }).set(1);
     }
 
-    /// Counters for one (domain, rule) label pair; used directly for `detailed_metric` rules.
-    pub fn rule_counters(&self, domain: &str, rule: &str) -> RuleCounters {
+    /// Counters for one (domain, rule) label pair (created if new).
+    fn rule_counters(&self, domain: &str, rule: &str) -> RuleCounters {
         let decisions = OUTCOMES.map(|outcome| {
             self.decisions.get_or_create_owned(&DecisionLabels {
                 domain: domain.to_string(),

@@ -156,8 +156,12 @@ impl Builder<'_> {
                     self.duplicate(&path, key, value, parent, first);
                 }
             }
-            levels
-                .push(Level { key: key.to_owned(), shared_pattern: self.shared_pattern(raw, value, &path) });
+            levels.push(Level {
+                key: key.to_owned(),
+                shared_pattern: self.shared_pattern(raw, value, &path),
+                value: value.map(str::to_owned),
+                value_to_metric: raw.value_to_metric,
+            });
             let rule = raw.rate_limit.as_ref().and_then(|limit| self.rule(raw, limit, &path, levels));
             let children = raw.descriptors.as_deref().unwrap_or_default();
             let children = self.branch(children, &path, levels);

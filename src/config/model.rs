@@ -122,15 +122,21 @@ pub enum RuleLimit {
     Unlimited,
 }
 
-/// One level of the path that leads to a rule: the entry key, and how its value enters
-/// the bucket identity.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// One level of the path that leads to a rule: the entry key, how its value enters the
+/// bucket identity, and whether it may enter the metric label.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Level {
     pub key: String,
     /// `Some(pattern)` when the node is a wildcard with `share_threshold: true`: every
     /// matching value shares one bucket, identified by the pattern. `None`: the request's
     /// value is part of the bucket identity.
     pub shared_pattern: Option<String>,
+    /// The node's `value` as written (an exact value or a pattern with `*`); `None` for the
+    /// value-less default node.
+    pub value: Option<String>,
+    /// `value_to_metric: true` on this node: the request's value goes into the `rule`
+    /// metric label of the rules at and below it (unless the level shares a pattern).
+    pub value_to_metric: bool,
 }
 
 /// The `rate_limit.unit` of a rule. Month is 30 days, year 365 days.

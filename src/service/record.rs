@@ -1,15 +1,17 @@
 //! Counting decisions: one increment per decided descriptor, on pre-resolved handles.
 //!
-//! Rules with `detailed_metric` or `value_to_metric` put the request's values into the
-//! `rule` label (their owners opted into that cardinality); all others use the handles
-//! resolved when the snapshot was built, so counting allocates nothing.
+//! Rules that carry request values in their `rule` label (`detailed_metric`,
+//! `value_to_metric`) are counted under a label composed from the descriptor's values,
+//! bounded by `Metrics::record_per_value`; all others use the handles resolved when the
+//! snapshot was built, so counting allocates nothing.
 
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 
 use crate::algorithm::Hits;
 use crate::config::Domain;
 use crate::live::Active;
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, RuleSeries};
 use crate::store::Charge;
 
 use super::plan::Plan;
@@ -34,16 +36,13 @@ pub fn record(
             Plan::Limited(limit) => (limit.rule, consumed(&charges[limit.charge])),
         };
         match rule {
-            Some(rule) if rule.detailed_metric || rule.value_to_metric => {
-                let values: Vec<&str> = descriptor.entries.iter().map(|e| e.value.as_str()).collect();
-                let label = format!("{}:{}", rule.label(), values.join(":"));
-                metrics.rule_counters(&domain.name, &label).record(outcome, hits);
-            }
-            Some(rule) => {
-                if let Some(counters) = rules.and_then(|r| r.get(rule.id.0)) {
-                    counters.record(outcome, hits);
+            Some(rule) => match rules.and_then(|r| r.get(rule.id.0)) {
+                Some(RuleSeries::Fixed(counters)) => counters.record(outcome, hits),
+                Some(RuleSeries::PerValue) => {
+                    metrics.record_per_value(&domain.name, rule, values(descriptor), outcome, hits)
                 }
-            }
+                None => {}
+            },
             None => {
                 if let Some(counters) = active.counters.overrides.get(&domain.name) {
                     counters.record(outcome, hits);
@@ -58,4 +57,9 @@ fn consumed(charge: &Charge) -> u64 {
         Hits::Consume(n) => n,
         Hits::Peek | Hits::Refund(_) => 0,
     }
+}
+
+/// The entry values of a descriptor, as the bytes the metric label is composed from.
+fn values(descriptor: &RateLimitDescriptor) -> impl Iterator<Item = &[u8]> {
+    descriptor.entries.iter().map(|entry| entry.value.as_bytes())
 }

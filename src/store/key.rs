@@ -120,7 +120,11 @@ mod tests {
             replaces: vec![],
             levels: levels
                 .iter()
-                .map(|(k, p)| Level { key: k.to_string(), shared_pattern: p.map(str::to_string) })
+                .map(|(k, p)| Level {
+                    key: k.to_string(),
+                    shared_pattern: p.map(str::to_string),
+                    ..Level::default()
+                })
                 .collect(),
             metadata: vec![],
         }

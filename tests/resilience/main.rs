@@ -16,3 +16,4 @@ mod faults;
 mod front;
 mod hostile;
 mod security;
+mod series;

@@ -35,8 +35,13 @@ descriptors:
     assert_eq!(
         shared.levels,
         [
-            Level { key: "route".into(), shared_pattern: Some("api/*".into()) },
-            Level { key: "method".into(), shared_pattern: None },
+            Level {
+                key: "route".into(),
+                shared_pattern: Some("api/*".into()),
+                value: Some("api/*".into()),
+                value_to_metric: false,
+            },
+            Level { key: "method".into(), ..Level::default() },
         ]
     );
     let isolated = matched(domain, &[("files", "files/a.pdf")]);

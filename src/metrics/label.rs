@@ -1,0 +1,178 @@
+//! The `rule` label of rules that put request values into metrics, composed as
+//! envoyproxy/ratelimit composes its stat keys, and each part made safe to show.
+//!
+//! A rule *carries values* when at least one level of its path takes the request's value
+//! into the label: every wildcard or default level of a `detailed_metric` rule, and every
+//! wildcard or default level that sets `value_to_metric` itself (an intermediate level
+//! counts for the rules below it). Its label is `<rule>:<part>.<part>…`, one part per
+//! level, where a part is `<key>_<request value>` on levels that carry the value,
+//! `<key>_<pattern>` on `share_threshold` levels (the value never shows there: all
+//! matching values share one bucket), `<key>_<value>` on exact-value levels, the pattern
+//! on other wildcard levels, and `<key>` alone on other default levels. Rules that carry
+//! no value keep the plain `<rule>` label.
+//!
+//! Every part is escaped and truncated by [`escape_into`], which takes bytes so that values
+//! that are not UTF-8 show too. Pure: no metrics, no I/O.
+
+use std::fmt::Write;
+
+use crate::config::{Level, Rule};
+
+/// Default of `--max-label-value-bytes`.
+pub const DEFAULT_MAX_LABEL_VALUE_BYTES: usize = 64;
+
+/// Smallest `--max-label-value-bytes`: room for one escape and the truncation mark.
+pub const MIN_LABEL_VALUE_BYTES: usize = 16;
+
+/// Appended to a part cut at the byte limit (counted within it).
+const CUT: &str = "…";
+
+/// Where one level's part of the label comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Part<'r> {
+    /// `<key>` alone.
+    Key,
+    /// `<key>_<text>`, the text from the config (an exact value or a pattern).
+    Config(&'r str),
+    /// `<key>_<the request's value>`.
+    Request,
+}
+
+fn part<'r>(rule: &Rule, level: &'r Level) -> Part<'r> {
+    if let Some(pattern) = &level.shared_pattern {
+        return Part::Config(pattern);
+    }
+    match &level.value {
+        Some(exact) if !exact.contains('*') => Part::Config(exact),
+        _ if rule.detailed_metric || level.value_to_metric => Part::Request,
+        Some(pattern) => Part::Config(pattern),
+        None => Part::Key,
+    }
+}
+
+/// Whether the rule's label carries request values (and so is composed per request and
+/// counted against `--max-detailed-series`).
+pub fn carries_values(rule: &Rule) -> bool {
+    rule.levels.iter().any(|level| part(rule, level) == Part::Request)
+}
+
+/// The label of one decision of a rule that carries values: `values` are the request's
+/// entry values in order (one per level); each part is escaped and at most `max` bytes.
+pub fn compose<'v>(rule: &Rule, values: impl IntoIterator<Item = &'v [u8]>, max: usize) -> String {
+    let mut label = String::with_capacity(rule.label().len() + 2 * max);
+    label.push_str(rule.label());
+    label.push(':');
+    for (i, (level, value)) in rule.levels.iter().zip(values).enumerate() {
+        if i > 0 {
+            label.push('.');
+        }
+        escape_into(&mut label, level.key.as_bytes(), max);
+        match part(rule, level) {
+            Part::Key => {}
+            Part::Config(text) => {
+                label.push('_');
+                escape_into(&mut label, text.as_bytes(), max);
+            }
+            Part::Request => {
+                label.push('_');
+                escape_into(&mut label, value, max);
+            }
+        }
+    }
+    label
+}
+
+/// The label decisions of the rule labelled `rule` count under once its domain has
+/// `--max-detailed-series` value label sets.
+pub fn other(rule: &str) -> String {
+    format!("{rule}:_other_")
+}
+
+/// Appends `bytes` to `out`, escaped and at most `max` bytes long.
+///
+/// Printable ASCII and printable non-ASCII characters stay; `\` becomes `\\`; ASCII
+/// control bytes and bytes that are not part of valid UTF-8 become `\xNN`; control,
+/// format (invisible, bidirectional), private-use and non-characters become `\u{NNNN}`.
+/// So a label never holds a byte that changes how it displays, and distinct inputs that
+/// fit stay distinct. Past `max` the output is cut between two escapes or characters and
+/// ends with `…` (`max` counts it).
+pub fn escape_into(out: &mut String, bytes: &[u8], max: usize) {
+    let start = out.len();
+    // The longest prefix that leaves room for the cut mark.
+    let mut fits_with_mark = start;
+    for chunk in bytes.utf8_chunks() {
+        for c in chunk.valid().chars() {
+            push_char(out, c);
+            if !within(out, start, max, &mut fits_with_mark) {
+                return cut(out, fits_with_mark);
+            }
+        }
+        for byte in chunk.invalid() {
+            let _ = write!(out, "\\x{byte:02x}");
+            if !within(out, start, max, &mut fits_with_mark) {
+                return cut(out, fits_with_mark);
+            }
+        }
+    }
+}
+
+/// Whether `out` (from `start`) is still within `max`; tracks where a cut would go.
+fn within(out: &str, start: usize, max: usize, fits_with_mark: &mut usize) -> bool {
+    let len = out.len() - start;
+    if len + CUT.len() <= max {
+        *fits_with_mark = out.len();
+    }
+    len <= max
+}
+
+fn cut(out: &mut String, at: usize) {
+    out.truncate(at);
+    out.push_str(CUT);
+}
+
+fn push_char(out: &mut String, c: char) {
+    match c {
+        '\\' => out.push_str("\\\\"),
+        ' '..='~' => out.push(c),
+        c if c.is_ascii() => {
+            let _ = write!(out, "\\x{:02x}", c as u32);
+        }
+        c if hidden(c) => {
+            let _ = write!(out, "\\u{{{:04x}}}", c as u32);
+        }
+        c => out.push(c),
+    }
+}
+
+/// Non-ASCII characters that do not display as themselves: C1 controls, format characters
+/// (soft hyphen, zero-width, bidirectional marks and overrides, BOM, …), separators other
+/// than space, private use and non-characters.
+fn hidden(c: char) -> bool {
+    let n = c as u32;
+    c.is_control()
+        || matches!(
+            n,
+            0x00ad
+                | 0x034f
+                | 0x061c
+                | 0x115f..=0x1160
+                | 0x17b4..=0x17b5
+                | 0x180b..=0x180f
+                | 0x200b..=0x200f
+                | 0x2028..=0x202e
+                | 0x2060..=0x206f
+                | 0x3164
+                | 0xfe00..=0xfe0f
+                | 0xfeff
+                | 0xffa0
+                | 0xfff0..=0xfffb
+                | 0xe000..=0xf8ff
+                | 0xe0000..=0xe0fff
+                | 0xf0000..=0x10ffff
+        )
+        || (n & 0xfffe) == 0xfffe
+        || (0xfdd0..=0xfdef).contains(&n)
+}
+
+#[cfg(test)]
+mod tests;
