@@ -190,6 +190,8 @@ mod tests {
         let other_unit = rule_key("", "api", &r, Algorithm::Gcra, Unit::Hour, e.iter().copied());
         let other_domain = rule_key("", "web", &r, Algorithm::Gcra, Unit::Minute, e.iter().copied());
         let over = override_key("", "api", Unit::Minute, e.iter().copied());
+        // GCRA state is at format 2 (sub-µs remainder): never read a format-1 bucket.
+        assert!(base.starts_with("tg:g2m:") && over.starts_with("tg:o2m:"), "{base} {over}");
         let all = [&base, &other_algo, &other_unit, &other_domain, &over];
         for (i, a) in all.iter().enumerate() {
             for b in &all[i + 1..] {
