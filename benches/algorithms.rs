@@ -15,7 +15,7 @@ fn params(algorithm: Algorithm, limit: u64) -> Params {
 
 fn algorithms(c: &mut Criterion) {
     let mut group = c.benchmark_group("algorithm");
-    let gcra_state = Some(State::Gcra { tat: NOW + 30_000_000 });
+    let gcra_state = Some(State::Gcra { tat: NOW + 30_000_000, rem: 0 });
     let window_state = Some(State::Window { start: NOW - NOW % 60_000_000, current: 40, previous: 70 });
     let cases = [
         ("gcra", Algorithm::Gcra, gcra_state),
@@ -40,7 +40,7 @@ fn memory_store(c: &mut Criterion) {
         let p = params(Algorithm::Gcra, 1_000_000_000);
         let charges: Vec<Charge> = (0..keys)
             .map(|i| Charge {
-                key: format!("tg:gs:5:bench4:user{}:k{i}", i.to_string().len() + 1),
+                key: format!("tg:g2s:5:bench4:user{}:k{i}", i.to_string().len() + 1),
                 params: p,
                 hits: Hits::Consume(1),
             })

@@ -1,6 +1,6 @@
 //! `memory_bytes`: resident memory per bucket of the memory store.
 //!
-//! Inserts `--keys` GCRA buckets (keys shaped like real ones, `tg:gs:5:bench4:user…`) through
+//! Inserts `--keys` GCRA buckets (keys shaped like real ones, `tg:g2s:5:bench4:user…`) through
 //! `MemoryStore::charge_at` and reports the growth of the resident set (`/proc/self/statm`)
 //! divided by the number of keys, with the average key length. Linux only.
 //!
@@ -42,7 +42,7 @@ fn main() -> anyhow::Result<()> {
     for i in 0..args.keys {
         let value = format!("k{i}{pad}");
         key.clear();
-        key.push_str(&format!("tg:gs:5:bench4:user{}:{value}", value.len()));
+        key.push_str(&format!("tg:g2s:5:bench4:user{}:{value}", value.len()));
         key_bytes += key.len();
         let charge = Charge { key: key.clone(), params, hits: Hits::Consume(1) };
         store.charge_at(&charge, now);

@@ -14,6 +14,12 @@ fn fixtures() -> PathBuf {
 /// (fixture, rule path + field, message fragment, line).
 const INVALID: &[(&str, &str, &str, Option<usize>)] = &[
     (
+        "burst_too_long.yaml",
+        "descriptors[1].rate_limit.burst",
+        "burst 72 at 1 per year takes more than 71 years to drain",
+        Some(12),
+    ),
+    (
         "burst_with_sliding_window.yaml",
         "descriptors[0].rate_limit.burst",
         "burst applies to gcra only (algorithm is sliding_window)",

@@ -2,6 +2,10 @@
 //! `src/store/lua/` give identical `(allowed, remaining, reset_us)` on random sequences,
 //! run against a real redis-server (started per test, on a free port).
 //!
+//! GCRA also runs a high-rate suite (100,000 to 10,000,000 per second, µs-scale ticks),
+//! where the emission interval is a fraction of a µs and the stored remainder decides, and
+//! its stored `"<tat>[:<rem>]"` must equal the Rust state after every step.
+//!
 //! The scripts get the fake clock through ARGV[6]. Redis expires keys on its real clock,
 //! so the fake clock starts a year ahead of real time and only moves forward: no key ever
 //! expires in Redis during a test, and the scripts must (and do) read stale state as
@@ -154,6 +158,29 @@ fn arb_case(algorithm: Algorithm) -> impl Strategy<Value = (Params, u64, Vec<(Ti
     (arb_params(algorithm), 0..DAY_US, prop::collection::vec((arb_tick(), arb_hits()), 1..90))
 }
 
+/// GCRA at 100,000 to 10,000,000 per second (per minute now and then), bursts from 1 to
+/// the limit, ticks of a few µs: emission intervals of 0.1 to 10 µs, rarely whole.
+fn arb_high_rate_case() -> impl Strategy<Value = (Params, u64, Vec<(Tick, Hits)>)> {
+    let params = (100_000u64..=10_000_000, prop::sample::select(vec![1_000_000u64, 60_000_000]))
+        .prop_flat_map(|(limit, unit_us)| {
+            let burst = prop_oneof![3 => 0u64..20, 1 => 0..=limit];
+            burst.prop_map(move |burst| Params { algorithm: Algorithm::Gcra, limit, unit_us, burst })
+        });
+    let tick = prop_oneof![
+        3 => Just(Tick::Stay),
+        6 => (1u64..5).prop_map(Tick::Micros),
+        2 => (1u64..1_000).prop_map(Tick::Micros),
+        1 => (0u64..1_500).prop_map(Tick::Share),
+    ];
+    let n = prop_oneof![4 => 1u64..6, 1 => 1u64..500];
+    let hits = prop_oneof![
+        6 => n.clone().prop_map(Hits::Consume),
+        2 => Just(Hits::Peek),
+        1 => n.prop_map(Hits::Refund),
+    ];
+    (params, 0..DAY_US, prop::collection::vec((tick, hits), 1..150))
+}
+
 /// Runs one sequence through `apply` (keeping state like the memory store) and the
 /// script (on its own key) and requires identical answers at every step.
 fn run_case(
@@ -189,6 +216,14 @@ fn run_case(
             hits,
             stored
         );
+        if let Some((State::Gcra { tat, rem }, _)) = stored {
+            let value: Option<String> = redis::cmd("GET")
+                .arg(key)
+                .query(con)
+                .map_err(|e| TestCaseError::fail(format!("step {i}: GET failed: {e}")))?;
+            let expected = if rem == 0 { tat.to_string() } else { format!("{tat}:{rem}") };
+            prop_assert_eq!(value, Some(expected), "step {} stored state", i);
+        }
     }
     Ok(())
 }
@@ -199,6 +234,15 @@ fn as_i64(x: u64) -> i64 {
 
 /// Runs `cases` random sequences of `algorithm` against one fresh redis-server.
 fn differential(algorithm: Algorithm, cases: u32) {
+    differential_on(algorithm, arb_case(algorithm), cases);
+}
+
+/// Runs `cases` sequences drawn from `strategy` through `algorithm` on both sides.
+fn differential_on(
+    algorithm: Algorithm,
+    strategy: impl Strategy<Value = (Params, u64, Vec<(Tick, Hits)>)>,
+    cases: u32,
+) {
     let server = RedisServer::start();
     let con = RefCell::new(server.client());
     let sha = load(&mut con.borrow_mut(), algorithm);
@@ -206,7 +250,7 @@ fn differential(algorithm: Algorithm, cases: u32) {
     // PROPTEST_CASES=5000 for a deeper run.
     let cases = std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(cases);
     let mut runner = TestRunner::new(Config { cases, failure_persistence: None, ..Config::default() });
-    let result = runner.run(&arb_case(algorithm), |case| {
+    let result = runner.run(&strategy, |case| {
         serial.set(serial.get() + 1);
         let key = format!("diff:{}:{}", algorithm.as_str(), serial.get());
         run_case(&mut con.borrow_mut(), &sha, &key, case)
@@ -219,6 +263,11 @@ fn differential(algorithm: Algorithm, cases: u32) {
 #[test]
 fn gcra_rust_and_lua_agree() {
     differential(Algorithm::Gcra, 300);
+}
+
+#[test]
+fn gcra_rust_and_lua_agree_at_high_rates() {
+    differential_on(Algorithm::Gcra, arb_high_rate_case(), 300);
 }
 
 #[test]

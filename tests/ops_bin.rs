@@ -203,7 +203,7 @@ fn explain_walks_the_shipped_policies() {
         "2. path=/v1/search/x: wildcard \"/v1/search*\"",
         "→ rule per-user-search (path descriptors[0].descriptors[0])",
         "limit: requests_per_unit 60 per minute (gcra), burst 60",
-        "bucket key: tg:gm:",
+        "bucket key: tg:g2m:",
         "descriptor 2: path=/healthz",
         "1. path=/healthz: exact value",
         "unlimited: OK with remaining 4294967295",

@@ -73,8 +73,10 @@ pub struct Decision {
 /// State kept per bucket, in memory or (with the same fields) in Redis.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum State {
-    /// GCRA: the theoretical arrival time, µs since the epoch.
-    Gcra { tat: u64 },
+    /// GCRA: the theoretical arrival time, `tat + rem / limit` µs since the epoch
+    /// (`rem < limit`): whole µs plus the sub-µs remainder, so that an emission interval
+    /// `unit / limit` that is not a whole number of µs is never rounded (see `gcra`).
+    Gcra { tat: u64, rem: u64 },
     /// Both window algorithms: the start of the current window and its counters
     /// (`previous` is always 0 for the fixed window).
     Window { start: u64, current: u64, previous: u64 },
@@ -107,7 +109,7 @@ pub fn apply(state: Option<State>, now: u64, params: &Params, hits: Hits) -> Out
     match params.algorithm {
         Algorithm::Gcra => {
             let tat = match state {
-                Some(State::Gcra { tat }) => Some(tat),
+                Some(State::Gcra { tat, rem }) => Some((tat, rem)),
                 _ => None,
             };
             gcra::apply(tat, now, params, hits)
@@ -143,17 +145,23 @@ pub(crate) fn add(a: u64, b: u64) -> u64 {
     a.saturating_add(b).min(MAX_VALUE)
 }
 
-/// `a * b`, saturating at [`MAX_VALUE`].
-pub(crate) fn mul(a: u64, b: u64) -> u64 {
-    a.saturating_mul(b).min(MAX_VALUE)
-}
-
 /// `floor(a * b / c)` computed exactly (no intermediate overflow), saturating at
 /// [`MAX_VALUE`]; `c == 0` saturates.
 pub(crate) fn mul_div(a: u64, b: u64, c: u64) -> u64 {
     match u128::from(a).saturating_mul(u128::from(b)).checked_div(u128::from(c)) {
         Some(q) => u64::try_from(q).map_or(MAX_VALUE, clamp),
         None => MAX_VALUE,
+    }
+}
+
+/// `(floor(a * b / c), (a * b) % c)` computed exactly, the quotient saturating at
+/// [`MAX_VALUE`] (the remainder is exact even then); `c == 0` gives `(MAX_VALUE, 0)`.
+/// The Lua scripts' `muldiv` gives the same pair for `a, b, c <= MAX_VALUE`.
+pub(crate) fn mul_div_rem(a: u64, b: u64, c: u64) -> (u64, u64) {
+    let product = u128::from(a) * u128::from(b);
+    match (product.checked_div(u128::from(c)), product.checked_rem(u128::from(c))) {
+        (Some(q), Some(r)) => (u64::try_from(q).map_or(MAX_VALUE, clamp), u64::try_from(r).unwrap_or(0)),
+        _ => (MAX_VALUE, 0),
     }
 }
 

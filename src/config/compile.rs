@@ -12,7 +12,7 @@ use std::time::SystemTime;
 
 use sha2::{Digest, Sha256};
 
-use crate::algorithm::Algorithm;
+use crate::algorithm::{gcra, Algorithm};
 
 use super::error::{ConfigError, ConfigErrors};
 use super::matcher::{is_wildcard, Branch, Node, Tree};
@@ -276,6 +276,19 @@ impl Builder<'_> {
             return None;
         };
         let params = model::params(algorithm, u64::from(limit), unit, raw.burst);
+        if algorithm == Algorithm::Gcra && !gcra::tolerance_fits(&params) {
+            // Only an explicit burst can get here: the default (= limit) drains in one unit.
+            self.error(
+                format!("{at}.burst"),
+                format!(
+                    "burst {} at {limit} per {} takes more than 71 years to drain (burst × unit / \
+                     requests_per_unit past 2^51 µs, beyond what GCRA counts exactly); lower \
+                     burst or raise requests_per_unit",
+                    params.burst,
+                    unit.as_str(),
+                ),
+            );
+        }
         (self.errors.len() == before).then_some(RuleLimit::Limited { params, unit })
     }
 

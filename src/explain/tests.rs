@@ -176,7 +176,7 @@ fn text_names_rule_numbers_flags_and_key() {
         "2. path=/v1/search/x: wildcard \"/v1/search*\" (the first that matches, in file order: #1 of the 2",
         "→ rule per-user-search (path descriptors[0].descriptors[0])",
         "limit: requests_per_unit 60 per minute (gcra), burst 60",
-        "bucket key: tg:gm:",
+        "bucket key: tg:g2m:",
         "descriptor 2: trial=t",
         "rule descriptors[5] (path descriptors[5], unnamed: metrics use the path)",
         "requests_per_unit 0 per second (gcra), burst 0: blocks everything",

@@ -7,9 +7,10 @@
 //! parts that are long, or hold braces (Redis Cluster hash tags) or control characters, are
 //! replaced by a 128-bit SHA-256 prefix under a distinct marker.
 //!
-//! Format: `<prefix>tg:<algo><unit>:<part>...` where a part is `<len>:<bytes>` (literal),
-//! `#<32 hex>` (hashed) or `*<part>` (shared wildcard pattern). Keys live in Redis across
-//! releases: changing this format orphans every live bucket.
+//! Format: `<prefix>tg:<tag><unit>:<part>...` where a part is `<len>:<bytes>` (literal),
+//! `#<32 hex>` (hashed) or `*<part>` (shared wildcard pattern), and the tag names the
+//! algorithm and the version of its stored state (see [`GCRA_TAG`]). Keys live in Redis
+//! across releases: changing this format orphans every live bucket.
 
 use std::fmt::Write as _;
 
@@ -17,6 +18,19 @@ use sha2::{Digest, Sha256};
 
 use crate::algorithm::Algorithm;
 use crate::config::{Rule, Unit};
+
+/// Key tag of GCRA buckets: `g` and the version of the state format, bumped whenever the
+/// state stored under the key changes meaning, so that two releases never read each
+/// other's state during a rolling upgrade (the upgrade starts those buckets afresh).
+/// Version 2: the TAT with its sub-µs remainder (`"<tat>:<rem>"`); version 1 (`g`) was the
+/// TAT alone.
+pub const GCRA_TAG: &str = "g2";
+/// Key tag of request `limit` overrides: GCRA state, versioned with [`GCRA_TAG`].
+pub const OVERRIDE_TAG: &str = "o2";
+/// Key tag of sliding-window buckets (state format 1).
+pub const SLIDING_TAG: &str = "s";
+/// Key tag of fixed-window buckets (state format 1).
+pub const FIXED_TAG: &str = "f";
 
 /// Parts longer than this are hashed: keys stay short whatever clients send.
 pub const MAX_LITERAL_PART: usize = 48;
@@ -33,7 +47,7 @@ pub fn rule_key<'e>(
     unit: Unit,
     entries: impl Iterator<Item = (&'e str, &'e str)>,
 ) -> String {
-    let mut key = head(prefix, algo_char(algorithm), unit, domain);
+    let mut key = head(prefix, algo_tag(algorithm), unit, domain);
     for (level, (_, value)) in rule.levels.iter().zip(entries) {
         push_part(&mut key, &level.key);
         match &level.shared_pattern {
@@ -55,7 +69,7 @@ pub fn override_key<'e>(
     unit: Unit,
     entries: impl Iterator<Item = (&'e str, &'e str)>,
 ) -> String {
-    let mut key = head(prefix, 'o', unit, domain);
+    let mut key = head(prefix, OVERRIDE_TAG, unit, domain);
     for (k, v) in entries {
         push_part(&mut key, k);
         push_part(&mut key, v);
@@ -63,22 +77,22 @@ pub fn override_key<'e>(
     key
 }
 
-fn head(prefix: &str, algo: char, unit: Unit, domain: &str) -> String {
+fn head(prefix: &str, tag: &str, unit: Unit, domain: &str) -> String {
     let mut key = String::with_capacity(prefix.len() + 64);
     key.push_str(prefix);
     key.push_str("tg:");
-    key.push(algo);
+    key.push_str(tag);
     key.push(unit.key_char());
     key.push(':');
     push_part(&mut key, domain);
     key
 }
 
-fn algo_char(algorithm: Algorithm) -> char {
+fn algo_tag(algorithm: Algorithm) -> &'static str {
     match algorithm {
-        Algorithm::Gcra => 'g',
-        Algorithm::SlidingWindow => 's',
-        Algorithm::FixedWindow => 'f',
+        Algorithm::Gcra => GCRA_TAG,
+        Algorithm::SlidingWindow => SLIDING_TAG,
+        Algorithm::FixedWindow => FIXED_TAG,
     }
 }
 
@@ -137,7 +151,7 @@ mod tests {
     #[test]
     fn literal_parts_are_length_prefixed() {
         let r = rule(&[("user", None)]);
-        assert_eq!(key(&r, &[("user", "alice")]), "tg:gm:3:api4:user5:alice");
+        assert_eq!(key(&r, &[("user", "alice")]), "tg:g2m:3:api4:user5:alice");
     }
 
     #[test]
@@ -180,6 +194,8 @@ mod tests {
         let other_unit = rule_key("", "api", &r, Algorithm::Gcra, Unit::Hour, e.iter().copied());
         let other_domain = rule_key("", "web", &r, Algorithm::Gcra, Unit::Minute, e.iter().copied());
         let over = override_key("", "api", Unit::Minute, e.iter().copied());
+        // GCRA state is at format 2 (sub-µs remainder): never read a format-1 bucket.
+        assert!(base.starts_with("tg:g2m:") && over.starts_with("tg:o2m:"), "{base} {over}");
         let all = [&base, &other_algo, &other_unit, &other_domain, &over];
         for (i, a) in all.iter().enumerate() {
             for b in &all[i + 1..] {

@@ -18,7 +18,7 @@ descriptors:
     rate_limit: { unit: minute, requests_per_unit: 5 }
 "#;
 
-const KEY: &str = "tg:gm:3:api4:user5:alice";
+const KEY: &str = "tg:g2m:3:api4:user5:alice";
 
 /// Remaining after a consume (or a peek), or `None` when the answer is the failure
 /// policy's (no limit reported).

@@ -4,7 +4,8 @@
 -- State: KEYS[1] is a hash {s = window start µs, c = count, p = 0}, expiring at the
 -- window's end. Reply: {allowed 0|1, remaining, reset_us}.
 
--- (prelude.lua, prepended at build time: MAX, int, add, mul, div, clock, str, ms_ceil)
+-- (prelude.lua, prepended at build time: MAX, int, add, mul, div, muldiv, clock, str,
+-- ms_ceil)
 
 local key = KEYS[1]
 local limit = int(ARGV[1])

@@ -1,9 +1,12 @@
 -- Tollgate GCRA: the same function as src/algorithm/gcra.rs, kept equal by
 -- tests/differential.rs. Contract (KEYS, ARGV, reply, storage): README.md in this folder.
--- State: KEYS[1] is a string, the theoretical arrival time (TAT) in µs, expiring at it.
+-- State: KEYS[1] is a string "<tat>:<rem>", the theoretical arrival time (TAT)
+-- tat + rem / limit µs (0 < rem < limit), or "<tat>" when rem is 0 (Redis then keeps an
+-- integer: 32 bytes less per key), expiring at the TAT rounded up.
 -- Reply: {allowed 0|1, remaining, reset_us}.
 
--- (prelude.lua, prepended at build time: MAX, int, add, mul, div, clock, str, ms_ceil)
+-- (prelude.lua, prepended at build time: MAX, int, add, mul, div, muldiv, clock, str,
+-- ms_ceil)
 
 local key = KEYS[1]
 local limit = int(ARGV[1])
@@ -21,35 +24,97 @@ if limit == 0 then
   return {0, 0, unit}
 end
 
-local emission = math.max(div(unit, limit), 1)
-local tolerance = mul(emission, burst)
-local tat = math.max(int(redis.call('GET', key)), now)
+-- Durations are pairs (us, frac): us + frac / limit µs, 0 <= frac < limit, so that an
+-- emission interval unit / limit is never rounded. Rust: gcra::Span.
 
--- Hits admissible now if the TAT were t (>= now).
-local function remaining_at(t)
-  return div(math.max(tolerance - (t - now), 0), emission)
+-- k emissions: k * unit / limit µs, exactly.
+local function span(k)
+  return muldiv(k, unit, limit)
 end
 
--- Allowed, leaving the TAT at t (>= now): store it, or drop it once it is in the past.
-local function store(t)
-  if t <= now then
+-- a + b, the µs saturating; the carry test never forms a sum that could pass 2^53.
+local function plus(au, af, bu, bf)
+  if af >= limit - bf then return add(add(au, bu), 1), af - (limit - bf) end
+  return add(au, bu), af + bf
+end
+
+-- a - b, for a >= b.
+local function minus(au, af, bu, bf)
+  if af >= bf then return au - bu, af - bf end
+  return au - bu - 1, af + (limit - bf)
+end
+
+-- a <= b.
+local function le(au, af, bu, bf)
+  return au < bu or (au == bu and af <= bf)
+end
+
+-- Rounded up to whole µs.
+local function ceil_us(u, f)
+  if f > 0 then return add(u, 1) end
+  return u
+end
+
+-- ceil(d * limit / unit): the emissions d covers, counting a started one.
+local function hits_in(u, f)
+  local q, r = muldiv(u, limit, unit)
+  local fq = div(f, unit)
+  local fr = f - fq * unit
+  local carry = 0
+  if r > unit - fr then carry = 2 elseif r > 0 or fr > 0 then carry = 1 end
+  return add(add(q, fq), carry)
+end
+
+local tol_u, tol_f = span(burst)
+
+-- ahead = max(tat, now) - now. Anything but "<digits>[:<digits>]" is no state; a
+-- remainder stored under another limit (before a reload) is clamped below this one (< 1 µs).
+local ahead_u, ahead_f = 0, 0
+local stored = redis.call('GET', key)
+if stored then
+  local t, r = string.match(stored, '^(%d+):(%d+)$')
+  if not t then t, r = string.match(stored, '^(%d+)$'), 0 end
+  if t and int(t) >= now then
+    ahead_u, ahead_f = int(t) - now, math.min(int(r), limit - 1)
+  end
+end
+
+-- An allowed reply for a bucket (u, f) ahead of now.
+local function allowed_at(u, f)
+  return {1, math.max(burst - hits_in(u, f), 0), ceil_us(u, f)}
+end
+
+-- Allowed, leaving the TAT (u, f) ahead of now: store it, or drop it when it is now.
+local function store(u, f)
+  if u == 0 and f == 0 then
     redis.call('DEL', key)
   else
-    redis.call('SET', key, str(t), 'PXAT', str(ms_ceil(t)))
+    local tat = add(now, u)
+    -- An instant that saturates is MAX exactly (time stands still there).
+    local rem = f
+    if tat == MAX then rem = 0 end
+    local value = str(tat)
+    if rem > 0 then value = value .. ':' .. str(rem) end
+    redis.call('SET', key, value, 'PXAT', str(ms_ceil(ceil_us(tat, rem))))
   end
-  return {1, remaining_at(t), t - now}
+  return allowed_at(u, f)
 end
 
 if mode == 0 then
-  local new = add(tat, mul(emission, n))
-  local ahead = new - now
-  if ahead <= tolerance then return store(new) end
-  return {0, 0, ahead - tolerance}
+  local eu, ef = span(n)
+  local nu, nf = plus(ahead_u, ahead_f, eu, ef)
+  if le(nu, nf, tol_u, tol_f) then return store(nu, nf) end
+  return {0, 0, ceil_us(minus(nu, nf, tol_u, tol_f))}
 elseif mode == 1 then
-  local ahead = tat - now
-  if ahead + emission <= tolerance then return {1, remaining_at(tat), ahead} end
-  if emission <= tolerance then return {0, 0, ahead} end
-  return {0, 0, add(ahead, emission - tolerance)}
+  local eu, ef = span(1)
+  local nu, nf = plus(ahead_u, ahead_f, eu, ef)
+  if le(nu, nf, tol_u, tol_f) then return allowed_at(ahead_u, ahead_f) end
+  -- One hit passes sooner than the bucket is full: report full.
+  if le(eu, ef, tol_u, tol_f) then return {0, 0, ceil_us(ahead_u, ahead_f)} end
+  -- burst == 0 admits nothing (not even on an empty bucket): report ahead + emission.
+  return {0, 0, ceil_us(minus(nu, nf, tol_u, tol_f))}
 else
-  return store(math.max(tat - mul(emission, n), now))
+  local bu, bf = span(n)
+  if le(ahead_u, ahead_f, bu, bf) then return store(0, 0) end
+  return store(minus(ahead_u, ahead_f, bu, bf))
 end

@@ -35,6 +35,36 @@ local function div(a, b)
   return q
 end
 
+-- floor(a * b / c) and (a * b) % c, exactly, for 0 <= a, b <= MAX and 1 <= c <= MAX; the
+-- quotient saturates at MAX (the remainder stays exact), as algorithm::mul_div_rem.
+-- When a * b fits below 2^53 it is formed directly; otherwise (it can reach 2^106) this is
+-- long multiplication over the bits of a, the running product kept as q * c + r, 0 <= r < c.
+local function muldiv(a, b, c)
+  if a == 0 or b <= div(MAX, a) then
+    local p = a * b
+    local q = div(p, c)
+    return q, p - q * c
+  end
+  local bq = div(b, c)
+  local br = b - bq * c
+  local bits = {}
+  while a > 0 do
+    local bit = a % 2
+    bits[#bits + 1] = bit
+    a = (a - bit) / 2
+  end
+  local q, r = 0, 0
+  for i = #bits, 1, -1 do
+    q = mul(q, 2)
+    if r >= c - r then r = r - (c - r); q = add(q, 1) else r = r + r end
+    if bits[i] == 1 then
+      q = add(q, bq)
+      if r >= c - br then r = r - (c - br); q = add(q, 1) else r = r + br end
+    end
+  end
+  return q, r
+end
+
 -- Microseconds since the epoch: ARGV[6] when given (tests only), else the server's TIME.
 local function clock()
   local fake = ARGV[6]

@@ -4,7 +4,8 @@
 -- State: KEYS[1] is a hash {s = window start µs, c = current count, p = previous count},
 -- expiring two windows after s. Reply: {allowed 0|1, remaining, reset_us}.
 
--- (prelude.lua, prepended at build time: MAX, int, add, mul, div, clock, str, ms_ceil)
+-- (prelude.lua, prepended at build time: MAX, int, add, mul, div, muldiv, clock, str,
+-- ms_ceil)
 
 local key = KEYS[1]
 local limit = int(ARGV[1])
@@ -15,30 +16,6 @@ local n = int(ARGV[5])
 local now = clock()
 if mode > 2 then
   return redis.error_reply('ERR tollgate: mode must be 0 (consume), 1 (peek) or 2 (refund)')
-end
-
--- floor(a * b / c) and (a * b) % c, exactly, for 0 <= a, b <= MAX and 1 <= c <= MAX; the
--- quotient saturates at MAX. a * b can reach 2^106, far past a double, so this is long
--- multiplication over the bits of a, the running product kept as q * c + r, 0 <= r < c.
-local function muldiv(a, b, c)
-  local bq = div(b, c)
-  local br = b - bq * c
-  local bits = {}
-  while a > 0 do
-    local bit = a % 2
-    bits[#bits + 1] = bit
-    a = (a - bit) / 2
-  end
-  local q, r = 0, 0
-  for i = #bits, 1, -1 do
-    q = mul(q, 2)
-    if r >= c - r then r = r - (c - r); q = add(q, 1) else r = r + r end
-    if bits[i] == 1 then
-      q = add(q, bq)
-      if r >= c - br then r = r - (c - br); q = add(q, 1) else r = r + br end
-    end
-  end
-  return q, r
 end
 
 -- Roll the stored window forward to now's window. A start in the future (a clock that
