@@ -4,16 +4,16 @@
 //! `rule` label (their owners opted into that cardinality); all others use the handles
 //! resolved when the snapshot was built, so counting allocates nothing.
 
-use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
-
 use crate::algorithm::Hits;
 use crate::config::Domain;
+use crate::escape::escape;
 use crate::live::Active;
 use crate::metrics::Metrics;
 use crate::store::Charge;
 
 use super::plan::Plan;
 use super::respond::Outcome;
+use super::wire::RateLimitRequest;
 
 /// Records each descriptor's outcome and hits.
 pub fn record(
@@ -35,7 +35,9 @@ pub fn record(
         };
         match rule {
             Some(rule) if rule.detailed_metric || rule.value_to_metric => {
-                let values: Vec<&str> = descriptor.entries.iter().map(|e| e.value.as_str()).collect();
+                // Escaped: a value that is not UTF-8 (or holds `\`) shows as `\xNN`, and
+                // two distinct values never share a label.
+                let values: Vec<_> = descriptor.entries.iter().map(|e| escape(&e.value)).collect();
                 let label = format!("{}:{}", rule.label(), values.join(":"));
                 metrics.rule_counters(&domain.name, &label).record(outcome, hits);
             }
