@@ -15,4 +15,5 @@ mod backlog;
 mod faults;
 mod front;
 mod hostile;
+mod raw_bytes;
 mod security;
