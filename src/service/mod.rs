@@ -149,9 +149,7 @@ impl RateLimiter {
         };
         now + budget
     }
-}
 
-impl RateLimiter {
     /// The gRPC method: validates, decides, records the request's duration. The only error
     /// is `INVALID_ARGUMENT` for a structurally invalid request.
     pub async fn should_rate_limit(
