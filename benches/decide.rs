@@ -9,10 +9,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
-use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use tollgate::live::Live;
 use tollgate::metrics::Metrics;
-use tollgate::service::{RateLimiter, Settings};
+use tollgate::service::{RateLimitRequest, RateLimiter, Settings};
 use tollgate::store::{MemoryStore, Store};
 
 const POLICY: &str = "domain: bench\ndescriptors:\n  - key: user\n    \

@@ -8,7 +8,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
 use rand::Rng;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -22,7 +21,7 @@ use crate::admin::Admin;
 use crate::live::Live;
 use crate::metrics::{Metrics, SeriesLimits};
 use crate::service::bounds::Bounds;
-use crate::service::{RateLimiter, Settings};
+use crate::service::{RateLimitServer, RateLimiter, Settings};
 use crate::store::cluster::{ClusterSettings, ClusterStore};
 use crate::store::sentinel::{SentinelSettings, SentinelStore};
 use crate::store::{Guarded, MemoryStore, RedisSettings, RedisStore, Store};
@@ -223,7 +222,7 @@ pub async fn spawn(settings: ServeSettings) -> anyhow::Result<Running> {
     }
     let grpc = builder
         .add_service(health_service)
-        .add_service(RateLimitServiceServer::new(limiter))
+        .add_service(RateLimitServer::new(limiter))
         .serve_with_incoming_shutdown(
             TcpIncoming::from(grpc_listener).with_nodelay(Some(true)),
             stopped(signal.clone()),

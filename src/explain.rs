@@ -7,32 +7,37 @@
 //! that `replaces` and the bucket key are exactly what the server would do. Pure: takes a
 //! `Snapshot`, returns an `Explanation` whose `Display` is the command's output; only
 //! `explain_path` reads files. It never charges anything and knows nothing of stores.
+//!
+//! Keys and values are bytes, as on the request path: `--descriptor` takes `\xNN` for a
+//! byte, and the output shows values in `escape`'s form (the one logs and metric labels
+//! use), so a value copied from either can be explained as it is.
 
 use std::path::Path;
 use std::str::FromStr;
 
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
-
 use crate::config::matcher::Step;
 use crate::config::{ConfigErrors, Domain, Rule, Snapshot};
+use crate::escape::unescape;
 use crate::service::plan::{self, Plan};
+use crate::service::wire::RateLimitDescriptor;
 
-/// One `--descriptor k=v[,k=v…]` argument: its entries in order. A `\` escapes the next
-/// character, so values may hold `,` (`\,`), `=` in values needs no escape.
+/// One `--descriptor k=v[,k=v…]` argument: its entries in order, as bytes. A `\` escapes
+/// the next character, so values may hold `,` (`\,`); `\xNN` is the byte `NN` (a value
+/// that is not UTF-8, as `escape` shows it); `=` in values needs no escape.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DescriptorArg(pub Vec<(String, String)>);
+pub struct DescriptorArg(pub Vec<(Vec<u8>, Vec<u8>)>);
 
 impl FromStr for DescriptorArg {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let mut entries = Vec::new();
-        for part in split_unescaped(s) {
-            let Some(at) = part.find('=') else {
+        for part in split_unescaped(s, ',') {
+            // The first unescaped `=` ends the key; the value may hold more.
+            let Some(at) = find_unescaped(part, '=') else {
                 return Err(format!("{part:?} is not key=value (entries are separated by `,`)"));
             };
-            let (key, value) = (part[..at].to_string(), part[at + 1..].to_string());
+            let (key, value) = (unescape(&part[..at])?, unescape(&part[at + 1..])?);
             if key.is_empty() {
                 return Err(format!("{part:?} has an empty key"));
             }
@@ -42,18 +47,29 @@ impl FromStr for DescriptorArg {
     }
 }
 
-/// Splits on unescaped `,`, removing the escapes (`\,` → `,`, `\\` → `\`).
-fn split_unescaped(s: &str) -> Vec<String> {
-    let (mut parts, mut current, mut chars) = (Vec::new(), String::new(), s.chars());
-    while let Some(c) = chars.next() {
-        match c {
-            '\\' => current.extend(chars.next()),
-            ',' => parts.push(std::mem::take(&mut current)),
-            c => current.push(c),
+/// Splits on `separator` where it is not escaped by a `\`, keeping the escapes.
+fn split_unescaped(s: &str, separator: char) -> Vec<&str> {
+    let mut parts = Vec::new();
+    let mut rest = s;
+    while let Some(at) = find_unescaped(rest, separator) {
+        parts.push(&rest[..at]);
+        rest = &rest[at + separator.len_utf8()..];
+    }
+    parts.push(rest);
+    parts
+}
+
+/// The byte offset of the first `separator` not escaped by a `\`.
+fn find_unescaped(s: &str, separator: char) -> Option<usize> {
+    let mut chars = s.char_indices();
+    while let Some((at, c)) = chars.next() {
+        if c == '\\' {
+            chars.next();
+        } else if c == separator {
+            return Some(at);
         }
     }
-    parts.push(current);
-    parts
+    None
 }
 
 /// How one entry chose its node, or why it found none.
@@ -69,8 +85,8 @@ pub enum How {
 /// One entry of the walk.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Walked<'a> {
-    pub key: String,
-    pub value: String,
+    pub key: Vec<u8>,
+    pub value: Vec<u8>,
     pub how: How,
     /// The limit of a node passed through (not the last): it does not apply.
     pub passed_rule: Option<&'a Rule>,
@@ -112,7 +128,7 @@ pub enum Applied<'a> {
 /// One descriptor explained.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DescriptorReport<'a> {
-    pub entries: Vec<(String, String)>,
+    pub entries: Vec<(Vec<u8>, Vec<u8>)>,
     pub walk: Vec<Walked<'a>>,
     pub verdict: Verdict<'a>,
     pub applied: Applied<'a>,
@@ -184,7 +200,7 @@ fn explain_domain<'a>(domain: &'a Domain, descriptors: &[DescriptorArg]) -> Vec<
 }
 
 /// The walk of `Domain::lookup`, one `Walked` per entry reached.
-fn walk<'a>(domain: &'a Domain, entries: &[(String, String)]) -> (Vec<Walked<'a>>, Verdict<'a>) {
+fn walk<'a>(domain: &'a Domain, entries: &[(Vec<u8>, Vec<u8>)]) -> (Vec<Walked<'a>>, Verdict<'a>) {
     let mut branch = &domain.tree.root;
     let mut walked = Vec::with_capacity(entries.len());
     for (depth, (key, value)) in entries.iter().enumerate() {
@@ -226,17 +242,8 @@ fn applied<'a>(
     descriptors: &[DescriptorArg],
     verdicts: &[Verdict<'a>],
 ) -> Vec<Applied<'a>> {
-    let request: Vec<RateLimitDescriptor> = descriptors
-        .iter()
-        .map(|d| RateLimitDescriptor {
-            entries: d
-                .0
-                .iter()
-                .map(|(key, value)| Entry { key: key.clone(), value: value.clone() })
-                .collect(),
-            ..Default::default()
-        })
-        .collect();
+    let request: Vec<RateLimitDescriptor> =
+        descriptors.iter().map(|d| RateLimitDescriptor::from_entries(d.0.iter().cloned())).collect();
     let (plans, charges) = plan::plan(domain, &request, 0, "");
     plans
         .iter()

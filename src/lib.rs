@@ -10,6 +10,7 @@ pub mod algorithm;
 pub mod app;
 pub mod cli;
 pub mod config;
+pub mod escape;
 pub mod explain;
 pub mod live;
 pub mod metrics;

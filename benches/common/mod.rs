@@ -5,9 +5,8 @@
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use tollgate::config::{compile_sources, Snapshot};
+use tollgate::service::wire::RateLimitDescriptor;
 
 /// A policy of `rules` rules (rounded to an even number) in domain `bench`: `rules / 2`
 /// routes `/r<i>`, each with its own limit and a nested `user` limit, plus a wildcard path
@@ -32,10 +31,7 @@ pub fn snapshot(rules: usize) -> Snapshot {
 
 /// A descriptor from `(key, value)` pairs.
 pub fn descriptor(entries: &[(&str, &str)]) -> RateLimitDescriptor {
-    RateLimitDescriptor {
-        entries: entries.iter().map(|(k, v)| Entry { key: k.to_string(), value: v.to_string() }).collect(),
-        ..Default::default()
-    }
+    RateLimitDescriptor::from_entries(entries.iter().copied())
 }
 
 /// `n` single-entry `user` descriptors with distinct values.

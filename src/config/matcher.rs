@@ -5,6 +5,12 @@
 //! default. A lookup costs O(entries) hash probes whatever the number of rules; wildcards
 //! are the only linear part (per key, per level). Lookups allocate nothing.
 //!
+//! Request keys and values are bytes (Envoy forwards header bytes that are not UTF-8), so
+//! the maps are keyed by bytes and patterns match bytes: a value that is not UTF-8 equals
+//! no configured (UTF-8) value, but a wildcard matches it like any other (`/api/*` takes
+//! `/api/\xff`; otherwise one such byte would slip past a wildcard rule), and so does the
+//! value-less default.
+//!
 //! This module owns matching only: it is built by `compile` (which has already rejected
 //! duplicates and invalid values) and must not validate, do I/O or know about stores.
 
@@ -21,13 +27,13 @@ pub(crate) struct Tree {
 /// One `descriptors` list: its nodes grouped by key.
 #[derive(Debug, Default)]
 pub(crate) struct Branch {
-    keys: HashMap<String, Candidates>,
+    keys: HashMap<Box<[u8]>, Candidates>,
 }
 
 /// The nodes of one key at one level, in match precedence.
 #[derive(Debug, Default)]
 struct Candidates {
-    exact: HashMap<String, Node>,
+    exact: HashMap<Box<[u8]>, Node>,
     /// In file order: the first matching pattern wins.
     wildcards: Vec<(Pattern, Node)>,
     default: Option<Node>,
@@ -58,22 +64,22 @@ impl Pattern {
         Pattern { parts, fixed_len }
     }
 
-    /// Each `*` matches any, possibly empty, substring. Leftmost-first placement of the
+    /// Each `*` matches any, possibly empty, run of bytes. Leftmost-first placement of the
     /// middle parts is enough for patterns whose only metacharacter is `*`.
-    fn matches(&self, value: &str) -> bool {
+    fn matches(&self, value: &[u8]) -> bool {
         let (Some((first, rest)), Some(last)) = (self.parts.split_first(), self.parts.last()) else {
             return false;
         };
-        if value.len() < self.fixed_len || !value.starts_with(first.as_str()) {
+        if value.len() < self.fixed_len || !value.starts_with(first.as_bytes()) {
             return false;
         }
-        if !value.ends_with(last.as_str()) {
+        if !value.ends_with(last.as_bytes()) {
             return false;
         }
         // fixed_len guarantees first and last do not overlap.
         let mut middle = &value[first.len()..value.len() - last.len()];
         for part in &rest[..rest.len().saturating_sub(1)] {
-            match middle.find(part.as_str()) {
+            match memchr::memmem::find(middle, part.as_bytes()) {
                 Some(at) => middle = &middle[at + part.len()..],
                 None => return false,
             }
@@ -92,14 +98,14 @@ impl Branch {
     /// file order, which decides between wildcards. `compile` rejects duplicates first; a
     /// duplicate reaching here is ignored (the first node stays).
     pub(crate) fn insert(&mut self, key: &str, value: Option<&str>, node: Node) {
-        let candidates = self.keys.entry(key.to_owned()).or_default();
+        let candidates = self.keys.entry(key.as_bytes().into()).or_default();
         match value {
             None => {
                 candidates.default.get_or_insert(node);
             }
             Some(v) if is_wildcard(v) => candidates.wildcards.push((Pattern::new(v), node)),
             Some(v) => {
-                candidates.exact.entry(v.to_owned()).or_insert(node);
+                candidates.exact.entry(v.as_bytes().into()).or_insert(node);
             }
         }
     }
@@ -111,7 +117,7 @@ impl Branch {
 
     /// The node one entry reaches: exact value, then the first matching wildcard, then the
     /// default. No backtracking: the caller commits to the node returned.
-    fn step(&self, key: &str, value: &str) -> Option<&Node> {
+    fn step(&self, key: &[u8], value: &[u8]) -> Option<&Node> {
         let candidates = self.keys.get(key)?;
         candidates
             .exact
@@ -141,9 +147,11 @@ pub(crate) enum Step<'b> {
 
 impl Branch {
     /// The same choice as `step`, with its reasons. Allocates; not for the request path.
-    pub(crate) fn explain_step(&self, key: &str, value: &str) -> Step<'_> {
+    pub(crate) fn explain_step(&self, key: &[u8], value: &[u8]) -> Step<'_> {
         let Some(candidates) = self.keys.get(key) else {
-            let mut keys: Vec<String> = self.keys.keys().cloned().collect();
+            // Configured keys are UTF-8: the conversion is lossless.
+            let mut keys: Vec<String> =
+                self.keys.keys().map(|k| String::from_utf8_lossy(k).into_owned()).collect();
             keys.sort();
             return Step::NoKey { keys };
         };
@@ -165,23 +173,26 @@ impl Branch {
 }
 
 impl Domain {
-    /// Matches one request descriptor, given as its `(key, value)` entries in order.
+    /// Matches one request descriptor, given as its `(key, value)` entries in order, as
+    /// bytes (`&[u8]` from a request, or `&str`).
     ///
     /// Walks one level per entry (exact value, then first matching wildcard in file order,
     /// then the value-less default; no backtracking). The answer is decided by the node the
     /// last entry reaches: its rule, an explicit allow (no rule, no children) or `NoMatch`
     /// (no node, children but no rule, or a request deeper than the tree). No entries:
     /// `NoMatch`. Costs O(entries) hash lookups and allocates nothing.
-    pub fn lookup<'e, I>(&self, entries: I) -> Lookup<'_>
+    pub fn lookup<I, K, V>(&self, entries: I) -> Lookup<'_>
     where
-        I: IntoIterator<Item = (&'e str, &'e str)>,
+        I: IntoIterator<Item = (K, V)>,
         I::IntoIter: ExactSizeIterator,
+        K: AsRef<[u8]>,
+        V: AsRef<[u8]>,
     {
         let entries = entries.into_iter();
         let last = entries.len().saturating_sub(1);
         let mut branch = &self.tree.root;
         for (depth, (key, value)) in entries.enumerate() {
-            let Some(node) = branch.step(key, value) else {
+            let Some(node) = branch.step(key.as_ref(), value.as_ref()) else {
                 return Lookup::NoMatch;
             };
             if depth == last {
@@ -202,7 +213,18 @@ mod pattern_tests {
     use super::Pattern;
 
     fn m(pattern: &str, value: &str) -> bool {
-        Pattern::new(pattern).matches(value)
+        Pattern::new(pattern).matches(value.as_bytes())
+    }
+
+    #[test]
+    fn star_matches_bytes_that_are_not_utf8() {
+        let p = |pattern: &str, value: &[u8]| Pattern::new(pattern).matches(value);
+        assert!(p("/api/*", b"/api/\xff"));
+        assert!(p("*", b"\xff\xfe"));
+        assert!(p("a*ä*z", b"a\xff\xc3\xa4\xfez"), "a UTF-8 part found among other bytes");
+        assert!(!p("/api/*", b"/ap\xff/x"));
+        // A part is matched as whole bytes, never as a prefix of a longer character.
+        assert!(!p("*ä", &"ä".as_bytes()[..1]));
     }
 
     #[test]

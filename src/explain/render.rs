@@ -7,6 +7,7 @@ use std::fmt::{self, Write as _};
 
 use crate::algorithm::Algorithm;
 use crate::config::{Rule, RuleLimit};
+use crate::escape::escape;
 
 use super::{Applied, DescriptorReport, Explanation, How, Verdict};
 
@@ -35,16 +36,17 @@ impl fmt::Display for Explanation<'_> {
 
 fn render_descriptor(index: usize, report: &DescriptorReport<'_>, all: &[DescriptorReport<'_>]) -> String {
     let mut out = String::new();
-    let entries: Vec<String> = report.entries.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    let entries: Vec<String> =
+        report.entries.iter().map(|(k, v)| format!("{}={}", escape(k), escape(v))).collect();
     let _ = writeln!(out, "descriptor {}: {}", index + 1, entries.join(", "));
     for (depth, step) in report.walk.iter().enumerate() {
         let _ = writeln!(
             out,
             "  {}. {}={}: {}",
             depth + 1,
-            step.key,
-            step.value,
-            describe_how(&step.key, &step.how)
+            escape(&step.key),
+            escape(&step.value),
+            describe_how(&escape(&step.key), &step.how)
         );
         if let Some(rule) = step.passed_rule {
             let _ = writeln!(

@@ -63,14 +63,17 @@ fn as_lookup<'a>(verdict: Verdict<'a>) -> Lookup<'a> {
 #[test]
 fn parses_descriptor_arguments() {
     let entries = |s: &str| s.parse::<DescriptorArg>().map(|d| d.0);
-    let pair = |k: &str, v: &str| (k.to_string(), v.to_string());
-    assert_eq!(entries("user=alice,path=/v1/x"), Ok(vec![pair("user", "alice"), pair("path", "/v1/x")]));
-    assert_eq!(entries("q=a=b"), Ok(vec![pair("q", "a=b")]));
-    assert_eq!(entries(r"q=a\,b,k=\\"), Ok(vec![pair("q", "a,b"), pair("k", "\\")]));
-    assert_eq!(entries("k="), Ok(vec![pair("k", "")]));
+    let pair = |k: &[u8], v: &[u8]| (k.to_vec(), v.to_vec());
+    assert_eq!(entries("user=alice,path=/v1/x"), Ok(vec![pair(b"user", b"alice"), pair(b"path", b"/v1/x")]));
+    assert_eq!(entries("q=a=b"), Ok(vec![pair(b"q", b"a=b")]));
+    assert_eq!(entries(r"q=a\,b,k=\\"), Ok(vec![pair(b"q", b"a,b"), pair(b"k", b"\\")]));
+    assert_eq!(entries(r"a\=b=c"), Ok(vec![pair(b"a=b", b"c")]));
+    assert_eq!(entries("k="), Ok(vec![pair(b"k", b"")]));
+    assert_eq!(entries(r"k=\xff\xfe,\xff=\\xff"), Ok(vec![pair(b"k", b"\xff\xfe"), pair(b"\xff", b"\\xff")]));
     assert!(entries("alice").is_err());
     assert!(entries("=v").is_err());
     assert!(entries("a=1,").is_err());
+    assert!(entries(r"k=\xf").is_err());
 }
 
 #[test]
@@ -159,8 +162,7 @@ fn walk_agrees_with_the_matcher() {
         "nothing=here",
     ] {
         let report = one(&snapshot, descriptor);
-        let entries = report.entries.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect::<Vec<_>>();
-        assert_eq!(as_lookup(report.verdict), domain.lookup(entries), "{descriptor}");
+        assert_eq!(as_lookup(report.verdict), domain.lookup(report.entries.iter().cloned()), "{descriptor}");
     }
 }
 
@@ -190,6 +192,24 @@ fn text_names_rule_numbers_flags_and_key() {
 }
 
 #[test]
+fn bytes_that_are_not_utf8_are_explained_escaped_in_their_own_bucket() {
+    let snapshot = snapshot();
+    let ff = one(&snapshot, r"user=\xff");
+    let Applied::Charged { key: ff_key } = &ff.applied else { panic!("charged: {ff:?}") };
+    assert!(ff_key.contains('#'), "hashed like a long value: {ff_key}");
+    let Applied::Charged { key: text_key } = one(&snapshot, r"user=\\xff").applied else { panic!() };
+    assert_ne!(ff_key, &text_key, "the byte and the text `\\xff` are different buckets");
+    // A wildcard takes a value that is not UTF-8; a key that is not UTF-8 is no configured key.
+    let path = one(&snapshot, r"user=alice,path=/v1/\xff");
+    assert!(matches!(&path.walk[1].how, How::Wildcard { position: 2, .. }), "{path:?}");
+    assert!(matches!(one(&snapshot, r"\xff=alice").walk[0].how, How::NoKey { .. }));
+    let text = explain(&snapshot, "api", &[arg(r"user=\xff\xfe,path=/v1/\\")]).to_string();
+    for expected in [r"descriptor 1: user=\xff\xfe, path=/v1/\\", r"1. user=\xff\xfe: default node"] {
+        assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
+    }
+}
+
+#[test]
 fn unknown_domain_is_answered_ok() {
     let snapshot = snapshot();
     let explanation = explain(&snapshot, "apii", &[arg("user=alice")]);
@@ -213,7 +233,7 @@ proptest::proptest! {
     ) {
         let snapshot = snapshot();
         let domain = snapshot.domain("api").expect("api");
-        let arg = DescriptorArg(entries.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect());
+        let arg = DescriptorArg(entries.iter().map(|(k, v)| (k.as_bytes().to_vec(), v.as_bytes().to_vec())).collect());
         let explanation = explain(&snapshot, "api", &[arg]);
         let report = &explanation.descriptors[0];
         proptest::prop_assert_eq!(as_lookup(report.verdict), domain.lookup(entries.iter().copied()));

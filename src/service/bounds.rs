@@ -5,8 +5,9 @@
 //! counted. Values below the bound are fine whatever they hold (keys hash long values).
 
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, DescriptorStatus};
-use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
 
+use super::wire::RateLimitRequest;
 use crate::config::FailureMode;
 
 /// Limits on one request's shape.

@@ -5,27 +5,36 @@
 //! the response (`respond`). This is the one place that maps errors to a gRPC `Status`:
 //! only structurally invalid requests are errors; store failures are answered by the
 //! domain's failure policy.
+//!
+//! Requests are decoded as `wire::RateLimitRequest` (domain, keys and values as bytes) by
+//! `server::RateLimitServer`: Envoy sends header bytes that are not UTF-8, and a request
+//! must never fail to decode because of them. A domain that is not UTF-8 is an unknown
+//! domain; such keys and values are opaque bytes to the matcher and the key builder.
 
 pub mod bounds;
 pub mod plan;
 mod record;
 pub mod respond;
+pub mod server;
+pub mod wire;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, DescriptorStatus};
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
-use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
 use tokio::time::Instant;
 use tonic::metadata::MetadataMap;
 use tonic::{Request, Response, Status};
 
 use crate::algorithm::Decision;
 use crate::config::FailureMode;
+use crate::escape::escape;
 use crate::live::Live;
 use crate::metrics::Metrics;
 use crate::store::{Charge, MemoryStore, Store, StoreError};
+pub use server::RateLimitServer;
+pub use wire::RateLimitRequest;
 
 /// Request-path settings fixed at startup.
 #[derive(Debug, Clone)]
@@ -82,8 +91,11 @@ impl RateLimiter {
     pub async fn decide(&self, request: &RateLimitRequest, deadline: Instant) -> RateLimitResponse {
         let mut response = self.decide_codes(request, deadline).await;
         // Global shadow mode covers every answer: charged, failure-policy and oversized.
+        // Only a configured (so UTF-8) domain can be over its limit: the label stays bounded.
         if self.settings.shadow_mode && respond::shadow(&mut response) {
-            self.metrics.shadow_override(&request.domain);
+            if let Ok(domain) = std::str::from_utf8(&request.domain) {
+                self.metrics.shadow_override(domain);
+            }
         }
         if self.settings.response_headers {
             respond::add_headers(&mut response);
@@ -94,8 +106,11 @@ impl RateLimiter {
     /// The response with the codes as decided (before global shadow mode and headers).
     async fn decide_codes(&self, request: &RateLimitRequest, deadline: Instant) -> RateLimitResponse {
         let active = self.live.load();
-        let Some(domain) = active.snapshot.domain(&request.domain) else {
+        // Configured domains are UTF-8: a domain that is not cannot be one of them.
+        let known = std::str::from_utf8(&request.domain).ok().and_then(|d| active.snapshot.domain(d));
+        let Some(domain) = known else {
             self.metrics.unknown_domain();
+            tracing::debug!(domain = %escape(&request.domain), "unknown domain: every descriptor OK");
             return unknown_domain(request);
         };
         if let Some(oversize) = self.settings.bounds.check(request) {
@@ -140,11 +155,10 @@ impl RateLimiter {
     fn deadline(&self, now: Instant, metadata: &MetadataMap) -> Instant {
         now + store_budget(self.settings.store_timeout, grpc_timeout(metadata))
     }
-}
 
-#[tonic::async_trait]
-impl RateLimitService for RateLimiter {
-    async fn should_rate_limit(
+    /// The gRPC method: validates, decides, records the request's duration. The only error
+    /// is `INVALID_ARGUMENT` for a structurally invalid request.
+    pub async fn should_rate_limit(
         &self,
         request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {

@@ -4,11 +4,11 @@
 //! (in request order) and the `Charge`s to send. Applies overrides, `replaces`,
 //! `unlimited` and the hits rules. No I/O, no clock.
 
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
-
 use crate::algorithm::{Algorithm, Hits, Params};
 use crate::config::{Domain, Lookup, Rule, RuleLimit, Unit};
 use crate::store::{key, Charge};
+
+use super::wire::RateLimitDescriptor;
 
 /// What one descriptor needs.
 #[derive(Debug, Clone, PartialEq)]
@@ -56,7 +56,7 @@ pub fn plan<'a>(
     let mut charges = Vec::new();
     for (plan, descriptor) in plans.iter_mut().zip(descriptors) {
         if let Plan::Limited(limit) = plan {
-            let entries = descriptor.entries.iter().map(|e| (e.key.as_str(), e.value.as_str()));
+            let entries = descriptor.pairs();
             let key = match limit.rule {
                 Some(rule) => {
                     key::rule_key(key_prefix, &domain.name, rule, limit.params.algorithm, limit.unit, entries)
@@ -93,8 +93,7 @@ fn lookup<'a>(domain: &'a Domain, descriptor: &RateLimitDescriptor) -> Plan<'a> 
 }
 
 fn lookup_rule<'a>(domain: &'a Domain, descriptor: &RateLimitDescriptor) -> Plan<'a> {
-    let entries = descriptor.entries.iter().map(|e| (e.key.as_str(), e.value.as_str()));
-    match domain.lookup(entries) {
+    match domain.lookup(descriptor.pairs()) {
         Lookup::NoMatch | Lookup::Allow => Plan::Pass,
         Lookup::Rule(rule) => match rule.limit {
             RuleLimit::Unlimited => Plan::Unlimited(rule),

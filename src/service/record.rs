@@ -5,9 +5,6 @@
 //! bounded by `Metrics::record_per_value`; all others use the handles resolved when the
 //! snapshot was built, so counting allocates nothing.
 
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
-use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
-
 use crate::algorithm::Hits;
 use crate::config::Domain;
 use crate::live::Active;
@@ -16,6 +13,7 @@ use crate::store::Charge;
 
 use super::plan::Plan;
 use super::respond::Outcome;
+use super::wire::{RateLimitDescriptor, RateLimitRequest};
 
 /// Records each descriptor's outcome and hits.
 pub fn record(
@@ -61,5 +59,5 @@ fn consumed(charge: &Charge) -> u64 {
 
 /// The entry values of a descriptor, as the bytes the metric label is composed from.
 fn values(descriptor: &RateLimitDescriptor) -> impl Iterator<Item = &[u8]> {
-    descriptor.entries.iter().map(|entry| entry.value.as_bytes())
+    descriptor.entries.iter().map(|entry| entry.value.as_ref())
 }

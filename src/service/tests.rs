@@ -1,19 +1,15 @@
 use std::path::PathBuf;
 
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::google::protobuf::UInt64Value;
 
 use super::plan::{hits, plan, Plan};
+use super::wire::{Entry, RateLimitDescriptor};
 use super::*;
 use crate::algorithm::Hits;
 use crate::config::Snapshot;
 
 fn descriptor(entries: &[(&str, &str)]) -> RateLimitDescriptor {
-    RateLimitDescriptor {
-        entries: entries.iter().map(|(k, v)| Entry { key: k.to_string(), value: v.to_string() }).collect(),
-        ..Default::default()
-    }
+    RateLimitDescriptor::from_entries(entries.iter().copied())
 }
 
 fn snapshot(yaml: &str) -> Snapshot {
@@ -35,7 +31,7 @@ fn validation_names_the_problem() {
     r.descriptors.push(descriptor(&[]));
     assert_eq!(validate(&r).unwrap_err(), "descriptors[1] has no entries");
     let mut r = ok;
-    r.descriptors[0].entries.push(Entry { key: String::new(), value: "x".into() });
+    r.descriptors[0].entries.push(Entry::new("", "x"));
     assert_eq!(validate(&r).unwrap_err(), "descriptors[0].entries[1] has an empty key");
 }
 

@@ -4,8 +4,11 @@
 //! wildcard pattern instead of the value on `share_threshold` levels) + algorithm + unit.
 //! `requests_per_unit` and `burst` are not part of it, so raising a limit applies to live
 //! buckets. Every part is length-prefixed, so no value can make two identities share a key;
-//! parts that are long, or hold braces (Redis Cluster hash tags) or control characters, are
-//! replaced by a 128-bit SHA-256 prefix under a distinct marker.
+//! parts that are long, hold braces (Redis Cluster hash tags) or control characters, or are
+//! not UTF-8 (Envoy forwards header bytes ≥ 0x80 as they come), are replaced by a 128-bit
+//! SHA-256 prefix of their bytes under a distinct marker. Hashing the raw bytes keeps every
+//! distinct value its own bucket (no lossy decoding merges `\xff` with `\xfe`), and keys
+//! stay UTF-8 text whatever clients send.
 //!
 //! Format: `<prefix>tg:<tag><unit>:<part>...` where a part is `<len>:<bytes>` (literal),
 //! `#<32 hex>` (hashed) or `*<part>` (shared wildcard pattern), and the tag names the
@@ -37,25 +40,25 @@ pub const MAX_LITERAL_PART: usize = 48;
 
 /// The key of the bucket `rule` charges for these request entries.
 ///
-/// `entries` are the descriptor's entries, the same that matched `rule` (so there is one per
-/// `rule.levels`).
-pub fn rule_key<'e>(
+/// `entries` are the descriptor's entries as bytes (`&str` or `&[u8]`), the same that
+/// matched `rule` (so there is one per `rule.levels`).
+pub fn rule_key<K: AsRef<[u8]>, V: AsRef<[u8]>>(
     prefix: &str,
     domain: &str,
     rule: &Rule,
     algorithm: Algorithm,
     unit: Unit,
-    entries: impl Iterator<Item = (&'e str, &'e str)>,
+    entries: impl Iterator<Item = (K, V)>,
 ) -> String {
     let mut key = head(prefix, algo_tag(algorithm), unit, domain);
     for (level, (_, value)) in rule.levels.iter().zip(entries) {
-        push_part(&mut key, &level.key);
+        push_part(&mut key, level.key.as_bytes());
         match &level.shared_pattern {
             Some(pattern) => {
                 key.push('*');
-                push_part(&mut key, pattern);
+                push_part(&mut key, pattern.as_bytes());
             }
-            None => push_part(&mut key, value),
+            None => push_part(&mut key, value.as_ref()),
         }
     }
     key
@@ -63,16 +66,16 @@ pub fn rule_key<'e>(
 
 /// The key of the bucket for a request's own `limit` override: its own namespace (`o`),
 /// the override's unit, and every entry of the descriptor.
-pub fn override_key<'e>(
+pub fn override_key<K: AsRef<[u8]>, V: AsRef<[u8]>>(
     prefix: &str,
     domain: &str,
     unit: Unit,
-    entries: impl Iterator<Item = (&'e str, &'e str)>,
+    entries: impl Iterator<Item = (K, V)>,
 ) -> String {
     let mut key = head(prefix, OVERRIDE_TAG, unit, domain);
     for (k, v) in entries {
-        push_part(&mut key, k);
-        push_part(&mut key, v);
+        push_part(&mut key, k.as_ref());
+        push_part(&mut key, v.as_ref());
     }
     key
 }
@@ -84,7 +87,7 @@ fn head(prefix: &str, tag: &str, unit: Unit, domain: &str) -> String {
     key.push_str(tag);
     key.push(unit.key_char());
     key.push(':');
-    push_part(&mut key, domain);
+    push_part(&mut key, domain.as_bytes());
     key
 }
 
@@ -96,16 +99,18 @@ fn algo_tag(algorithm: Algorithm) -> &'static str {
     }
 }
 
-fn push_part(key: &mut String, part: &str) {
-    let plain =
-        part.len() <= MAX_LITERAL_PART && !part.chars().any(|c| c == '{' || c == '}' || c.is_control());
-    if plain {
+fn push_part(key: &mut String, part: &[u8]) {
+    let literal = (part.len() <= MAX_LITERAL_PART)
+        .then(|| std::str::from_utf8(part).ok())
+        .flatten()
+        .filter(|text| !text.chars().any(|c| c == '{' || c == '}' || c.is_control()));
+    if let Some(text) = literal {
         // Writing to a String cannot fail.
-        let _ = write!(key, "{}:", part.len());
-        key.push_str(part);
+        let _ = write!(key, "{}:", text.len());
+        key.push_str(text);
     } else {
         key.push('#');
-        let digest = Sha256::digest(part.as_bytes());
+        let digest = Sha256::digest(part);
         for byte in &digest[..16] {
             let _ = write!(key, "{byte:02x}");
         }
@@ -183,6 +188,28 @@ mod tests {
         assert_ne!(key(&r, &[("k", "{a}")]), key(&r, &[("k", "{b}")]));
         let long2 = format!("{}y", "x".repeat(9_999));
         assert_ne!(a, key(&r, &[("k", &long2)]));
+    }
+
+    #[test]
+    fn bytes_that_are_not_utf8_are_hashed_each_to_its_own_key() {
+        let r = rule(&[("k", None)]);
+        let bytes_key = |value: &[u8]| {
+            rule_key("", "api", &r, Algorithm::Gcra, Unit::Minute, [(&b"k"[..], value)].into_iter())
+        };
+        let ff = bytes_key(b"\xff");
+        assert!(ff.contains('#'), "hashed: {ff}");
+        assert_eq!(ff, bytes_key(b"\xff"), "the same bytes, the same bucket");
+        let others =
+            [bytes_key(b"\xfe"), bytes_key(b"\xff\xfe"), bytes_key(b"\\xff"), key(&r, &[("k", "\u{fffd}")])];
+        for other in &others {
+            assert_ne!(&ff, other);
+        }
+        // Valid UTF-8 given as bytes keeps the key it had as text (live buckets survive).
+        assert_eq!(bytes_key(b"alice"), key(&r, &[("k", "alice")]));
+        let over = |value: &[u8]| override_key("", "api", Unit::Minute, [(&b"k"[..], value)].into_iter());
+        assert_ne!(over(b"\xff"), over(b"\xfe"));
+        // A key (not only a value) that is not UTF-8 is hashed as well.
+        assert!(override_key("", "api", Unit::Minute, [(&b"\xff"[..], &b"v"[..])].into_iter()).contains('#'));
     }
 
     #[test]

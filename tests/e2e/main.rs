@@ -19,5 +19,6 @@ mod harness;
 
 mod failures;
 mod istio;
+mod raw_bytes;
 mod shipped;
 mod through_envoy;

@@ -15,5 +15,6 @@ mod backlog;
 mod faults;
 mod front;
 mod hostile;
+mod raw_bytes;
 mod security;
 mod series;

@@ -35,14 +35,24 @@ impl Response {
 
 /// `GET path` to `addr` with extra headers, `Connection: close`; `Err` on any I/O failure.
 pub fn try_get(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> std::io::Result<Response> {
+    let headers: Vec<(&str, &[u8])> = headers.iter().map(|(k, v)| (*k, v.as_bytes())).collect();
+    try_get_bytes(addr, path, &headers)
+}
+
+/// Like `try_get`, with header values as raw bytes: what a client that puts bytes ≥ 0x80
+/// (not UTF-8) into a header sends on the wire.
+pub fn try_get_bytes(addr: SocketAddr, path: &str, headers: &[(&str, &[u8])]) -> std::io::Result<Response> {
     let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
     stream.set_read_timeout(Some(Duration::from_secs(10)))?;
-    let mut request = format!("GET {path} HTTP/1.1\r\nHost: edge.test\r\nConnection: close\r\n");
+    let mut request = format!("GET {path} HTTP/1.1\r\nHost: edge.test\r\nConnection: close\r\n").into_bytes();
     for (name, value) in headers {
-        request.push_str(&format!("{name}: {value}\r\n"));
+        request.extend_from_slice(name.as_bytes());
+        request.extend_from_slice(b": ");
+        request.extend_from_slice(value);
+        request.extend_from_slice(b"\r\n");
     }
-    request.push_str("\r\n");
-    stream.write_all(request.as_bytes())?;
+    request.extend_from_slice(b"\r\n");
+    stream.write_all(&request)?;
     let mut raw = Vec::new();
     stream.read_to_end(&mut raw)?;
     parse_response(&raw)
@@ -112,10 +122,11 @@ fn serve_connection(stream: TcpStream, hits: &AtomicUsize) {
     loop {
         let mut saw_request = false;
         loop {
-            let mut line = String::new();
-            match reader.read_line(&mut line) {
+            // Bytes, not `read_line`: forwarded headers may hold bytes that are not UTF-8.
+            let mut line = Vec::new();
+            match reader.read_until(b'\n', &mut line) {
                 Ok(0) | Err(_) => return,
-                Ok(_) if line == "\r\n" && saw_request => break,
+                Ok(_) if line == b"\r\n" && saw_request => break,
                 Ok(_) => saw_request = true,
             }
         }

@@ -36,13 +36,19 @@ impl Topology {
     }
 
     /// The demo with changes to Envoy's ratelimit filter.
-    pub fn start_with(mut filter: FilterOverrides) -> Topology {
+    pub fn start_with(filter: FilterOverrides) -> Topology {
+        Topology::start_with_policies(filter, &[])
+    }
+
+    /// The demo with changes to Envoy's ratelimit filter and extra policy files `(file
+    /// name, YAML)`, written over the shipped ones (same name: replaces it).
+    pub fn start_with_policies(mut filter: FilterOverrides, policies: &[(&str, &str)]) -> Topology {
         let dir = tempfile::tempdir().expect("tempdir");
         let redis = RedisServer::start();
         let upstream = Upstream::start();
         let demo = compose::compose();
         let grpc = free_loopback();
-        let tollgate = start_tollgate(&demo, &redis, grpc, dir.path());
+        let tollgate = start_tollgate(&demo, &redis, grpc, dir.path(), policies);
         let wiring = Wiring {
             listener: free_loopback(),
             admin: free_loopback(),
@@ -60,11 +66,23 @@ impl Topology {
     pub fn get(&self, path: &str, headers: &[(&str, &str)]) -> Response {
         http::get(self.envoy.listener, path, headers)
     }
+
+    /// `GET path` through Envoy's listener with raw header value bytes.
+    pub fn get_bytes(&self, path: &str, headers: &[(&str, &[u8])]) -> Response {
+        let addr = self.envoy.listener;
+        http::try_get_bytes(addr, path, headers).unwrap_or_else(|e| panic!("GET http://{addr}{path}: {e}"))
+    }
 }
 
 /// Runs Tollgate with the compose command line, on test addresses and a copy of the
 /// policies the compose file mounts.
-fn start_tollgate(demo: &serde_yaml::Value, redis: &RedisServer, grpc: SocketAddr, dir: &Path) -> Tollgate {
+fn start_tollgate(
+    demo: &serde_yaml::Value,
+    redis: &RedisServer,
+    grpc: SocketAddr,
+    dir: &Path,
+    extra: &[(&str, &str)],
+) -> Tollgate {
     let policies = dir.join("policies");
     std::fs::create_dir(&policies).expect("policy dir");
     let mounted = compose::mount_source(demo, "tollgate", "/etc/tollgate/config");
@@ -73,6 +91,9 @@ fn start_tollgate(demo: &serde_yaml::Value, redis: &RedisServer, grpc: SocketAdd
         if path.extension().is_some_and(|e| e == "yaml" || e == "yml") {
             std::fs::copy(&path, policies.join(path.file_name().expect("name"))).expect("copy policy");
         }
+    }
+    for (name, yaml) in extra {
+        std::fs::write(policies.join(name), yaml).expect("write policy");
     }
     let admin = free_loopback();
     let args = compose::with_flags(
