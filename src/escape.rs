@@ -2,11 +2,14 @@
 //! labels, and its inverse for `explain`'s input.
 //!
 //! Descriptor values are bytes (Envoy forwards header bytes ≥ 0x80 as they come). The text
-//! form keeps UTF-8 text as it is and writes a byte that is not part of valid UTF-8, or an
-//! ASCII control character, as `\xNN` (two lowercase hex digits) and a backslash as `\\`.
-//! That is injective — the bytes `ff`, `fe` and the text `\xff` show as `\xff`, `\xfe` and
-//! `\\xff` — so two values never share a label or a line. Text without a backslash or a
-//! control character (nearly every value) is borrowed, not copied. Pure: no I/O.
+//! form keeps printable UTF-8 text as it is and writes a byte that is not part of valid
+//! UTF-8, or an ASCII control character, as `\xNN` (two lowercase hex digits), a character
+//! that does not display as itself (C1 controls, zero-width and bidirectional marks, BOM,
+//! private use, non-characters: `hidden`) as `\u{NNNN}`, and a backslash as `\\`. That is
+//! injective — the bytes `ff`, `fe` and the text `\xff` show as `\xff`, `\xfe` and `\\xff` —
+//! so two values never share a label or a line, and no value can reorder or hide what a log
+//! line or label shows. Printable text (nearly every value) is borrowed, not copied.
+//! Metric labels (`metrics::label`) use the same rule, with truncation. Pure: no I/O.
 
 use std::borrow::Cow;
 use std::fmt::Write as _;
@@ -14,31 +17,74 @@ use std::fmt::Write as _;
 /// The text form of `bytes` (see the module doc); borrowed when nothing needs escaping.
 pub fn escape(bytes: &[u8]) -> Cow<'_, str> {
     if let Ok(text) = std::str::from_utf8(bytes) {
-        if !text.bytes().any(needs_escape) {
+        if !text.chars().any(needs_escape) {
             return Cow::Borrowed(text);
         }
     }
     let mut out = String::with_capacity(bytes.len() + 8);
     for chunk in bytes.utf8_chunks() {
         for c in chunk.valid().chars() {
-            match c {
-                '\\' => out.push_str("\\\\"),
-                // Writing to a String cannot fail.
-                c if c.is_ascii_control() => {
-                    let _ = write!(out, "\\x{:02x}", c as u32);
-                }
-                c => out.push(c),
-            }
+            push_char(&mut out, c);
         }
-        for byte in chunk.invalid() {
-            let _ = write!(out, "\\x{byte:02x}");
+        for &byte in chunk.invalid() {
+            push_byte(&mut out, byte);
         }
     }
     Cow::Owned(out)
 }
 
-fn needs_escape(byte: u8) -> bool {
-    byte == b'\\' || byte.is_ascii_control()
+/// Appends `c` in its text form.
+pub fn push_char(out: &mut String, c: char) {
+    // Writing to a String cannot fail.
+    match c {
+        '\\' => out.push_str("\\\\"),
+        c if c.is_ascii_control() => {
+            let _ = write!(out, "\\x{:02x}", c as u32);
+        }
+        c if hidden(c) => {
+            let _ = write!(out, "\\u{{{:04x}}}", c as u32);
+        }
+        c => out.push(c),
+    }
+}
+
+/// Appends a byte that is not part of valid UTF-8 in its text form.
+pub fn push_byte(out: &mut String, byte: u8) {
+    let _ = write!(out, "\\x{byte:02x}");
+}
+
+fn needs_escape(c: char) -> bool {
+    c == '\\' || c.is_ascii_control() || (!c.is_ascii() && hidden(c))
+}
+
+/// Non-ASCII characters that do not display as themselves: C1 controls, format characters
+/// (soft hyphen, zero-width, bidirectional marks and overrides, BOM, …), separators other
+/// than space, private use and non-characters.
+pub(crate) fn hidden(c: char) -> bool {
+    let n = c as u32;
+    c.is_control()
+        || matches!(
+            n,
+            0x00ad
+                | 0x034f
+                | 0x061c
+                | 0x115f..=0x1160
+                | 0x17b4..=0x17b5
+                | 0x180b..=0x180f
+                | 0x200b..=0x200f
+                | 0x2028..=0x202e
+                | 0x2060..=0x206f
+                | 0x3164
+                | 0xfe00..=0xfe0f
+                | 0xfeff
+                | 0xffa0
+                | 0xfff0..=0xfffb
+                | 0xe000..=0xf8ff
+                | 0xe0000..=0xe0fff
+                | 0xf0000..=0x10ffff
+        )
+        || (n & 0xfffe) == 0xfffe
+        || (0xfdd0..=0xfdef).contains(&n)
 }
 
 /// The bytes `text` shows, reading `\xNN` as the byte `NN` and `\` before any other
@@ -58,6 +104,14 @@ pub fn unescape(text: &str) -> Result<Vec<u8>, String> {
                 let hex: String = chars.by_ref().take(2).collect();
                 let byte = (hex.len() == 2).then(|| u8::from_str_radix(&hex, 16).ok()).flatten();
                 out.push(byte.ok_or_else(|| format!("`\\x{hex}` in {text:?}: `\\x` takes two hex digits"))?);
+            }
+            Some('u') if chars.clone().next() == Some('{') => {
+                chars.next();
+                let hex: String = chars.by_ref().take_while(|&c| c != '}').collect();
+                let c = u32::from_str_radix(&hex, 16).ok().and_then(char::from_u32);
+                let c = c.ok_or_else(|| format!("`\\u{{{hex}}}` in {text:?}: not a character"))?;
+                let mut utf8 = [0; 4];
+                out.extend_from_slice(c.encode_utf8(&mut utf8).as_bytes());
             }
             Some(other) => {
                 let mut utf8 = [0; 4];
@@ -85,6 +139,9 @@ mod tests {
         assert_eq!(escape(b"a\nb\x7f"), "a\\x0ab\\x7f");
         // A truncated multi-byte character: its bytes, not a replacement character.
         assert_eq!(escape(&"ä".as_bytes()[..1]), "\\xc3");
+        // Characters that would hide or reorder what a line shows.
+        assert_eq!(escape("a\u{202e}b\u{200b}".as_bytes()), "a\\u{202e}b\\u{200b}");
+        assert_eq!(escape("\u{85}".as_bytes()), "\\u{0085}");
     }
 
     #[test]

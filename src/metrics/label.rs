@@ -14,9 +14,8 @@
 //! Every part is escaped and truncated by [`escape_into`], which takes bytes so that values
 //! that are not UTF-8 show too. Pure: no metrics, no I/O.
 
-use std::fmt::Write;
-
 use crate::config::{Level, Rule};
+use crate::escape::{push_byte, push_char};
 
 /// Default of `--max-label-value-bytes`.
 pub const DEFAULT_MAX_LABEL_VALUE_BYTES: usize = 64;
@@ -90,7 +89,7 @@ pub fn other(rule: &str) -> String {
 
 /// Appends `bytes` to `out`, escaped and at most `max` bytes long.
 ///
-/// Printable ASCII and printable non-ASCII characters stay; `\` becomes `\\`; ASCII
+/// The text form of `crate::escape`: printable characters stay; `\` becomes `\\`; ASCII
 /// control bytes and bytes that are not part of valid UTF-8 become `\xNN`; control,
 /// format (invisible, bidirectional), private-use and non-characters become `\u{NNNN}`.
 /// So a label never holds a byte that changes how it displays, and distinct inputs that
@@ -107,8 +106,8 @@ pub fn escape_into(out: &mut String, bytes: &[u8], max: usize) {
                 return cut(out, fits_with_mark);
             }
         }
-        for byte in chunk.invalid() {
-            let _ = write!(out, "\\x{byte:02x}");
+        for &byte in chunk.invalid() {
+            push_byte(out, byte);
             if !within(out, start, max, &mut fits_with_mark) {
                 return cut(out, fits_with_mark);
             }
@@ -128,50 +127,6 @@ fn within(out: &str, start: usize, max: usize, fits_with_mark: &mut usize) -> bo
 fn cut(out: &mut String, at: usize) {
     out.truncate(at);
     out.push_str(CUT);
-}
-
-fn push_char(out: &mut String, c: char) {
-    match c {
-        '\\' => out.push_str("\\\\"),
-        ' '..='~' => out.push(c),
-        c if c.is_ascii() => {
-            let _ = write!(out, "\\x{:02x}", c as u32);
-        }
-        c if hidden(c) => {
-            let _ = write!(out, "\\u{{{:04x}}}", c as u32);
-        }
-        c => out.push(c),
-    }
-}
-
-/// Non-ASCII characters that do not display as themselves: C1 controls, format characters
-/// (soft hyphen, zero-width, bidirectional marks and overrides, BOM, …), separators other
-/// than space, private use and non-characters.
-fn hidden(c: char) -> bool {
-    let n = c as u32;
-    c.is_control()
-        || matches!(
-            n,
-            0x00ad
-                | 0x034f
-                | 0x061c
-                | 0x115f..=0x1160
-                | 0x17b4..=0x17b5
-                | 0x180b..=0x180f
-                | 0x200b..=0x200f
-                | 0x2028..=0x202e
-                | 0x2060..=0x206f
-                | 0x3164
-                | 0xfe00..=0xfe0f
-                | 0xfeff
-                | 0xffa0
-                | 0xfff0..=0xfffb
-                | 0xe000..=0xf8ff
-                | 0xe0000..=0xe0fff
-                | 0xf0000..=0x10ffff
-        )
-        || (n & 0xfffe) == 0xfffe
-        || (0xfdd0..=0xfdef).contains(&n)
 }
 
 #[cfg(test)]

@@ -2,6 +2,7 @@ use proptest::prelude::*;
 
 use super::*;
 use crate::config::{RuleId, RuleLimit};
+use crate::escape::hidden;
 
 fn escaped(bytes: &[u8], max: usize) -> String {
     let mut out = String::from("prefix:");
