@@ -17,7 +17,7 @@ use serde::Deserialize;
 
 use crate::live::Live;
 use crate::metrics::Metrics;
-use crate::store::Store;
+use crate::store::{MemoryStore, Store};
 
 /// Shared state of the admin endpoints.
 #[derive(Debug, Clone)]
@@ -25,12 +25,24 @@ pub struct Admin {
     ready: Arc<AtomicBool>,
     live: Arc<Live>,
     store: Arc<Store>,
+    /// The in-process limiter of `failure_mode: local` domains (`RateLimiter::local_store`).
+    local: Arc<MemoryStore>,
     metrics: Arc<Metrics>,
 }
 
 impl Admin {
-    pub fn new(live: Arc<Live>, store: Arc<Store>, metrics: Arc<Metrics>) -> Admin {
-        Admin { ready: Arc::new(AtomicBool::new(false)), live, store, metrics }
+    pub fn new(live: Arc<Live>, store: Arc<Store>, local: Arc<MemoryStore>, metrics: Arc<Metrics>) -> Admin {
+        Admin { ready: Arc::new(AtomicBool::new(false)), live, store, local, metrics }
+    }
+
+    /// The buckets this process holds in memory, which the `tollgate_memory_*` metrics
+    /// describe: the memory store, or with Redis the `failure_mode: local` limiter (the
+    /// other one of the two is never charged).
+    pub fn memory(&self) -> &MemoryStore {
+        match self.store.as_ref() {
+            Store::Memory(memory) => memory,
+            Store::Redis(_) | Store::Sentinel(_) | Store::Cluster(_) => &self.local,
+        }
     }
 
     /// Marks the server ready (or not, while draining).
@@ -63,11 +75,9 @@ async fn readyz(State(admin): State<Admin>) -> (StatusCode, &'static str) {
 }
 
 async fn metrics(State(admin): State<Admin>) -> impl IntoResponse {
+    admin.metrics.set_memory(&admin.memory().stats());
     match admin.store.as_ref() {
-        Store::Memory(memory) => {
-            let stats = memory.stats();
-            admin.metrics.set_memory(stats.keys, stats.lossless_evictions, stats.lossy_evictions);
-        }
+        Store::Memory(_) => {}
         Store::Redis(redis) => {
             set_breaker(&admin, redis.breaker());
             admin.metrics.set_replaced(admin.store.name(), redis.client().replaced());

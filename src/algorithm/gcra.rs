@@ -49,6 +49,19 @@ pub fn apply(tat: Option<u64>, now: u64, p: &Params, hits: Hits) -> Outcome {
     }
 }
 
+/// `(fresh, now)`: hits a fresh bucket would admit at `now`, and hits this TAT admits.
+/// For [`standing`](super::standing); `limit == 0` admits nothing either way.
+pub(super) fn admissible(tat: u64, now: u64, p: &Params) -> (u64, u64) {
+    let now = clamp(now);
+    let limit = clamp(p.limit);
+    if limit == 0 {
+        return (0, 0);
+    }
+    let emission = (clamp(p.unit_us).max(1) / limit).max(1);
+    let bucket = Bucket { now, emission, tolerance: mul(emission, clamp(p.burst)), tat: clamp(tat).max(now) };
+    (bucket.remaining_at(now), bucket.remaining_at(bucket.tat))
+}
+
 /// `limit == 0`: nothing is ever admitted, and nothing is stored that could be refunded.
 fn blocked(unit: u64, hits: Hits) -> Outcome {
     let decision = match hits {
