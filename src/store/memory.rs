@@ -8,11 +8,11 @@
 //! order (`make_room`, O(sample)):
 //! 1. state that carries nothing (a GCRA TAT in the past, a window two periods old) —
 //!    swept in bulk at most every 100 ms, or met in the sample — lossless;
-//! 2. of a random sample of live buckets, the one whose loss gives back the fewest
+//! 2. of a random sample of 16 live buckets, the one whose loss gives back the fewest
 //!    requests ([`algorithm::standing`]), soonest to refill among equals;
-//! 3. a bucket at or over its limit only when the whole sample is: forgetting it is a
-//!    free reset for its owner, so a flood of fresh keys (each below its limit) can never
-//!    push one out. Evicting one takes a shard full of exhausted buckets, i.e. about
+//! 3. a bucket at or over its limit only when the whole sample is, even extended to 64:
+//!    forgetting it is a free reset for its owner, so a flood of fresh keys (each below
+//!    its limit) can never push one out. Evicting one takes a shard full of exhausted buckets, i.e. about
 //!    `cap × limit` charged requests within the victim's refill time; such evictions are
 //!    counted apart (`at_limit_evictions`).
 //!
@@ -34,6 +34,12 @@ use super::Charge;
 
 /// How many entries a full shard looks at to pick a victim.
 const EVICTION_SAMPLE: usize = 16;
+/// How many it looks at in all before it evicts a bucket at its limit: a sample that is
+/// all exhausted by chance (probability `f^16` with a share `f` of the shard exhausted)
+/// must not hand out a reset; `f^64` is below 1e-11 for `f` up to 2/3 and 1e-3 at 0.9.
+/// Only a shard mostly full of exhausted buckets pays for the longer look (~4 µs, cache
+/// misses, against ~1 µs).
+const AT_LIMIT_SAMPLE: usize = 64;
 /// A full shard sweeps all its expired entries at most this often (µs).
 const SWEEP_INTERVAL_US: u64 = 100_000;
 
@@ -177,8 +183,9 @@ impl MemoryStore {
 }
 
 /// The entry to evict among `EVICTION_SAMPLE` random ones (with replacement: cheaper than
-/// distinct picks, and a repeat only narrows the sample): the smallest
-/// `(standing, expires_at)`, stopping early at one that carries nothing.
+/// distinct picks, and a repeat only narrows the sample), up to `AT_LIMIT_SAMPLE` while
+/// all of them are at their limit: the smallest `(standing, expires_at)`, stopping early
+/// at one that carries nothing.
 fn pick_victim(shard: &Shard, now: u64) -> Option<(usize, Standing)> {
     let len = shard.map.len();
     if len == 0 {
@@ -186,7 +193,11 @@ fn pick_victim(shard: &Shard, now: u64) -> Option<(usize, Standing)> {
     }
     let mut rng = rand::rng();
     let mut victim: Option<(usize, Standing, u64)> = None;
-    for _ in 0..EVICTION_SAMPLE.min(len) {
+    for looked in 0..AT_LIMIT_SAMPLE {
+        let enough = looked >= EVICTION_SAMPLE.min(len);
+        if enough && victim.is_some_and(|(_, s, _)| !s.at_limit) {
+            break;
+        }
         let i = rng.random_range(0..len);
         let Some((_, entry)) = shard.map.get_index(i) else { continue };
         let standing = if entry.expires_at <= now {
