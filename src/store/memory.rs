@@ -12,9 +12,9 @@
 //!    requests ([`algorithm::standing`]), soonest to refill among equals;
 //! 3. a bucket at or over its limit only when the whole sample is, even extended to 64:
 //!    forgetting it is a free reset for its owner, so a flood of fresh keys (each below
-//!    its limit) can never push one out. Evicting one takes a shard full of exhausted buckets, i.e. about
-//!    `cap × limit` charged requests within the victim's refill time; such evictions are
-//!    counted apart (`at_limit_evictions`).
+//!    its limit) can never push one out. Evicting one takes a shard (nearly) full of
+//!    exhausted buckets, i.e. about `cap × limit` charged requests within the victim's
+//!    refill time; such evictions are counted apart (`at_limit_evictions`).
 //!
 //! No awaits: a charge holds one shard lock for a few hundred nanoseconds; eviction ranks
 //! the sample with integer arithmetic only (no allocation).
