@@ -21,7 +21,7 @@ use sha2::{Digest, Sha256};
 
 use crate::live::Live;
 use crate::metrics::Metrics;
-use crate::store::Store;
+use crate::store::{MemoryStore, Store};
 
 /// Shared state of the admin endpoints.
 #[derive(Debug, Clone)]
@@ -29,6 +29,8 @@ pub struct Admin {
     ready: Arc<AtomicBool>,
     live: Arc<Live>,
     store: Arc<Store>,
+    /// The in-process limiter of `failure_mode: local` domains (`RateLimiter::local_store`).
+    local: Arc<MemoryStore>,
     metrics: Arc<Metrics>,
     token: Option<Arc<AdminToken>>,
 }
@@ -62,10 +64,12 @@ impl Admin {
     pub fn new(
         live: Arc<Live>,
         store: Arc<Store>,
+        local: Arc<MemoryStore>,
         metrics: Arc<Metrics>,
         token: Option<AdminToken>,
     ) -> Admin {
-        Admin { ready: Arc::new(AtomicBool::new(false)), live, store, metrics, token: token.map(Arc::new) }
+        let token = token.map(Arc::new);
+        Admin { ready: Arc::new(AtomicBool::new(false)), live, store, local, metrics, token }
     }
 
     /// Whether `headers` may use a mutating endpoint: no token is configured, or they carry
@@ -77,6 +81,16 @@ impl Admin {
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "))
             .is_some_and(|presented| token.matches(presented.trim()))
+    }
+
+    /// The buckets this process holds in memory, which the `tollgate_memory_*` metrics
+    /// describe: the memory store, or with Redis the `failure_mode: local` limiter (the
+    /// other one of the two is never charged).
+    pub fn memory(&self) -> &MemoryStore {
+        match self.store.as_ref() {
+            Store::Memory(memory) => memory,
+            Store::Redis(_) | Store::Sentinel(_) | Store::Cluster(_) => &self.local,
+        }
     }
 
     /// Marks the server ready (or not, while draining).
@@ -109,11 +123,9 @@ async fn readyz(State(admin): State<Admin>) -> (StatusCode, &'static str) {
 }
 
 async fn metrics(State(admin): State<Admin>) -> impl IntoResponse {
+    admin.metrics.set_memory(&admin.memory().stats());
     match admin.store.as_ref() {
-        Store::Memory(memory) => {
-            let stats = memory.stats();
-            admin.metrics.set_memory(stats.keys, stats.lossless_evictions, stats.lossy_evictions);
-        }
+        Store::Memory(_) => {}
         Store::Redis(redis) => {
             set_breaker(&admin, redis.breaker());
             admin.metrics.set_replaced(admin.store.name(), redis.client().replaced());

@@ -210,7 +210,13 @@ pub async fn spawn(settings: ServeSettings) -> anyhow::Result<Running> {
     let grpc_addr = grpc_listener.local_addr()?;
     let admin_addr = admin_listener.local_addr()?;
     let (shutdown, signal) = watch::channel(false);
-    let admin = Admin::new(live.clone(), store.clone(), metrics.clone(), admin_token(&settings)?);
+    let admin = Admin::new(
+        live.clone(),
+        store.clone(),
+        limiter.local_store(),
+        metrics.clone(),
+        admin_token(&settings)?,
+    );
     let (health, health_service) = tonic_health::server::health_reporter();
 
     let mut builder = tonic::transport::Server::builder();

@@ -21,6 +21,7 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
 use crate::service::respond::Outcome;
+use crate::store::memory::MemoryStats;
 
 pub use series::{RuleSeries, SnapshotCounters};
 
@@ -83,6 +84,7 @@ pub struct Metrics {
     unknown_domain: Counter,
     memory_keys: Gauge,
     memory_evictions: Family<LossyLabel, Counter>,
+    memory_at_limit_evictions: Counter,
     oversized: Family<ReasonLabel, Counter>,
     local_decisions: Family<DomainLabel, Counter>,
     breaker_state: Family<StoreName, Gauge>,
@@ -189,6 +191,7 @@ impl Metrics {
         let unknown_domain = Counter::default();
         let memory_keys = Gauge::default();
         let memory_evictions = Family::<LossyLabel, Counter>::default();
+        let memory_at_limit_evictions = Counter::default();
         let oversized = Family::<ReasonLabel, Counter>::default();
         let local_decisions = Family::<DomainLabel, Counter>::default();
         let breaker_state = Family::<StoreName, Gauge>::default();
@@ -265,11 +268,20 @@ impl Metrics {
             "Requests for a domain with no policy",
             unknown_domain.clone(),
         );
-        registry.register("tollgate_memory_keys", "Buckets held by the memory store", memory_keys.clone());
+        registry.register(
+            "tollgate_memory_keys",
+            "Buckets held in process memory (the memory store, or the failure_mode: local limiter)",
+            memory_keys.clone(),
+        );
         registry.register(
             "tollgate_memory_evictions",
             "Memory store evictions; lossy=true evicted live state",
             memory_evictions.clone(),
+        );
+        registry.register(
+            "tollgate_memory_at_limit_evictions",
+            "Memory store evictions of buckets at or over their limit (a free reset for their owner)",
+            memory_at_limit_evictions.clone(),
         );
         Metrics {
             registry,
@@ -283,6 +295,7 @@ impl Metrics {
             unknown_domain,
             memory_keys,
             memory_evictions,
+            memory_at_limit_evictions,
             oversized,
             local_decisions,
             breaker_state,
@@ -335,11 +348,18 @@ impl Metrics {
         self.config_reloads.get_or_create(&ResultLabel { result }).inc();
     }
 
-    /// Memory store gauges, refreshed before each scrape.
-    pub fn set_memory(&self, keys: usize, lossless: u64, lossy: u64) {
-        self.memory_keys.set(keys as i64);
-        set_counter(&self.memory_evictions.get_or_create(&LossyLabel { lossy: "false" }), lossless);
-        set_counter(&self.memory_evictions.get_or_create(&LossyLabel { lossy: "true" }), lossy);
+    /// Memory store gauges and counters, refreshed before each scrape from its `stats()`.
+    pub fn set_memory(&self, stats: &MemoryStats) {
+        self.memory_keys.set(i64::try_from(stats.keys).unwrap_or(i64::MAX));
+        set_counter(
+            &self.memory_evictions.get_or_create(&LossyLabel { lossy: "false" }),
+            stats.lossless_evictions,
+        );
+        set_counter(
+            &self.memory_evictions.get_or_create(&LossyLabel { lossy: "true" }),
+            stats.lossy_evictions,
+        );
+        set_counter(&self.memory_at_limit_evictions, stats.at_limit_evictions);
     }
 
     /// One request past the size bounds.

@@ -41,6 +41,13 @@ pub fn apply(state: Option<(u64, u64, u64)>, now: u64, p: &Params, hits: Hits) -
     }
 }
 
+/// `(fresh, now)`: hits a fresh window admits (`limit`), and hits the stored count still
+/// admits at `now`. For [`standing`](super::standing).
+pub(super) fn admissible(state: Option<(u64, u64, u64)>, now: u64, p: &Params) -> (u64, u64) {
+    let window = Window::observe(state, now, p);
+    (window.limit, window.limit.saturating_sub(window.count))
+}
+
 /// One bucket at one instant; every field <= MAX_VALUE.
 struct Window {
     limit: u64,

@@ -81,6 +81,24 @@ pub fn apply(tat: Option<(u64, u64)>, now: u64, p: &Params, hits: Hits) -> Outco
     }
 }
 
+/// `(fresh, now)`: hits a fresh bucket would admit at `now`, and hits the stored TAT
+/// `(µs, remainder)` admits. For [`standing`](super::standing); `limit == 0` admits nothing
+/// either way.
+pub(super) fn admissible(tat: (u64, u64), now: u64, p: &Params) -> (u64, u64) {
+    let now = clamp(now);
+    let limit = clamp(p.limit);
+    if limit == 0 {
+        return (0, 0);
+    }
+    let unit = clamp(p.unit_us).max(1);
+    let mut bucket =
+        Bucket { now, limit, unit, burst: clamp(p.burst), tolerance: Span::ZERO, ahead: Span::ZERO };
+    bucket.tolerance = bucket.span(bucket.burst);
+    let (us, rem) = (clamp(tat.0), clamp(tat.1).min(limit - 1));
+    let ahead = if us >= now { Span { us: us - now, frac: rem } } else { Span::ZERO };
+    (bucket.allowed_at(Span::ZERO).remaining, bucket.allowed_at(ahead).remaining)
+}
+
 /// `limit == 0`: nothing is ever admitted, and nothing is stored that could be refunded.
 fn blocked(unit: u64, hits: Hits) -> Outcome {
     let decision = match hits {

@@ -93,6 +93,27 @@ pub enum Write {
     Delete,
 }
 
+/// What forgetting a bucket's state would hand its owner: how a capped store ranks
+/// buckets for eviction. Ordered so that the bucket to evict first is the smallest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Standing {
+    /// One more hit would be denied now: forgetting the state is a free reset. Such a
+    /// bucket sorts after every bucket that still admits something.
+    pub at_limit: bool,
+    /// Requests a fresh bucket would admit now beyond what this one admits: what its
+    /// loss gives back (GCRA: `ceil((tat - now) / emission)`; windows: the count still
+    /// counting, the previous window weighted). 0 means the state carries nothing.
+    pub given_back: u64,
+}
+
+impl Standing {
+    /// From what a fresh bucket admits (`full`) and what this one admits (`left`).
+    fn new(full: u64, left: u64) -> Standing {
+        // A bucket that admits nothing even when fresh (limit or burst 0) loses nothing.
+        Standing { at_limit: left == 0 && full > 0, given_back: full.saturating_sub(left) }
+    }
+}
+
 /// One application of an algorithm: the answer and the state change.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Outcome {
@@ -117,6 +138,24 @@ pub fn apply(state: Option<State>, now: u64, params: &Params, hits: Hits) -> Out
         Algorithm::SlidingWindow => sliding_window::apply(window(state), now, params, hits),
         Algorithm::FixedWindow => fixed_window::apply(window(state), now, params, hits),
     }
+}
+
+/// How much the stored `state` still counts at `now` under `params` (see [`Standing`]).
+///
+/// Pure and O(1): a store may call it on every bucket it samples for eviction. A state of
+/// the wrong shape for the algorithm counts nothing, as [`apply`] would ignore it.
+pub fn standing(state: State, now: u64, params: &Params) -> Standing {
+    let (full, left) = match (params.algorithm, state) {
+        (Algorithm::Gcra, State::Gcra { tat, rem }) => gcra::admissible((tat, rem), now, params),
+        (Algorithm::SlidingWindow, State::Window { .. }) => {
+            sliding_window::admissible(window(Some(state)), now, params)
+        }
+        (Algorithm::FixedWindow, State::Window { .. }) => {
+            fixed_window::admissible(window(Some(state)), now, params)
+        }
+        _ => (0, 0),
+    };
+    Standing::new(full, left)
 }
 
 fn window(state: Option<State>) -> Option<(u64, u64, u64)> {
@@ -174,5 +213,104 @@ pub(crate) fn mul_div_ceil(a: u64, b: u64, c: u64) -> u64 {
             u64::try_from(q).map_or(MAX_VALUE, clamp)
         }
         None => MAX_VALUE,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const NOW: u64 = 1_700_000_000_000_000;
+    const HOUR: u64 = 3_600_000_000;
+
+    fn params(algorithm: Algorithm, limit: u64, unit_us: u64, burst: u64) -> Params {
+        Params { algorithm, limit, unit_us, burst }
+    }
+
+    /// The state after `n` single hits at `now` on a fresh bucket.
+    fn charged(p: &Params, n: u64, now: u64) -> State {
+        let mut state = None;
+        for _ in 0..n {
+            if let Write::Put { state: s, .. } = apply(state, now, p, Hits::Consume(1)).write {
+                state = Some(s);
+            }
+        }
+        state.expect("charged at least once")
+    }
+
+    #[test]
+    fn standing_counts_what_forgetting_gives_back() {
+        for algorithm in [Algorithm::Gcra, Algorithm::SlidingWindow, Algorithm::FixedWindow] {
+            let p = params(algorithm, 5, HOUR, 5);
+            let one = standing(charged(&p, 1, NOW), NOW, &p);
+            assert_eq!(one, Standing { at_limit: false, given_back: 1 }, "{algorithm:?}");
+            let four = standing(charged(&p, 4, NOW), NOW, &p);
+            assert_eq!(four, Standing { at_limit: false, given_back: 4 }, "{algorithm:?}");
+            let five = standing(charged(&p, 5, NOW), NOW, &p);
+            assert_eq!(five, Standing { at_limit: true, given_back: 5 }, "{algorithm:?}");
+            assert!(one < four && four < five, "an exhausted bucket sorts last");
+        }
+    }
+
+    #[test]
+    fn standing_follows_time() {
+        // GCRA 5/hour: one request refills every 12 minutes; a fraction still counts as one.
+        let p = params(Algorithm::Gcra, 5, HOUR, 5);
+        let state = charged(&p, 5, NOW);
+        assert_eq!(standing(state, NOW + HOUR / 5, &p), Standing { at_limit: false, given_back: 4 });
+        assert_eq!(standing(state, NOW + HOUR / 5 - 1, &p), Standing { at_limit: true, given_back: 5 });
+        assert_eq!(standing(state, NOW + HOUR, &p), Standing { at_limit: false, given_back: 0 });
+        // Fixed window: the count stops counting when the window ends.
+        let p = params(Algorithm::FixedWindow, 5, HOUR, 0);
+        let start = NOW - NOW % HOUR;
+        let state = charged(&p, 5, start);
+        assert_eq!(standing(state, start + HOUR, &p).given_back, 0);
+        // Sliding window: the previous window counts by the part still covered.
+        let p = params(Algorithm::SlidingWindow, 4, HOUR, 0);
+        let state = charged(&p, 4, start);
+        assert_eq!(standing(state, start + HOUR + HOUR / 2, &p), Standing { at_limit: false, given_back: 2 });
+        assert_eq!(standing(state, start + 2 * HOUR, &p).given_back, 0);
+    }
+
+    #[test]
+    fn a_state_of_another_algorithm_counts_nothing() {
+        let gcra = params(Algorithm::Gcra, 5, HOUR, 5);
+        let window = params(Algorithm::FixedWindow, 5, HOUR, 0);
+        assert_eq!(standing(charged(&gcra, 5, NOW), NOW, &window).given_back, 0);
+        assert_eq!(standing(charged(&window, 5, NOW), NOW, &gcra).given_back, 0);
+    }
+
+    fn arb_params() -> impl Strategy<Value = Params> {
+        let algorithm =
+            prop_oneof![Just(Algorithm::Gcra), Just(Algorithm::SlidingWindow), Just(Algorithm::FixedWindow)];
+        (algorithm, 1..50u64, prop_oneof![Just(1_000_000u64), Just(60_000_000), Just(HOUR)], 0..60u64)
+            .prop_map(|(algorithm, limit, unit_us, burst)| Params { algorithm, limit, unit_us, burst })
+    }
+
+    proptest! {
+        /// `at_limit` is exactly "one more hit is denied", and `given_back` is exactly what
+        /// a fresh bucket admits beyond this one (peeks describe both).
+        #[test]
+        fn standing_agrees_with_apply(p in arb_params(), steps in prop::collection::vec((0..HOUR / 4, 1..4u64), 1..40)) {
+            let mut state = None;
+            let mut now = NOW;
+            for (dt, n) in steps {
+                now += dt;
+                match apply(state, now, &p, Hits::Consume(n)).write {
+                    Write::Put { state: s, .. } => state = Some(s),
+                    Write::Delete => state = None,
+                    Write::Keep => {}
+                }
+                let Some(s) = state else { continue };
+                let at = now + dt / 2;
+                let got = standing(s, at, &p);
+                let one = apply(state, at, &p, Hits::Consume(1)).decision;
+                let left = apply(state, at, &p, Hits::Peek).decision.remaining;
+                let fresh = apply(None, at, &p, Hits::Peek).decision.remaining;
+                prop_assert_eq!(got.at_limit, !one.allowed && fresh > 0, "{:?} {:?}", p, s);
+                prop_assert_eq!(got.given_back + left, fresh, "{:?} {:?}", p, s);
+            }
+        }
     }
 }

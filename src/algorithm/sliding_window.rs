@@ -54,6 +54,13 @@ pub fn apply(state: Option<(u64, u64, u64)>, now: u64, p: &Params, hits: Hits) -
     }
 }
 
+/// `(fresh, now)`: hits a fresh bucket would admit at `now` (`limit`), and hits the
+/// stored windows admit. For [`standing`](super::standing).
+pub(super) fn admissible(state: Option<(u64, u64, u64)>, now: u64, p: &Params) -> (u64, u64) {
+    let window = Window::observe(state, now, p);
+    (window.limit, window.remaining())
+}
+
 /// One bucket at one instant (`now = max(now, stored start)`), after the rollover; every
 /// field <= MAX_VALUE.
 #[derive(Debug, Clone, Copy)]

@@ -86,6 +86,11 @@ impl RateLimiter {
         RateLimiter { live, store, metrics, settings: Arc::new(settings), local }
     }
 
+    /// The in-process limiter of `failure_mode: local` domains (for its metrics).
+    pub fn local_store(&self) -> Arc<MemoryStore> {
+        self.local.clone()
+    }
+
     /// Decides a validated request by `deadline`. Never fails: store errors are answered
     /// by the domain's failure policy.
     pub async fn decide(&self, request: &RateLimitRequest, deadline: Instant) -> RateLimitResponse {

@@ -1,13 +1,23 @@
-//! The embedded store: buckets in process memory, for a single instance.
+//! The embedded store: buckets in process memory, for a single instance. Also the
+//! limiter of `failure_mode: local` domains while Redis fails (`service`), with the same
+//! cap and eviction policy.
 //!
 //! A fixed number of shards, each a mutex around an `IndexMap` (O(1) random access for
 //! sampled eviction), hashed with the std SipHash so that clients choosing keys cannot
-//! degrade it. The total number of buckets is capped. Expired state carries no
-//! information (a GCRA TAT in the past, a window two periods old), so it is evicted first
-//! and losslessly; only when a shard is full of live state is the least recently used of a
-//! random sample evicted, and that is counted as lossy.
+//! degrade it. The total number of buckets is capped. A full shard makes room by this
+//! order (`make_room`, O(sample)):
+//! 1. state that carries nothing (a GCRA TAT in the past, a window two periods old) —
+//!    swept in bulk at most every 100 ms, or met in the sample — lossless;
+//! 2. of a random sample of 16 live buckets, the one whose loss gives back the fewest
+//!    requests ([`algorithm::standing`]), soonest to refill among equals;
+//! 3. a bucket at or over its limit only when the whole sample is, even extended to 64:
+//!    forgetting it is a free reset for its owner, so a flood of fresh keys (each below
+//!    its limit) can never push one out. Evicting one takes a shard (nearly) full of
+//!    exhausted buckets, i.e. about `cap × limit` charged requests within the victim's
+//!    refill time; such evictions are counted apart (`at_limit_evictions`).
 //!
-//! No awaits: a charge holds one shard lock for a few hundred nanoseconds.
+//! No awaits: a charge holds one shard lock for a few hundred nanoseconds; eviction ranks
+//! the sample with integer arithmetic only (no allocation).
 
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
@@ -18,12 +28,18 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use indexmap::IndexMap;
 use rand::Rng;
 
-use crate::algorithm::{self, Decision, State, Write};
+use crate::algorithm::{self, Decision, Params, Standing, State, Write};
 
 use super::Charge;
 
 /// How many entries a full shard looks at to pick a victim.
 const EVICTION_SAMPLE: usize = 16;
+/// How many it looks at in all before it evicts a bucket at its limit: a sample that is
+/// all exhausted by chance (probability `f^16` with a share `f` of the shard exhausted)
+/// must not hand out a reset; `f^64` is below 1e-11 for `f` up to 2/3 and 1e-3 at 0.9.
+/// Only a shard mostly full of exhausted buckets pays for the longer look (~4 µs, cache
+/// misses, against ~1 µs).
+const AT_LIMIT_SAMPLE: usize = 64;
 /// A full shard sweeps all its expired entries at most this often (µs).
 const SWEEP_INTERVAL_US: u64 = 100_000;
 
@@ -35,6 +51,7 @@ pub struct MemoryStore {
     hasher: RandomState,
     lossless_evictions: AtomicU64,
     lossy_evictions: AtomicU64,
+    at_limit_evictions: AtomicU64,
 }
 
 #[derive(Debug, Default)]
@@ -49,15 +66,21 @@ struct Shard {
 struct Entry {
     state: State,
     expires_at: u64,
-    last_used: u64,
+    /// The limit the state was written under: eviction ranks the state by it.
+    params: Params,
 }
 
 /// Counters of the memory store, for metrics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MemoryStats {
     pub keys: usize,
+    /// Evicted state that carried nothing (expired, or counting no request).
     pub lossless_evictions: u64,
+    /// Evicted state that still counted requests (at-limit evictions included).
     pub lossy_evictions: u64,
+    /// Of the lossy evictions, buckets that were at or over their limit: free resets.
+    /// Stays 0 while the cap can hold every exhausted bucket.
+    pub at_limit_evictions: u64,
 }
 
 impl MemoryStore {
@@ -71,6 +94,7 @@ impl MemoryStore {
             hasher: RandomState::new(),
             lossless_evictions: AtomicU64::new(0),
             lossy_evictions: AtomicU64::new(0),
+            at_limit_evictions: AtomicU64::new(0),
         }
     }
 
@@ -89,16 +113,12 @@ impl MemoryStore {
         let stored = shard.map.get(charge.key.as_str()).filter(|e| e.expires_at > now).map(|e| e.state);
         let outcome = algorithm::apply(stored, now, &charge.params, charge.hits);
         match outcome.write {
-            Write::Keep => {
-                if let Some(entry) = shard.map.get_mut(charge.key.as_str()) {
-                    entry.last_used = now;
-                }
-            }
+            Write::Keep => {}
             Write::Delete => {
                 shard.map.swap_remove(charge.key.as_str());
             }
             Write::Put { state, expires_at } => {
-                let entry = Entry { state, expires_at, last_used: now };
+                let entry = Entry { state, expires_at, params: charge.params };
                 if let Some(slot) = shard.map.get_mut(charge.key.as_str()) {
                     *slot = entry;
                 } else {
@@ -113,8 +133,7 @@ impl MemoryStore {
         outcome.decision
     }
 
-    /// Frees at least one slot in a full shard: expired entries first, then the least
-    /// recently used of a random sample.
+    /// Frees at least one slot in a full shard, by the order in the module doc.
     fn make_room(&self, shard: &mut Shard, now: u64) {
         if now >= shard.min_expiry && now >= shard.last_sweep.saturating_add(SWEEP_INTERVAL_US) {
             let removed = sweep(shard, now);
@@ -123,23 +142,12 @@ impl MemoryStore {
                 return;
             }
         }
-        let mut rng = rand::rng();
-        let mut victim: Option<(usize, u64)> = None;
-        for _ in 0..EVICTION_SAMPLE.min(shard.map.len()) {
-            let i = rng.random_range(0..shard.map.len());
-            let Some((_, entry)) = shard.map.get_index(i) else { continue };
-            if entry.expires_at <= now {
-                shard.map.swap_remove_index(i);
-                self.lossless_evictions.fetch_add(1, Ordering::Relaxed);
-                return;
-            }
-            if victim.is_none_or(|(_, used)| entry.last_used < used) {
-                victim = Some((i, entry.last_used));
-            }
-        }
-        if let Some((i, _)) = victim {
-            shard.map.swap_remove_index(i);
-            self.lossy_evictions.fetch_add(1, Ordering::Relaxed);
+        let Some((i, standing)) = pick_victim(shard, now) else { return };
+        shard.map.swap_remove_index(i);
+        let counter = if standing.given_back == 0 { &self.lossless_evictions } else { &self.lossy_evictions };
+        counter.fetch_add(1, Ordering::Relaxed);
+        if standing.at_limit {
+            self.at_limit_evictions.fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -163,6 +171,7 @@ impl MemoryStore {
             keys,
             lossless_evictions: self.lossless_evictions.load(Ordering::Relaxed),
             lossy_evictions: self.lossy_evictions.load(Ordering::Relaxed),
+            at_limit_evictions: self.at_limit_evictions.load(Ordering::Relaxed),
         }
     }
 
@@ -171,6 +180,39 @@ impl MemoryStore {
     pub fn capacity(&self) -> usize {
         self.shard_cap * self.shards.len()
     }
+}
+
+/// The entry to evict among `EVICTION_SAMPLE` random ones (with replacement: cheaper than
+/// distinct picks, and a repeat only narrows the sample), up to `AT_LIMIT_SAMPLE` while
+/// all of them are at their limit: the smallest `(standing, expires_at)`, stopping early
+/// at one that carries nothing.
+fn pick_victim(shard: &Shard, now: u64) -> Option<(usize, Standing)> {
+    let len = shard.map.len();
+    if len == 0 {
+        return None;
+    }
+    let mut rng = rand::rng();
+    let mut victim: Option<(usize, Standing, u64)> = None;
+    for looked in 0..AT_LIMIT_SAMPLE {
+        let enough = looked >= EVICTION_SAMPLE.min(len);
+        if enough && victim.is_some_and(|(_, s, _)| !s.at_limit) {
+            break;
+        }
+        let i = rng.random_range(0..len);
+        let Some((_, entry)) = shard.map.get_index(i) else { continue };
+        let standing = if entry.expires_at <= now {
+            Standing { at_limit: false, given_back: 0 }
+        } else {
+            algorithm::standing(entry.state, now, &entry.params)
+        };
+        if standing.given_back == 0 && !standing.at_limit {
+            return Some((i, standing));
+        }
+        if victim.is_none_or(|(_, s, expires)| (standing, entry.expires_at) < (s, expires)) {
+            victim = Some((i, standing, entry.expires_at));
+        }
+    }
+    victim.map(|(i, standing, _)| (i, standing))
 }
 
 /// Drops every expired entry of a shard and makes `min_expiry` exact.

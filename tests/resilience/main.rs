@@ -12,6 +12,7 @@ mod redis_support;
 mod support;
 
 mod backlog;
+mod eviction;
 mod faults;
 mod front;
 mod hostile;
