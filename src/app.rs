@@ -21,6 +21,7 @@ use crate::admin::Admin;
 use crate::live::Live;
 use crate::metrics::{Metrics, SeriesLimits};
 use crate::service::bounds::Bounds;
+use crate::service::respond::LimitHeaderNames;
 use crate::service::{RateLimitServer, RateLimiter, Settings};
 use crate::store::cluster::{ClusterSettings, ClusterStore};
 use crate::store::sentinel::{SentinelSettings, SentinelStore};
@@ -92,6 +93,10 @@ pub struct ServeSettings {
     pub shadow_mode: bool,
     /// Add x-ratelimit-* / retry-after headers to responses (not with Envoy's own option).
     pub response_headers: bool,
+    /// Add the peer's RateLimit-* headers, under these names.
+    pub limit_headers: Option<LimitHeaderNames>,
+    /// Answer the request and the passed rules' `metadata` as dynamic metadata.
+    pub response_dynamic_metadata: bool,
     /// Bounds on request size (past them: the domain's failure policy).
     pub bounds: Bounds,
     /// Bounds on the metric series of rules that carry request values.
@@ -123,6 +128,8 @@ impl ServeSettings {
             near_limit_ratio: 0.8,
             shadow_mode: false,
             response_headers: false,
+            limit_headers: None,
+            response_dynamic_metadata: false,
             bounds: Bounds::default(),
             metric_series: SeriesLimits::default(),
             drain: Duration::from_secs(5),
@@ -196,6 +203,8 @@ pub async fn spawn(settings: ServeSettings) -> anyhow::Result<Running> {
             near_limit_ratio: settings.near_limit_ratio,
             shadow_mode: settings.shadow_mode,
             response_headers: settings.response_headers,
+            limit_headers: settings.limit_headers.clone(),
+            response_dynamic_metadata: settings.response_dynamic_metadata,
             bounds: settings.bounds,
             local_max_keys: settings.memory_max_keys,
         },

@@ -9,6 +9,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use crate::app::{RedisTopology, ServeSettings, StoreKind, TlsFiles};
 use crate::metrics::SeriesLimits;
 use crate::service::bounds::Bounds;
+use crate::service::respond::LimitHeaderNames;
 use crate::store::breaker::BreakerSettings;
 use crate::store::RedisSettings;
 
@@ -146,6 +147,24 @@ pub struct Serve {
     /// response, for setups that do not enable the Envoy filter's own header option.
     #[arg(long, env = "TOLLGATE_RESPONSE_HEADERS")]
     pub response_headers: bool,
+    /// Add envoyproxy/ratelimit's RateLimit-Limit/-Remaining/-Reset headers (its
+    /// LIMIT_RESPONSE_HEADERS_ENABLED), with the numbers of --response-headers.
+    #[arg(long, env = "TOLLGATE_LIMIT_HEADERS")]
+    pub limit_headers: bool,
+    /// Names of the --limit-headers headers, as `LIMIT,REMAINING,RESET` (the peer's
+    /// LIMIT_LIMIT_HEADER, LIMIT_REMAINING_HEADER, LIMIT_RESET_HEADER).
+    #[arg(
+        long,
+        env = "TOLLGATE_LIMIT_HEADER_NAMES",
+        requires = "limit_headers",
+        value_parser = parse_limit_header_names,
+        default_value = "RateLimit-Limit,RateLimit-Remaining,RateLimit-Reset"
+    )]
+    pub limit_header_names: LimitHeaderNames,
+    /// Answer the request's descriptors and the merged `metadata` of the rules it passed as
+    /// the response's dynamic metadata (envoyproxy/ratelimit's RESPONSE_DYNAMIC_METADATA).
+    #[arg(long, env = "TOLLGATE_RESPONSE_DYNAMIC_METADATA")]
+    pub response_dynamic_metadata: bool,
     /// Requests with more descriptors are answered by the domain's failure policy.
     #[arg(long, env = "TOLLGATE_MAX_DESCRIPTORS", default_value_t = 64)]
     pub max_descriptors: usize,
@@ -211,6 +230,24 @@ pub fn parse_sentinel(s: &str) -> Result<SentinelArg, String> {
     Ok(SentinelArg { master, sentinels })
 }
 
+/// `LIMIT,REMAINING,RESET`: three distinct HTTP header names.
+pub fn parse_limit_header_names(s: &str) -> Result<LimitHeaderNames, String> {
+    let names: Vec<&str> = s.split(',').map(str::trim).collect();
+    let [limit, remaining, reset] = names[..] else {
+        return Err(format!("expected three header names LIMIT,REMAINING,RESET, got {s:?}"));
+    };
+    // RFC 9110 `token`: what a field name may hold.
+    let token = |c: char| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c);
+    if let Some(bad) = names.iter().find(|n| n.is_empty() || !n.chars().all(token)) {
+        return Err(format!("{bad:?} is not an HTTP header name"));
+    }
+    let lower: Vec<String> = names.iter().map(|n| n.to_ascii_lowercase()).collect();
+    if lower[0] == lower[1] || lower[0] == lower[2] || lower[1] == lower[2] {
+        return Err(format!("the three header names must differ, got {s:?}"));
+    }
+    Ok(LimitHeaderNames { limit: limit.into(), remaining: remaining.into(), reset: reset.into() })
+}
+
 /// A share from 0 to 1 (e.g. `0.5`).
 pub fn parse_share(s: &str) -> Result<f64, String> {
     match s.trim().parse::<f64>() {
@@ -273,6 +310,8 @@ impl Serve {
             near_limit_ratio: self.near_limit_ratio,
             shadow_mode: self.shadow_mode,
             response_headers: self.response_headers,
+            limit_headers: self.limit_headers.then(|| self.limit_header_names.clone()),
+            response_dynamic_metadata: self.response_dynamic_metadata,
             bounds: Bounds {
                 max_descriptors: self.max_descriptors,
                 max_entries: self.max_entries,
@@ -337,6 +376,34 @@ mod tests {
         assert!(breaker(&["--breaker-failure-rate", "1.5"]).is_err(), "a share is at most 1");
         assert!(breaker(&["--breaker-failure-rate", "-0.1"]).is_err());
         assert!(breaker(&["--breaker-window-ms", "5"]).is_err(), "a window of at least 10 ms");
+    }
+
+    fn serve(args: &[&str]) -> Result<ServeSettings, clap::Error> {
+        let cli = Cli::try_parse_from(["tollgate", "serve"].iter().chain(args))?;
+        match cli.command {
+            Command::Serve(serve) => Ok(serve.settings()),
+            other => panic!("not serve: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn limit_headers_take_the_peers_names_unless_renamed() {
+        let plain = serve(&[]).expect("defaults");
+        assert_eq!((plain.limit_headers, plain.response_dynamic_metadata), (None, false));
+        let on = serve(&["--limit-headers", "--response-dynamic-metadata"]).expect("flags");
+        assert_eq!(on.limit_headers, Some(LimitHeaderNames::default()));
+        assert!(on.response_dynamic_metadata);
+        let renamed = serve(&["--limit-headers", "--limit-header-names", "A-Limit, A-Remaining,A-Reset"]);
+        let want = LimitHeaderNames {
+            limit: "A-Limit".into(),
+            remaining: "A-Remaining".into(),
+            reset: "A-Reset".into(),
+        };
+        assert_eq!(renamed.expect("names").limit_headers, Some(want));
+        assert!(serve(&["--limit-header-names", "a,b,c"]).is_err(), "names without the headers do nothing");
+        for bad in ["a,b", "a,b,c,d", "a,,c", "a b,c,d", "a,B,b", "x:y,b,c"] {
+            assert!(parse_limit_header_names(bad).is_err(), "{bad}");
+        }
     }
 
     fn series(args: &[&str]) -> Result<SeriesLimits, clap::Error> {

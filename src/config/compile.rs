@@ -343,16 +343,39 @@ impl Builder<'_> {
     }
 }
 
-/// `metadata` as sorted `(key, value)` text pairs: strings as they are, other scalars and
-/// nested values as their YAML text.
-fn metadata(map: Option<&serde_yaml::Mapping>) -> Vec<(String, String)> {
-    let mut pairs: Vec<(String, String)> = map
+/// `metadata` as sorted `(key, value)` pairs of JSON values: the data model of the
+/// `google.protobuf.Struct` it is answered as (`--response-dynamic-metadata`). Keys that are
+/// not strings become their YAML text, as envoyproxy/ratelimit prints them.
+fn metadata(map: Option<&serde_yaml::Mapping>) -> Vec<(String, serde_json::Value)> {
+    let mut pairs: Vec<(String, serde_json::Value)> = map
         .into_iter()
         .flat_map(|map| map.iter())
-        .map(|(key, value)| (yaml_text(key), yaml_text(value)))
+        .map(|(key, value)| (yaml_text(key), json(value)))
         .collect();
-    pairs.sort();
+    pairs.sort_by(|a, b| a.0.cmp(&b.0));
     pairs
+}
+
+/// A YAML value as JSON. Numbers stay numbers (integers exact); a float JSON cannot hold
+/// (`.nan`, `.inf`) becomes its YAML text; tags are dropped.
+fn json(value: &serde_yaml::Value) -> serde_json::Value {
+    use serde_json::Value as Json;
+    use serde_yaml::Value as Yaml;
+    match value {
+        Yaml::Null => Json::Null,
+        Yaml::Bool(b) => Json::Bool(*b),
+        Yaml::Number(n) => match (n.as_i64(), n.as_u64(), n.as_f64()) {
+            (Some(i), _, _) => Json::from(i),
+            (None, Some(u), _) => Json::from(u),
+            (None, None, f) => f
+                .and_then(serde_json::Number::from_f64)
+                .map_or_else(|| Json::String(yaml_text(value)), Json::Number),
+        },
+        Yaml::String(text) => Json::String(text.clone()),
+        Yaml::Sequence(items) => Json::Array(items.iter().map(json).collect()),
+        Yaml::Mapping(map) => Json::Object(map.iter().map(|(k, v)| (yaml_text(k), json(v))).collect()),
+        Yaml::Tagged(tagged) => json(&tagged.value),
+    }
 }
 
 fn yaml_text(value: &serde_yaml::Value) -> String {

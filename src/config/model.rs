@@ -102,8 +102,9 @@ pub struct Rule {
     pub replaces: Vec<String>,
     /// One entry per descriptor entry on the way to this node (root first).
     pub levels: Vec<Level>,
-    /// Free-form `metadata` of the node, kept for `/rlconfig` and `explain`.
-    pub metadata: Vec<(String, String)>,
+    /// Free-form `metadata` of the node, sorted by key: shown by `/rlconfig` and, with
+    /// `--response-dynamic-metadata`, answered to Envoy when the descriptor passes.
+    pub metadata: Vec<(String, serde_json::Value)>,
 }
 
 impl Rule {

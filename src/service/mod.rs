@@ -12,6 +12,7 @@
 //! domain; such keys and values are opaque bytes to the matcher and the key builder.
 
 pub mod bounds;
+pub mod dynamic_metadata;
 pub mod plan;
 mod record;
 pub mod respond;
@@ -49,6 +50,10 @@ pub struct Settings {
     pub shadow_mode: bool,
     /// Add `x-ratelimit-*` and `retry-after` to `response_headers_to_add`.
     pub response_headers: bool,
+    /// Add the peer's `RateLimit-Limit/-Remaining/-Reset` under these names.
+    pub limit_headers: Option<respond::LimitHeaderNames>,
+    /// Answer the request and the passed rules' `metadata` as `dynamic_metadata`.
+    pub response_dynamic_metadata: bool,
     /// Bounds on request size; past them the failure policy answers.
     pub bounds: bounds::Bounds,
     /// Cap on buckets of the in-memory limiter used by `failure_mode: local` domains.
@@ -63,6 +68,8 @@ impl Default for Settings {
             near_limit_ratio: 0.8,
             shadow_mode: false,
             response_headers: false,
+            limit_headers: None,
+            response_dynamic_metadata: false,
             bounds: bounds::Bounds::default(),
             local_max_keys: 100_000,
         }
@@ -94,7 +101,7 @@ impl RateLimiter {
     /// Decides a validated request by `deadline`. Never fails: store errors are answered
     /// by the domain's failure policy.
     pub async fn decide(&self, request: &RateLimitRequest, deadline: Instant) -> RateLimitResponse {
-        let mut response = self.decide_codes(request, deadline).await;
+        let (mut response, metadata) = self.decide_codes(request, deadline).await;
         // Global shadow mode covers every answer: charged, failure-policy and oversized.
         // Only a configured (so UTF-8) domain can be over its limit: the label stays bounded.
         if self.settings.shadow_mode && respond::shadow(&mut response) {
@@ -105,22 +112,33 @@ impl RateLimiter {
         if self.settings.response_headers {
             respond::add_headers(&mut response);
         }
+        if let Some(names) = &self.settings.limit_headers {
+            respond::add_limit_headers(&mut response, names);
+        }
+        if self.settings.response_dynamic_metadata {
+            response.dynamic_metadata = Some(dynamic_metadata::build(request, metadata));
+        }
         response
     }
 
-    /// The response with the codes as decided (before global shadow mode and headers).
-    async fn decide_codes(&self, request: &RateLimitRequest, deadline: Instant) -> RateLimitResponse {
+    /// The response with the codes as decided (before global shadow mode and headers), and
+    /// the merged `metadata` of the rules passed (only with `--response-dynamic-metadata`).
+    async fn decide_codes(
+        &self,
+        request: &RateLimitRequest,
+        deadline: Instant,
+    ) -> (RateLimitResponse, serde_json::Map<String, serde_json::Value>) {
         let active = self.live.load();
         // Configured domains are UTF-8: a domain that is not cannot be one of them.
         let known = std::str::from_utf8(&request.domain).ok().and_then(|d| active.snapshot.domain(d));
         let Some(domain) = known else {
             self.metrics.unknown_domain();
             tracing::debug!(domain = %escape(&request.domain), "unknown domain: every descriptor OK");
-            return unknown_domain(request);
+            return (unknown_domain(request), serde_json::Map::new());
         };
         if let Some(oversize) = self.settings.bounds.check(request) {
             self.metrics.oversized(oversize.as_str());
-            return bounds::answer(request, domain.failure_mode);
+            return (bounds::answer(request, domain.failure_mode), serde_json::Map::new());
         }
         let (plans, charges) =
             plan::plan(domain, &request.descriptors, request.hits_addend, &self.settings.key_prefix);
@@ -131,7 +149,12 @@ impl RateLimiter {
         let (response, outcomes) =
             respond::respond(&plans, &results, domain.failure_mode, self.settings.near_limit_ratio);
         record::record(&self.metrics, &active, domain, request, &plans, &charges, &outcomes);
-        response
+        let metadata = if self.settings.response_dynamic_metadata {
+            dynamic_metadata::passed(&plans, &response.statuses)
+        } else {
+            serde_json::Map::new()
+        };
+        (response, metadata)
     }
 
     async fn charge(&self, charges: &[Charge], deadline: Instant) -> Vec<Result<Decision, StoreError>> {

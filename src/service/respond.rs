@@ -194,35 +194,78 @@ pub fn shadow(response: &mut RateLimitResponse) -> bool {
 }
 
 /// `--response-headers`: `x-ratelimit-limit/remaining/reset` from the most constraining
-/// limited status (fewest remaining), and `retry-after` when the request is over the limit
+/// limited status (`tightest`), and `retry-after` when the request is over the limit
 /// (the longest wait among the denied descriptors: all must pass). For setups that do not
 /// use the Envoy filter's own `enable_x_ratelimit_headers` — enabling both duplicates them.
 pub fn add_headers(response: &mut RateLimitResponse) {
-    use envoy_types::pb::envoy::config::core::v3::HeaderValue;
-    let header = |key: &str, value: String| HeaderValue { key: key.to_string(), value, ..Default::default() };
-    let reset = |s: &DescriptorStatus| s.duration_until_reset.as_ref().map_or(0, |d| d.seconds.max(0));
-    let tightest = response
-        .statuses
-        .iter()
-        .filter(|s| s.current_limit.is_some())
-        .min_by_key(|s| (s.limit_remaining, std::cmp::Reverse(reset(s))));
     let mut headers = Vec::new();
-    if let Some(status) = tightest {
-        if let Some(limit) = &status.current_limit {
-            let window = ProtoUnit::try_from(limit.unit).map_or(0, unit_seconds);
-            headers
-                .push(header("x-ratelimit-limit", format!("{0}, {0};w={window}", limit.requests_per_unit)));
-            headers.push(header("x-ratelimit-remaining", status.limit_remaining.to_string()));
-            headers.push(header("x-ratelimit-reset", reset(status).to_string()));
-        }
+    if let Some((status, limit)) = tightest(&response.statuses) {
+        let window = ProtoUnit::try_from(limit.unit).map_or(0, unit_seconds);
+        headers.push(header("x-ratelimit-limit", format!("{0}, {0};w={window}", limit.requests_per_unit)));
+        headers.push(header("x-ratelimit-remaining", status.limit_remaining.to_string()));
+        headers.push(header("x-ratelimit-reset", reset_seconds(status).to_string()));
     }
     if response.overall_code == Code::OverLimit as i32 {
-        let wait = response.statuses.iter().filter(|s| s.code == Code::OverLimit as i32).map(reset).max();
-        if let Some(wait) = wait {
+        let denied = response.statuses.iter().filter(|s| s.code == Code::OverLimit as i32);
+        if let Some(wait) = denied.map(reset_seconds).max() {
             headers.push(header("retry-after", wait.max(1).to_string()));
         }
     }
-    response.response_headers_to_add = headers;
+    response.response_headers_to_add.extend(headers);
+}
+
+/// The names of envoyproxy/ratelimit's limit headers (its `LIMIT_LIMIT_HEADER`,
+/// `LIMIT_REMAINING_HEADER`, `LIMIT_RESET_HEADER`); `Default` is its defaults.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LimitHeaderNames {
+    pub limit: String,
+    pub remaining: String,
+    pub reset: String,
+}
+
+impl Default for LimitHeaderNames {
+    fn default() -> Self {
+        LimitHeaderNames {
+            limit: "RateLimit-Limit".into(),
+            remaining: "RateLimit-Remaining".into(),
+            reset: "RateLimit-Reset".into(),
+        }
+    }
+}
+
+/// `--limit-headers`: the peer's three headers, as plain integers, with the numbers of
+/// `add_headers` (the same `tightest` status): its `requests_per_unit`, its remaining, and
+/// its `duration_until_reset` in whole seconds rounded up (the peer sends the end of the
+/// current fixed window instead). Nothing when no descriptor has a limit.
+pub fn add_limit_headers(response: &mut RateLimitResponse, names: &LimitHeaderNames) {
+    let Some((status, limit)) = tightest(&response.statuses) else { return };
+    let headers = [
+        header(&names.limit, limit.requests_per_unit.to_string()),
+        header(&names.remaining, status.limit_remaining.to_string()),
+        header(&names.reset, reset_seconds(status).to_string()),
+    ];
+    response.response_headers_to_add.extend(headers);
+}
+
+/// The status the limit headers describe: of those with a limit, the fewest remaining,
+/// then the longest reset.
+fn tightest(statuses: &[DescriptorStatus]) -> Option<(&DescriptorStatus, &RateLimit)> {
+    statuses
+        .iter()
+        .filter_map(|s| s.current_limit.as_ref().map(|limit| (s, limit)))
+        .min_by_key(|(s, _)| (s.limit_remaining, std::cmp::Reverse(reset_seconds(s))))
+}
+
+fn reset_seconds(status: &DescriptorStatus) -> i64 {
+    status.duration_until_reset.as_ref().map_or(0, |d| d.seconds.max(0))
+}
+
+fn header(key: &str, value: String) -> envoy_types::pb::envoy::config::core::v3::HeaderValue {
+    envoy_types::pb::envoy::config::core::v3::HeaderValue {
+        key: key.to_string(),
+        value,
+        ..Default::default()
+    }
 }
 
 fn unit_seconds(unit: ProtoUnit) -> u64 {

@@ -37,6 +37,10 @@ pub struct Options {
     /// Serve gRPC over TLS (`client` then stays unconnected: build a TLS client).
     pub tls: Option<tollgate::app::TlsFiles>,
     pub response_headers: bool,
+    /// `--limit-headers` with these names.
+    pub limit_headers: Option<tollgate::service::respond::LimitHeaderNames>,
+    /// `--response-dynamic-metadata`.
+    pub response_dynamic_metadata: bool,
     pub breaker: tollgate::store::breaker::BreakerSettings,
     pub redis_ca_file: Option<PathBuf>,
     /// `--redis-max-inflight` (commands outstanding per connection).
@@ -61,6 +65,8 @@ impl Options {
             watch_config: true,
             tls: None,
             response_headers: false,
+            limit_headers: None,
+            response_dynamic_metadata: false,
             breaker: Default::default(),
             redis_ca_file: None,
             max_inflight: tollgate::store::redis::DEFAULT_MAX_INFLIGHT,
@@ -113,6 +119,8 @@ pub async fn spawn_in(options: Options, config_dir: tempfile::TempDir) -> TestAp
     settings.tls = options.tls;
     let plaintext = settings.tls.is_none();
     settings.response_headers = options.response_headers;
+    settings.limit_headers = options.limit_headers;
+    settings.response_dynamic_metadata = options.response_dynamic_metadata;
     let running = tollgate::app::spawn(settings).await.expect("app starts");
     let endpoint = format!("http://{}", running.grpc_addr);
     let client = if plaintext {

@@ -2,6 +2,7 @@
 //! installed by `make deps`), plus static checks of every deployment file we ship.
 //!
 //! - `through_envoy`: limits, headers and buckets as an HTTP client of Envoy sees them.
+//! - `metadata`: rule metadata in Envoy's access log, the peer's `RateLimit-*` headers.
 //! - `failures`: Redis down (per-domain failure policy) and Tollgate down (Envoy's
 //!   `failure_mode_deny`).
 //! - `shipped`: `envoy/envoy.yaml`, the compose demo and the Dockerfile, without Docker.
@@ -19,6 +20,7 @@ mod harness;
 
 mod failures;
 mod istio;
+mod metadata;
 mod raw_bytes;
 mod shipped;
 mod through_envoy;

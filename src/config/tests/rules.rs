@@ -2,6 +2,8 @@
 
 use std::path::PathBuf;
 
+use serde_json::json;
+
 use super::{load, matched, only_domain};
 use crate::algorithm::{Algorithm, Params};
 use crate::config::{compile_sources, FailureMode, Level, RuleId, RuleLimit, Unit};
@@ -154,16 +156,53 @@ descriptors:
     assert_eq!(rule.name.as_deref(), Some("per_user"));
     assert_eq!(rule.label(), "per_user");
     assert_eq!(rule.replaces, ["global", "other"]);
-    let metadata: Vec<(&str, &str)> = rule.metadata.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    // Typed as in YAML (what `google.protobuf.Struct` holds), keys as text, sorted.
+    let metadata: Vec<(&str, serde_json::Value)> =
+        rule.metadata.iter().map(|(k, v)| (k.as_str(), v.clone())).collect();
     assert_eq!(
         metadata,
-        [("0", "zero"), ("enabled", "true"), ("nested", "a: 1"), ("team", "payments"), ("tier", "2")]
+        [
+            ("0", json!("zero")),
+            ("enabled", json!(true)),
+            ("nested", json!({"a": 1})),
+            ("team", json!("payments")),
+            ("tier", json!(2)),
+        ]
     );
     let plain = matched(domain, &[("plain", "x")]);
     assert_eq!(plain.limit, RuleLimit::Unlimited);
     assert!(!plain.shadow_mode && !plain.quota_mode && !plain.detailed_metric);
     assert!(plain.replaces.is_empty() && plain.metadata.is_empty() && plain.name.is_none());
     assert_eq!(plain.label(), "descriptors[1]");
+}
+
+#[test]
+fn metadata_keeps_lists_floats_and_nested_maps() {
+    let snapshot = load(
+        r#"
+domain: d
+descriptors:
+  - key: k
+    metadata:
+      list: [1, "two", 3.5, null]
+      deep: { 1: { x: [a] }, true: b }
+      nan: .nan
+      big: 18446744073709551615
+    rate_limit: { unit: second, requests_per_unit: 1 }
+"#,
+    );
+    let rule = matched(only_domain(&snapshot), &[("k", "v")]);
+    let got: serde_json::Map<String, serde_json::Value> = rule.metadata.iter().cloned().collect();
+    assert_eq!(
+        serde_json::Value::Object(got),
+        json!({
+            "list": [1, "two", 3.5, null],
+            "deep": { "1": { "x": ["a"] }, "true": "b" },
+            "nan": ".nan",
+            "big": 18446744073709551615u64,
+        }),
+        "a float JSON cannot hold keeps its YAML text; keys that are not strings become text"
+    );
 }
 
 #[test]

@@ -8,7 +8,8 @@
 //! values are checked by `envoy --mode validate` and by the static tests.
 
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
 
@@ -20,13 +21,25 @@ use super::tollgate::Tollgate;
 use super::yaml;
 use crate::redis_support::RedisServer;
 
+/// Test-only changes to the demo; `Default` runs it as shipped (test timeouts aside).
+#[derive(Debug, Default, Clone)]
+pub struct Changes<'a> {
+    pub filter: FilterOverrides,
+    /// Policy files `(file name, YAML)` written over the shipped ones (same name: replaces).
+    pub policies: &'a [(&'a str, &'a str)],
+    /// Extra environment of `tollgate serve` (its `TOLLGATE_*` flags).
+    pub env: &'a [(&'a str, &'a str)],
+    /// A line format for an access log of the edge listener (`Topology::access_log`).
+    pub access_log: Option<&'a str>,
+}
+
 /// Every process of one end-to-end test. Fields drop (and processes die) top to bottom.
 pub struct Topology {
     pub envoy: Envoy,
     pub tollgate: Tollgate,
     pub upstream: Upstream,
     pub redis: RedisServer,
-    _dir: TempDir,
+    dir: TempDir,
 }
 
 impl Topology {
@@ -42,13 +55,19 @@ impl Topology {
 
     /// The demo with changes to Envoy's ratelimit filter and extra policy files `(file
     /// name, YAML)`, written over the shipped ones (same name: replaces it).
-    pub fn start_with_policies(mut filter: FilterOverrides, policies: &[(&str, &str)]) -> Topology {
+    pub fn start_with_policies(filter: FilterOverrides, policies: &[(&str, &str)]) -> Topology {
+        Topology::start_changed(Changes { filter, policies, ..Changes::default() })
+    }
+
+    /// The demo with any of the `Changes`.
+    pub fn start_changed(changes: Changes<'_>) -> Topology {
+        let Changes { mut filter, policies, env, access_log } = changes;
         let dir = tempfile::tempdir().expect("tempdir");
         let redis = RedisServer::start();
         let upstream = Upstream::start();
         let demo = compose::compose();
         let grpc = free_loopback();
-        let tollgate = start_tollgate(&demo, &redis, grpc, dir.path(), policies);
+        let tollgate = start_tollgate(&demo, &redis, grpc, dir.path(), policies, env);
         let wiring = Wiring {
             listener: free_loopback(),
             admin: free_loopback(),
@@ -57,9 +76,29 @@ impl Topology {
         };
         let shipped = yaml::load_file(&compose::mount_source(&demo, "envoy", "/etc/envoy/envoy.yaml"));
         filter.timeout.get_or_insert_with(|| "1s".to_string());
-        let config = envoy::render(&shipped, &wiring, &filter);
+        let mut config = envoy::render(&shipped, &wiring, &filter);
+        if let Some(format) = access_log {
+            envoy::add_access_log(&mut config, &access_log_path(dir.path()), format);
+        }
         let envoy = Envoy::start(&config, &wiring, dir.path());
-        Topology { envoy, tollgate, upstream, redis, _dir: dir }
+        Topology { envoy, tollgate, upstream, redis, dir }
+    }
+
+    /// The first `lines` lines of the access log (see `Changes::access_log`), waiting up to
+    /// 10 s for Envoy to write them.
+    pub fn access_log(&self, lines: usize) -> Vec<String> {
+        let path = access_log_path(self.dir.path());
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let text = std::fs::read_to_string(&path).unwrap_or_default();
+            let got: Vec<String> = text.lines().map(str::to_string).collect();
+            if got.len() >= lines {
+                return got.into_iter().take(lines).collect();
+            }
+            assert!(Instant::now() < deadline, "{} access log lines, not {lines}: {got:#?}", got.len());
+            // Polls a file Envoy flushes on its own timer (`Envoy::start` sets it to 50 ms).
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// `GET path` through Envoy's listener.
@@ -74,6 +113,10 @@ impl Topology {
     }
 }
 
+fn access_log_path(dir: &Path) -> PathBuf {
+    dir.join("access.log")
+}
+
 /// Runs Tollgate with the compose command line, on test addresses and a copy of the
 /// policies the compose file mounts.
 fn start_tollgate(
@@ -82,6 +125,7 @@ fn start_tollgate(
     grpc: SocketAddr,
     dir: &Path,
     extra: &[(&str, &str)],
+    env: &[(&str, &str)],
 ) -> Tollgate {
     let policies = dir.join("policies");
     std::fs::create_dir(&policies).expect("policy dir");
@@ -106,5 +150,6 @@ fn start_tollgate(
             ("--store-timeout-ms", "500".to_string()),
         ],
     );
-    Tollgate::serve(&args, &[], admin, dir)
+    let env: Vec<(String, String)> = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    Tollgate::serve(&args, &env, admin, dir)
 }
