@@ -42,6 +42,34 @@ const INVALID: &[(&str, &str, &str, Option<usize>)] = &[
     ("empty_file.yaml", "", "no domain", None),
     ("empty_key.yaml", "descriptors[0].descriptors[0].key", "empty key", Some(5)),
     ("empty_replaces.yaml", "descriptors[0].rate_limit.replaces", "empty replaces list", Some(7)),
+    (
+        "float_key.yaml",
+        "descriptors[0].descriptors[0].key",
+        "a floating-point number where a string belongs: quote it",
+        Some(5),
+    ),
+    (
+        "float_value.yaml",
+        "descriptors[0].value",
+        "a floating-point number where a string belongs: quote it",
+        Some(4),
+    ),
+    (
+        "merge_not_a_mapping.yaml",
+        "descriptors[0].<<",
+        "expected a mapping or a list of mappings to merge",
+        Some(4),
+    ),
+    // A parse error inside merged content: the path goes through `<<`, the line is the
+    // anchor's text.
+    ("merge_unknown_field.yaml", "descriptors[1].<<.unit", "unknown field `unit`", Some(5)),
+    // A validation error of a merged field: the line of the `<<:` that merged it.
+    (
+        "merge_unlimited_with_unit.yaml",
+        "descriptors[0].descriptors[0].rate_limit.unit",
+        "unit must not be set together with unlimited: true",
+        Some(11),
+    ),
     ("misplaced_unit.yaml", "descriptors[0].descriptors[0].unit", "unknown field `unit`", Some(7)),
     ("missing_domain.yaml", "domain", "missing domain", None),
     ("missing_key.yaml", "descriptors[1].key", "missing key", Some(4)),
@@ -194,7 +222,43 @@ fn every_valid_fixture_loads_alone_and_together() {
     assert_eq!(snapshot.domains.len(), count);
     let mut names: Vec<&str> = snapshot.domains.keys().map(String::as_str).collect();
     names.sort_unstable();
-    assert_eq!(names, ["api", "compat", "edge_proxy", "messaging"]);
+    assert_eq!(names, ["api", "compat", "edge_proxy", "merge_keys", "messaging"]);
+}
+
+#[test]
+fn merge_keys_compile_as_their_expanded_form() {
+    let merged = load_path(&fixtures().join("valid/merge_keys.yaml")).unwrap_or_else(|e| panic!("{e}"));
+    let expanded = load_path(&fixtures().join("expanded/merge_keys.yaml")).unwrap_or_else(|e| panic!("{e}"));
+    let (merged, expanded) =
+        (merged.domain("merge_keys").expect("merged"), expanded.domain("merge_keys").expect("expanded"));
+    assert_eq!(merged.failure_mode, expanded.failure_mode);
+    assert_eq!(merged.rules, expanded.rules);
+    let probes: &[&[(&str, &str)]] = &[
+        &[("remote_address", "1.2.3.4")],
+        &[("api_key", "partner-1"), ("remote_address", "1.2.3.4")],
+        &[("api_key", "partner-2")],
+        &[("tenant", "acme")],
+        &[("tenant", "acme"), ("user", "u1")],
+        &[("tenant", "globex"), ("user", "admin")],
+        &[("tenant", "globex"), ("plan", "3")],
+        &[("tenant", "initech"), ("user", "admin")],
+        &[("tenant", "initech"), ("plan", "3")],
+        &[("tenant", "other"), ("user", "u1")],
+        &[("path", "/upload")],
+        &[("region", "eu"), ("user", "u1")],
+        &[("region", "eu")],
+    ];
+    for probe in probes {
+        let (a, b) = (merged.lookup(probe.iter().copied()), expanded.lookup(probe.iter().copied()));
+        assert_eq!(a, b, "{probe:?}");
+    }
+    // Spot checks that the comparison compares something.
+    let Lookup::Rule(upload) = merged.lookup([("path", "/upload")]) else { panic!("upload") };
+    assert_eq!(upload.name.as_deref(), Some("uploads"));
+    let Lookup::Rule(globex) = merged.lookup([("tenant", "globex")]) else { panic!("globex") };
+    let Lookup::Rule(initech) = merged.lookup([("tenant", "initech")]) else { panic!("initech") };
+    assert!(!globex.shadow_mode && initech.shadow_mode);
+    assert_eq!(merged.lookup([("tenant", "initech"), ("plan", "3")]), Lookup::NoMatch);
 }
 
 fn rule_name<'s>(snapshot: &'s Snapshot, entries: &[(&str, &str)]) -> Lookup<'s> {

@@ -10,8 +10,9 @@ use std::path::PathBuf;
 use proptest::prelude::*;
 use tollgate::config::{compile_sources, Lookup};
 
-const SEEDS: [&str; 3] = [
+const SEEDS: [&str; 4] = [
     include_str!("fixtures/config/valid/edge_proxy.yaml"),
+    include_str!("fixtures/config/valid/merge_keys.yaml"),
     include_str!("../config/api.yaml"),
     include_str!("../config/login.yaml"),
 ];
@@ -52,6 +53,24 @@ fn unit() -> impl Strategy<Value = String> {
     ]
 }
 
+/// Anchors, aliases and merge keys a node may carry (0: none): aliases to `n` and `r` (the
+/// prelude's, see `ANCHORS`), and to `m` and `q`, which nodes define (later, or around
+/// the alias: parse errors, which is fine here).
+fn merge_shape(shape: u8) -> (&'static str, &'static str, &'static str, &'static str) {
+    // (after `- `, merge line, after `rate_limit:`, merge line inside rate_limit)
+    // Shapes that load are likelier, so that whole configs with merges still compile.
+    match shape {
+        1..=3 => ("&m\n  ", "", "", ""),
+        4..=6 => ("", "  <<: *n\n", "", ""),
+        7 => ("", "  <<: [*n, *r]\n", "", ""),
+        8 | 9 => ("", "", " &q", ""),
+        10..=12 => ("", "", "", "    <<: *r\n"),
+        13 => ("", "  <<: [*m, *n]\n", "", "    <<: [*q, *r]\n"),
+        14 => ("", "  <<: *m\n", "", ""),
+        _ => ("", "", "", ""),
+    }
+}
+
 /// A descriptor node, as YAML lines at `indent`, up to `depth` levels deep.
 fn node(depth: u32) -> BoxedStrategy<String> {
     let leaf = (
@@ -64,9 +83,10 @@ fn node(depth: u32) -> BoxedStrategy<String> {
     } else {
         proptest::collection::vec(node(depth - 1), 0..3).boxed()
     };
-    (leaf, children, any::<bool>())
-        .prop_map(|((key, value, limit), children, shared)| {
-            let mut yaml = format!("- key: {key:?}\n");
+    (leaf, children, any::<bool>(), 0u8..24)
+        .prop_map(|((key, value, limit), children, shared, shape)| {
+            let (anchor, merge, limit_anchor, limit_merge) = merge_shape(shape);
+            let mut yaml = format!("- {anchor}key: {key:?}\n{merge}");
             if let Some(value) = value {
                 yaml.push_str(&format!("  value: {value:?}\n"));
             }
@@ -75,7 +95,9 @@ fn node(depth: u32) -> BoxedStrategy<String> {
             }
             if let Some((unit, rpu, unlimited, algo)) = limit {
                 let algorithm = ["gcra", "sliding_window", "fixed_window", "nope"][algo as usize];
-                yaml.push_str(&format!("  rate_limit:\n    unit: {unit}\n    requests_per_unit: {rpu}\n"));
+                yaml.push_str(&format!(
+                    "  rate_limit:{limit_anchor}\n{limit_merge}    unit: {unit}\n    requests_per_unit: {rpu}\n"
+                ));
                 yaml.push_str(&format!("    algorithm: {algorithm}\n"));
                 if unlimited {
                     yaml.push_str("    unlimited: true\n");
@@ -94,9 +116,12 @@ fn node(depth: u32) -> BoxedStrategy<String> {
         .boxed()
 }
 
+/// Anchors `n` (a descriptor) and `r` (its rate_limit), defined before any node uses them.
+const ANCHORS: &str = "  - &n\n    key: anchored\n    rate_limit: &r\n      unit: minute\n      requests_per_unit: 3\n";
+
 fn config() -> impl Strategy<Value = String> {
     (word(), proptest::collection::vec(node(3), 0..5)).prop_map(|(domain, nodes)| {
-        let mut yaml = format!("domain: {domain:?}\ndescriptors:\n");
+        let mut yaml = format!("domain: {domain:?}\ndescriptors:\n{ANCHORS}");
         for n in nodes {
             for line in n.lines() {
                 yaml.push_str(&format!("  {line}\n"));
@@ -163,6 +188,10 @@ fn regressions() {
         "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: year, requests_per_unit: 4294967295, burst: 18446744073709551615}\n",
         "domain: [1, 2]\n",
         "\u{feff}domain: d\n",
+        "domain: d\ndescriptors:\n  - &a\n    key: k\n    <<: *a\n",
+        "domain: d\ndescriptors:\n  - &a {key: k, <<: [*a, *a]}\n",
+        "domain: d\n<<: *nowhere\n",
+        "domain: d\ndescriptors:\n  - <<: [1.5, ~]\n",
     ] {
         exercise(yaml, &[vec![("a".into(), "x".into())]]);
     }

@@ -1,8 +1,9 @@
-//! The YAML as written: serde structs mirroring envoyproxy/ratelimit's format plus
-//! Tollgate's optional fields, and a best-effort map from config paths to source lines.
+//! The YAML as written: the structs mirroring envoyproxy/ratelimit's format plus Tollgate's
+//! optional fields, and a best-effort map from config paths to source lines.
 //!
 //! This module owns syntax and shape only: unknown fields and wrong types are rejected here
-//! (`deny_unknown_fields`, with the parser's line), while every field stays optional and
+//! (`deny_unknown_fields`, with the parser's line), merge keys are resolved (`merge_keys`)
+//! and floats where strings belong refused (`floats`), while every field stays optional and
 //! loosely typed (units, algorithms as strings) so that `compile` can report *all* semantic
 //! problems at once. It must not decide what is valid beyond that, and does no I/O.
 
@@ -12,96 +13,76 @@ use std::path::Path;
 use serde::Deserialize;
 
 use super::error::ConfigError;
+use super::floats::refuse_floats;
+use super::merge_keys::FileLayer;
 
-/// One file: one domain.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields, expecting = "a mapping with `domain` and `descriptors`")]
+/// One file: one domain, with merge keys resolved. Built by `parse` only (from the layers
+/// in `merge_keys`, whose field-for-field copy makes a field added here without its YAML
+/// counterpart a compile error).
+#[derive(Debug, Default)]
 pub struct RawFile {
     /// Required and non-empty (checked by `compile`).
-    #[serde(default)]
     pub domain: Option<String>,
     /// `open` (default) or `closed`.
-    #[serde(default)]
     pub failure_mode: Option<String>,
     /// `None` when absent or null.
-    #[serde(default)]
     pub descriptors: Option<Vec<RawDescriptor>>,
 }
 
 /// One node of the descriptor tree.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields, expecting = "a descriptor mapping with a `key`")]
+#[derive(Debug, Default)]
 pub struct RawDescriptor {
     /// Required and non-empty.
-    #[serde(default)]
     pub key: Option<String>,
     /// Exact value, a pattern with `*`, or absent (`""` too) for the default node.
-    #[serde(default)]
     pub value: Option<String>,
     /// The limit of this node, if any.
-    #[serde(default)]
     pub rate_limit: Option<RawRateLimit>,
     /// Nested nodes; `None` when absent or null.
-    #[serde(default)]
     pub descriptors: Option<Vec<RawDescriptor>>,
     /// Evaluate and count, but always answer OK.
-    #[serde(default)]
     pub shadow_mode: bool,
     /// Metrics may carry the descriptor values.
-    #[serde(default)]
     pub detailed_metric: bool,
     /// envoyproxy/ratelimit's quota mode flag, carried to the rule.
-    #[serde(default)]
     pub quota_mode: bool,
     /// Metrics may carry this level's value.
-    #[serde(default)]
     pub value_to_metric: bool,
     /// Every value matching this wildcard shares one bucket.
-    #[serde(default)]
     pub share_threshold: bool,
     /// Free-form; kept for display only.
-    #[serde(default)]
     pub metadata: Option<serde_yaml::Mapping>,
 }
 
 /// A descriptor's `rate_limit` block.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields, expecting = "a rate_limit mapping")]
+#[derive(Debug, Default)]
 pub struct RawRateLimit {
     /// second … year, any case.
-    #[serde(default)]
     pub unit: Option<String>,
     /// Required unless `unlimited`; 0 blocks everything.
-    #[serde(default)]
     pub requests_per_unit: Option<u32>,
     /// Always OK, no bucket; excludes `unit`.
-    #[serde(default)]
     pub unlimited: bool,
     /// Name other rules' `replaces` refer to.
-    #[serde(default)]
     pub name: Option<String>,
     /// Rules this one replaces when both match; non-empty when present.
-    #[serde(default)]
     pub replaces: Option<Vec<RawReplaces>>,
     /// `gcra` (default), `sliding_window` or `fixed_window`.
-    #[serde(default)]
     pub algorithm: Option<String>,
     /// gcra only, > 0; defaults to `requests_per_unit`.
-    #[serde(default)]
     pub burst: Option<u64>,
 }
 
 /// One entry of `rate_limit.replaces`.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields, expecting = "a mapping with a `name`")]
+#[derive(Debug, Default)]
 pub struct RawReplaces {
     /// The `rate_limit.name` of the replaced rule; required, not this rule's own.
-    #[serde(default)]
     pub name: Option<String>,
 }
 
-/// Parses one file. Empty files, several YAML documents, syntax errors, wrong types and
-/// unknown fields are errors; syntax and type errors carry the parser's line.
+/// Parses one file. Empty files, several YAML documents, syntax errors, wrong types,
+/// unknown fields and floats where strings belong are errors, carrying the parser's line;
+/// merge keys (`<<`) are resolved. Integers and booleans in string fields keep their text.
 pub fn parse(file: &Path, source: &str) -> Result<RawFile, ConfigError> {
     // Never iterate this deserializer past an error: after a syntax error it yields the
     // same error forever. At most two documents are pulled.
@@ -109,12 +90,14 @@ pub fn parse(file: &Path, source: &str) -> Result<RawFile, ConfigError> {
     let Some(first) = documents.next() else {
         return Err(empty_file(file));
     };
-    let raw = Option::<RawFile>::deserialize(first).map_err(|e| from_yaml(file, &e))?;
+    let raw = Option::<FileLayer>::deserialize(first).map_err(|e| from_yaml(file, &e))?;
     if documents.next().is_some() {
         return Err(ConfigError::new(file, "", "several YAML documents in one file (one domain per file)")
             .at_line(second_document_line(source)));
     }
-    raw.ok_or_else(|| empty_file(file))
+    let raw = raw.ok_or_else(|| empty_file(file))?;
+    refuse_floats(source).map_err(|e| from_yaml(file, &e))?;
+    Ok(raw.resolve())
 }
 
 fn empty_file(file: &Path) -> ConfigError {
@@ -160,10 +143,12 @@ fn from_yaml(file: &Path, error: &serde_yaml::Error) -> ConfigError {
     ConfigError::new(file, path, message).at_line(location.map(|l| l.line()))
 }
 
-/// serde_yaml renders paths as `descriptors[0].rate_limit`; messages never start that way.
+/// serde_yaml renders paths as `descriptors[0].rate_limit` (`descriptors[1].<<.unit` inside
+/// merged content); messages never start that way.
 fn is_path(s: &str) -> bool {
     !s.is_empty()
-        && s.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '[' | ']' | '.' | '?'))
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '[' | ']' | '.' | '?' | '<'))
 }
 
 /// The field named by serde's "unknown field `x`" / "duplicate field `x`" messages.
@@ -203,15 +188,23 @@ impl Positions {
         Positions { lines: scan.lines }
     }
 
-    /// The line of `path`, else of its nearest ancestor (a missing field points at the
-    /// mapping it is missing from); `None` for the file level or when the scan is lost.
+    /// The line of `path`, else of the `<<:` that merged it into its mapping, else of its
+    /// nearest ancestor (a missing field points at the mapping it is missing from); `None`
+    /// for the file level or when the scan is lost.
     pub fn line_of(&self, path: &str) -> Option<usize> {
         let mut path = path;
         while !path.is_empty() {
             if let Some(line) = self.lines.get(path) {
                 return Some(*line);
             }
-            path = &path[..path.rfind(['.', '[']).unwrap_or(0)];
+            let parent = &path[..path.rfind(['.', '[']).unwrap_or(0)];
+            if !path[parent.len()..].starts_with('[') {
+                let merge = if parent.is_empty() { "<<".to_owned() } else { format!("{parent}.<<") };
+                if let Some(line) = self.lines.get(&merge) {
+                    return Some(*line);
+                }
+            }
+            path = parent;
         }
         None
     }
@@ -282,8 +275,13 @@ impl Scan {
     }
 }
 
-/// `key: value` → `("key", "value")` for plain or quoted keys; `None` for anything else.
+/// `key: value` → `("key", "value")` for plain or quoted keys, after an anchor
+/// (`&name key: value`); `None` for anything else.
 fn split_key(text: &str) -> Option<(&str, &str)> {
+    let text = match text.strip_prefix('&') {
+        Some(anchored) => anchored.split_once(' ')?.1.trim_start_matches(' '),
+        None => text,
+    };
     if let Some(quote) = text.chars().next().filter(|c| matches!(c, '"' | '\'')) {
         let close = text[1..].find(quote)? + 1;
         let after = text[close + 1..].trim_start_matches(' ');

@@ -3,6 +3,7 @@
 //! `tests/config_fixtures.rs`.
 
 mod matching;
+mod merge_keys;
 mod raw;
 mod rules;
 mod validation;

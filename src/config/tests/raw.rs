@@ -62,3 +62,20 @@ fn block_scalar_text_is_not_scanned() {
     assert_eq!(positions.line_of("descriptors[0].metadata.note.key"), Some(7));
     assert_eq!(positions.line_of("descriptors[0].metadata.descriptors"), Some(6));
 }
+
+#[test]
+fn anchors_are_skipped_and_merged_fields_point_at_their_merge_key() {
+    let positions = Positions::scan(
+        "domain: d\ndescriptors:\n  - &base\n    key: a\n  - <<: *base\n    value: b\n  - &c key: c\n    rate_limit:\n      <<: *rl\n",
+    );
+    let line = |path| positions.line_of(path);
+    assert_eq!(line("descriptors[0].key"), Some(4));
+    assert_eq!(line("descriptors[1].<<"), Some(5));
+    assert_eq!(line("descriptors[1].key"), Some(5));
+    assert_eq!(line("descriptors[1].value"), Some(6));
+    assert_eq!(line("descriptors[1].descriptors[3].key"), Some(5));
+    assert_eq!(line("descriptors[2].key"), Some(7));
+    assert_eq!(line("descriptors[2].rate_limit.unit"), Some(9));
+    // Items never come from a merge key: an unknown item falls back to its list.
+    assert_eq!(line("descriptors[7]"), Some(2));
+}
