@@ -108,7 +108,8 @@ fn compile_domain(
         }
         Some(name) => name,
     };
-    let modes: Vec<_> = group.iter().map(|parsed| (parsed.file, failure_mode(parsed, errors))).collect();
+    let modes: Vec<_> =
+        group.iter().map(|parsed| (parsed.file, domains::failure_mode(parsed, errors))).collect();
     let failure_mode =
         domains::agree("failure_mode", &modes, FailureMode::as_str, errors).unwrap_or_default();
     let mut builder =
@@ -134,24 +135,6 @@ fn compile_domain(
         rules,
         tree: Tree { root },
     })
-}
-
-/// The file's `failure_mode`, `None` when it sets none (or an unknown one: an error).
-fn failure_mode(parsed: &Parsed<'_>, errors: &mut Vec<ConfigError>) -> Option<FailureMode> {
-    let mode = parsed.raw.failure_mode.as_deref()?;
-    match mode.to_ascii_lowercase().as_str() {
-        "open" => Some(FailureMode::Open),
-        "closed" => Some(FailureMode::Closed),
-        "local" => Some(FailureMode::Local),
-        _ => {
-            errors.push(ConfigError::new(
-                parsed.file,
-                "failure_mode",
-                format!("unknown failure_mode {mode:?} (expected open, closed or local)"),
-            ));
-            None
-        }
-    }
 }
 
 /// Where a `(key, value)` of a `descriptors` list was first defined: its index and file.

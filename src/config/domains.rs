@@ -2,7 +2,8 @@
 //! file naming a domain, merged in file-name order.
 //!
 //! Owns the grouping of parsed files by domain, the duplicate-domain error (without the
-//! flag) and the agreement of domain-level fields across the files of one domain (with it).
+//! flag), and the domain-level fields (`failure_mode`): read per file, agreed across the
+//! files of one domain (with it).
 //! The merging of descriptors itself is `compile`'s tree building, run over the group's
 //! files in order. Pure: no I/O.
 
@@ -10,6 +11,7 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use super::error::ConfigError;
+use super::model::FailureMode;
 use super::raw::{Positions, RawFile};
 
 /// One file that parsed: its name, its YAML and where its paths are.
@@ -65,6 +67,24 @@ pub(super) fn group<'p, 's>(
         }
     }
     groups
+}
+
+/// The file's `failure_mode`, `None` when it sets none (or an unknown one: an error).
+pub(super) fn failure_mode(parsed: &Parsed<'_>, errors: &mut Vec<ConfigError>) -> Option<FailureMode> {
+    let mode = parsed.raw.failure_mode.as_deref()?;
+    match mode.to_ascii_lowercase().as_str() {
+        "open" => Some(FailureMode::Open),
+        "closed" => Some(FailureMode::Closed),
+        "local" => Some(FailureMode::Local),
+        _ => {
+            errors.push(ConfigError::new(
+                parsed.file,
+                "failure_mode",
+                format!("unknown failure_mode {mode:?} (expected open, closed or local)"),
+            ));
+            None
+        }
+    }
 }
 
 /// The value of a domain-level field (`failure_mode`, …) over the files of one domain:
