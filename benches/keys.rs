@@ -44,7 +44,7 @@ fn keys(c: &mut Criterion) {
     group.bench_function("override", |b| {
         b.iter(|| {
             let entries = [("user", black_box("alice-0123456789"))];
-            override_key("", "bench", Unit::Minute, entries.into_iter())
+            override_key("", "bench", Algorithm::Gcra, Unit::Minute, entries.into_iter())
         })
     });
     group.finish();

@@ -18,6 +18,7 @@ use tonic_health::server::HealthReporter;
 use tonic_health::ServingStatus;
 
 use crate::admin::Admin;
+use crate::config::LoadOptions;
 use crate::live::Live;
 use crate::metrics::{Metrics, SeriesLimits};
 use crate::service::bounds::Bounds;
@@ -80,6 +81,9 @@ pub struct TlsFiles {
 #[derive(Debug, Clone)]
 pub struct ServeSettings {
     pub config: PathBuf,
+    /// `--merge-domains`, `--default-algorithm`: how the config's files load (every reload
+    /// too).
+    pub config_options: LoadOptions,
     pub store: StoreKind,
     pub redis: RedisSettings,
     /// Single server, Cluster or Sentinel (only with `store: Redis`).
@@ -117,6 +121,7 @@ impl ServeSettings {
     pub fn new(config: PathBuf) -> ServeSettings {
         ServeSettings {
             config,
+            config_options: LoadOptions::default(),
             store: StoreKind::Memory,
             redis: RedisSettings::new("redis://127.0.0.1:6379/"),
             redis_topology: RedisTopology::Single,
@@ -188,7 +193,7 @@ pub async fn spawn(settings: ServeSettings) -> anyhow::Result<Running> {
     // rustls needs one process-wide crypto provider (Redis TLS); a second install is a no-op.
     let _ = rustls::crypto::ring::default_provider().install_default();
     let metrics = Arc::new(Metrics::with_limits(settings.metric_series));
-    let live = Live::load_initial(&settings.config, metrics.clone())
+    let live = Live::load_initial_with(&settings.config, settings.config_options, metrics.clone())
         .map_err(|errors| anyhow::anyhow!("invalid config {}:\n{errors}", settings.config.display()))?;
     let live = Arc::new(live);
     log_loaded(&live);

@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+use crate::algorithm::Algorithm;
 use crate::app::{RedisTopology, ServeSettings, StoreKind, TlsFiles};
+use crate::config::LoadOptions;
 use crate::metrics::SeriesLimits;
 use crate::service::bounds::Bounds;
 use crate::service::respond::LimitHeaderNames;
@@ -37,6 +39,8 @@ pub enum Command {
     Check {
         /// A policy file or a directory of *.yaml / *.yml files.
         path: PathBuf,
+        #[command(flatten)]
+        load: LoadFlags,
     },
     /// Show which rule each descriptor matches and why (the path walked, the limit, the key).
     Explain(Explain),
@@ -54,13 +58,56 @@ pub struct Explain {
     /// value). Repeat for the descriptors of one request.
     #[arg(long = "descriptor", required = true)]
     pub descriptors: Vec<crate::explain::DescriptorArg>,
+    #[command(flatten)]
+    pub load: LoadFlags,
+}
+
+/// How the config's files load: the same flags for `serve`, `check` and `explain`, so that
+/// `check` accepts exactly what `serve` serves.
+#[derive(Debug, Clone, Args)]
+pub struct LoadFlags {
+    /// Merge the files that name the same domain (envoyproxy/ratelimit's
+    /// MERGE_DOMAIN_CONFIG=true) instead of refusing them.
+    #[arg(long, env = "TOLLGATE_MERGE_DOMAINS")]
+    pub merge_domains: bool,
+    /// Algorithm of every limit that names none, and of a request's own `limit` override
+    /// (a `burst` still means gcra). Part of every bucket's identity: changing it starts
+    /// those buckets afresh.
+    #[arg(long, env = "TOLLGATE_DEFAULT_ALGORITHM", value_enum, default_value = "gcra")]
+    pub default_algorithm: DefaultAlgorithm,
+}
+
+/// `--default-algorithm`'s values: the names of the YAML `algorithm` field.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+#[value(rename_all = "snake_case")]
+pub enum DefaultAlgorithm {
+    Gcra,
+    FixedWindow,
+    SlidingWindow,
+}
+
+impl LoadFlags {
+    /// The options the config loads with.
+    pub fn options(&self) -> LoadOptions {
+        LoadOptions {
+            merge_domains: self.merge_domains,
+            default_algorithm: match self.default_algorithm {
+                DefaultAlgorithm::Gcra => Algorithm::Gcra,
+                DefaultAlgorithm::FixedWindow => Algorithm::FixedWindow,
+                DefaultAlgorithm::SlidingWindow => Algorithm::SlidingWindow,
+            },
+        }
+    }
 }
 
 #[derive(Debug, Args)]
 pub struct Serve {
-    /// A policy file or a directory of *.yaml / *.yml files (one domain each).
+    /// A policy file or a directory of *.yaml / *.yml files (one domain each, unless
+    /// --merge-domains).
     #[arg(long, env = "TOLLGATE_CONFIG", default_value = "config")]
     pub config: PathBuf,
+    #[command(flatten)]
+    pub load: LoadFlags,
     /// Where buckets live: process memory (one instance) or Redis (a fleet).
     #[arg(long, env = "TOLLGATE_STORE", value_enum, default_value = "memory")]
     pub store: StoreKind,
@@ -287,6 +334,7 @@ impl Serve {
     pub fn settings(&self) -> ServeSettings {
         ServeSettings {
             config: self.config.clone(),
+            config_options: self.load.options(),
             store: self.store,
             redis: RedisSettings {
                 url: self.redis_url.clone(),

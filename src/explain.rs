@@ -172,13 +172,15 @@ pub fn explain<'a>(snapshot: &'a Snapshot, domain: &str, descriptors: &[Descript
     }
 }
 
-/// Loads the config at `path` like `check` and explains: the text of `tollgate explain`.
+/// Loads the config at `path` like `check` (with the same `options` as `serve`) and
+/// explains: the text of `tollgate explain`.
 pub fn explain_path(
     path: &Path,
+    options: &crate::config::LoadOptions,
     domain: &str,
     descriptors: &[DescriptorArg],
 ) -> Result<String, ConfigErrors> {
-    let snapshot = crate::config::load_path(path)?;
+    let snapshot = crate::config::load_path_with(path, options)?;
     Ok(explain(&snapshot, domain, descriptors).to_string())
 }
 

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
 
-use crate::config::{self, ConfigErrors, Snapshot};
+use crate::config::{self, ConfigErrors, LoadOptions, Snapshot};
 use crate::metrics::{Metrics, SnapshotCounters};
 
 /// A compiled snapshot and the metric handles of its rules.
@@ -24,6 +24,8 @@ pub struct Active {
 #[derive(Debug)]
 pub struct Live {
     path: PathBuf,
+    /// How the files load, the same at every reload (a merged domain stays merged).
+    options: LoadOptions,
     current: ArcSwap<Active>,
     metrics: Arc<Metrics>,
     /// Serialises reloads: two triggers at once must not interleave their swaps.
@@ -31,13 +33,24 @@ pub struct Live {
 }
 
 impl Live {
-    /// Loads `path`; an invalid config is an error (fatal at startup).
+    /// Loads `path` with the default options; an invalid config is an error.
     pub fn load_initial(path: &Path, metrics: Arc<Metrics>) -> Result<Live, ConfigErrors> {
-        let snapshot = config::load_path(path)?;
+        Live::load_initial_with(path, LoadOptions::default(), metrics)
+    }
+
+    /// Loads `path` with `options` (kept for every reload); an invalid config is an error
+    /// (fatal at startup).
+    pub fn load_initial_with(
+        path: &Path,
+        options: LoadOptions,
+        metrics: Arc<Metrics>,
+    ) -> Result<Live, ConfigErrors> {
+        let snapshot = config::load_path_with(path, &options)?;
         let counters = metrics.counters_for(&snapshot);
         metrics.serving(&snapshot.version);
         Ok(Live {
             path: path.to_path_buf(),
+            options,
             current: ArcSwap::from_pointee(Active { snapshot, counters }),
             metrics,
             reloading: Mutex::new(()),
@@ -59,7 +72,7 @@ impl Live {
     /// Returns the version now serving and whether it changed.
     pub fn reload(&self) -> Result<(String, bool), ConfigErrors> {
         let _one_at_a_time = self.reloading.lock().unwrap_or_else(|e| e.into_inner());
-        match config::load_path(&self.path) {
+        match config::load_path_with(&self.path, &self.options) {
             Ok(snapshot) => {
                 let previous = self.current.load().snapshot.version.clone();
                 let version = snapshot.version.clone();

@@ -30,7 +30,7 @@ fn main() -> ExitCode {
 
 async fn run(cli: Cli) -> ExitCode {
     match cli.command {
-        Command::Check { path } => match tollgate::config::load_path(&path) {
+        Command::Check { path, load } => match tollgate::config::load_path_with(&path, &load.options()) {
             Ok(snapshot) => {
                 println!(
                     "{}: ok ({} domains, {} rules, version {})",
@@ -47,7 +47,12 @@ async fn run(cli: Cli) -> ExitCode {
             }
         },
         Command::Explain(args) => {
-            match tollgate::explain::explain_path(&args.path, &args.domain, &args.descriptors) {
+            match tollgate::explain::explain_path(
+                &args.path,
+                &args.load.options(),
+                &args.domain,
+                &args.descriptors,
+            ) {
                 Ok(text) => {
                     print!("{text}");
                     ExitCode::SUCCESS

@@ -1,4 +1,7 @@
 //! The `/rlconfig` view of the serving config: text for people, JSON for tools.
+//!
+//! Every limit shows its effective algorithm (`--default-algorithm` already applied), and
+//! each domain its file (`file`, the first) and, merged or not, all of them (`files`).
 
 use std::fmt::Write as _;
 use std::time::UNIX_EPOCH;
@@ -60,15 +63,17 @@ pub fn text(snapshot: &Snapshot, store: &StoreState) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "version: {}", snapshot.version);
     let _ = writeln!(out, "loaded_at: {} (unix seconds)", loaded_at(snapshot));
+    let _ = writeln!(out, "default_algorithm: {}", snapshot.default_algorithm.as_str());
     let health = if store.healthy { "up" } else { "down" };
     let _ = writeln!(out, "store: {} ({health}) {}", store.kind, store.detail);
     for domain in sorted_domains(snapshot) {
+        let files: Vec<String> = domain.files.iter().map(|file| file.display().to_string()).collect();
         let _ = writeln!(
             out,
             "domain {} (failure_mode {}, {})",
             domain.name,
             domain.failure_mode.as_str(),
-            domain.file.display()
+            files.join(", ")
         );
         for rule in &domain.rules {
             let path: Vec<String> = rule
@@ -103,6 +108,7 @@ pub fn json(snapshot: &Snapshot, store: &StoreState) -> Value {
                 "domain": domain.name,
                 "failure_mode": domain.failure_mode.as_str(),
                 "file": domain.file.display().to_string(),
+                "files": domain.files.iter().map(|file| file.display().to_string()).collect::<Vec<_>>(),
                 "rules": rules,
             })
         })
@@ -110,6 +116,7 @@ pub fn json(snapshot: &Snapshot, store: &StoreState) -> Value {
     json!({
         "version": snapshot.version,
         "loaded_at": loaded_at(snapshot),
+        "default_algorithm": snapshot.default_algorithm.as_str(),
         "store": { "kind": store.kind, "healthy": store.healthy, "detail": store.detail },
         "domains": domains,
     })

@@ -352,7 +352,10 @@ fn the_same_domain_in_two_files_names_both() {
         file: dir.join("b.yaml"),
         path: "domain".to_owned(),
         line: Some(2),
-        message: format!("duplicate domain \"shared\" (also in {})", dir.join("a.yaml").display()),
+        message: format!(
+            "duplicate domain \"shared\" (also in {}; --merge-domains merges the files of one domain)",
+            dir.join("a.yaml").display()
+        ),
     };
     assert_eq!(error, &expected);
 }

@@ -117,7 +117,8 @@ fn node(depth: u32) -> BoxedStrategy<String> {
 }
 
 /// Anchors `n` (a descriptor) and `r` (its rate_limit), defined before any node uses them.
-const ANCHORS: &str = "  - &n\n    key: anchored\n    rate_limit: &r\n      unit: minute\n      requests_per_unit: 3\n";
+const ANCHORS: &str =
+    "  - &n\n    key: anchored\n    rate_limit: &r\n      unit: minute\n      requests_per_unit: 3\n";
 
 fn config() -> impl Strategy<Value = String> {
     (word(), proptest::collection::vec(node(3), 0..5)).prop_map(|(domain, nodes)| {

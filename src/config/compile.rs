@@ -5,7 +5,6 @@
 //! Pure: takes file names and contents, does no I/O (that is `loader`), and builds the
 //! matcher tree through `matcher` without knowing how it matches.
 
-use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
@@ -14,65 +13,71 @@ use sha2::{Digest, Sha256};
 
 use crate::algorithm::{gcra, Algorithm};
 
+use super::domains::{self, Parsed};
 use super::error::{ConfigError, ConfigErrors};
 use super::matcher::{is_wildcard, Branch, Node, Tree};
 use super::model::{self, Domain, FailureMode, Level, Rule, RuleId, RuleLimit, Snapshot, Unit};
-use super::raw::{self, Positions, RawDescriptor, RawFile, RawRateLimit};
+use super::options::LoadOptions;
+use super::raw::{self, Positions, RawDescriptor, RawRateLimit};
+
+/// Validates and compiles `(file name, content)` pairs, in load order, into a snapshot,
+/// with today's defaults (one file per domain, gcra): see [`compile_sources_with`].
+pub fn compile_sources(sources: &[(PathBuf, String)]) -> Result<Snapshot, ConfigErrors> {
+    compile_sources_with(sources, &LoadOptions::default())
+}
 
 /// Validates and compiles `(file name, content)` pairs, in load order, into a snapshot.
 ///
-/// Every problem of every file is reported, with lines where known. The snapshot's
-/// `version` is the first 16 hex chars of a sha256 over every file's name and content.
-pub fn compile_sources(sources: &[(PathBuf, String)]) -> Result<Snapshot, ConfigErrors> {
+/// Every problem of every file is reported, with lines where known, in file order. The
+/// snapshot's `version` is the first 16 hex chars of a sha256 over every file's name and
+/// content (and `--default-algorithm` when it is not gcra: it changes every bucket).
+pub fn compile_sources_with(
+    sources: &[(PathBuf, String)],
+    options: &LoadOptions,
+) -> Result<Snapshot, ConfigErrors> {
     let mut errors = Vec::new();
-    let mut domains = HashMap::new();
-    let mut seen: HashMap<String, &Path> = HashMap::new();
+    let mut files = Vec::with_capacity(sources.len());
     for (file, source) in sources {
-        let raw = match raw::parse(file, source) {
-            Ok(raw) => raw,
-            Err(error) => {
-                errors.push(error);
-                continue;
-            }
-        };
-        let mut file_errors = Vec::new();
-        let domain = compile_file(file, &raw, &mut file_errors);
-        if let Some(name) = raw.domain.as_deref().filter(|name| !name.is_empty()) {
-            match seen.entry(name.to_owned()) {
-                Entry::Occupied(first) => file_errors.push(ConfigError::new(
-                    file,
-                    "domain",
-                    format!("duplicate domain {name:?} (also in {})", first.get().display()),
-                )),
-                Entry::Vacant(slot) => {
-                    slot.insert(file);
-                }
-            }
+        match raw::parse(file, source) {
+            Ok(raw) => files.push(Parsed { file, raw, positions: Positions::scan(source) }),
+            Err(error) => errors.push(error),
         }
-        let positions = Positions::scan(source);
-        for mut error in file_errors {
-            error.line = error.line.or_else(|| positions.line_of(&error.path));
-            errors.push(error);
-        }
-        if let Some(domain) = domain {
+    }
+    let mut domains = HashMap::new();
+    for group in domains::group(&files, options.merge_domains, &mut errors) {
+        if let Some(domain) = compile_domain(&group, options.default_algorithm, &mut errors) {
             domains.insert(domain.name.clone(), domain);
         }
     }
+    for error in &mut errors {
+        if error.line.is_none() {
+            let positions = files.iter().find(|parsed| parsed.file == error.file).map(|p| &p.positions);
+            error.line = positions.and_then(|positions| positions.line_of(&error.path));
+        }
+    }
     if !errors.is_empty() {
+        // A merged domain reports its files' errors together: back to file order.
+        errors.sort_by_key(|error| sources.iter().position(|(file, _)| *file == error.file));
         return Err(ConfigErrors(errors));
     }
     Ok(Snapshot {
         domains,
-        version: version(sources),
+        version: version(sources, options),
         loaded_at: SystemTime::now(),
         files: sources.iter().map(|(file, _)| file.clone()).collect(),
+        default_algorithm: options.default_algorithm,
     })
 }
 
 /// First 16 hex chars of sha256 over (file name, content) of every file, length-prefixed
 /// so that no two different inputs hash the same bytes.
-fn version(sources: &[(PathBuf, String)]) -> String {
+fn version(sources: &[(PathBuf, String)], options: &LoadOptions) -> String {
     let mut hasher = Sha256::new();
+    if options.default_algorithm != Algorithm::Gcra {
+        // Not a file name and content pair: its length prefix cannot be one of a file's.
+        hasher.update(u64::MAX.to_le_bytes());
+        hasher.update(options.default_algorithm.as_str());
+    }
     for (file, source) in sources {
         let name = file.file_name().unwrap_or(file.as_os_str()).as_encoded_bytes();
         hasher.update((name.len() as u64).to_le_bytes());
@@ -83,56 +88,71 @@ fn version(sources: &[(PathBuf, String)]) -> String {
     hasher.finalize()[..8].iter().map(|byte| format!("{byte:02x}")).collect()
 }
 
-/// One file's domain; `None` when the file has errors (all pushed to `errors`).
-fn compile_file(file: &Path, raw: &RawFile, errors: &mut Vec<ConfigError>) -> Option<Domain> {
+/// One domain from its files (one, or several merged in file-name order); `None` when any
+/// of them has errors (all pushed to `errors`).
+fn compile_domain(
+    group: &[&Parsed<'_>],
+    default_algorithm: Algorithm,
+    errors: &mut Vec<ConfigError>,
+) -> Option<Domain> {
+    let first = group.first()?;
     let before = errors.len();
-    let name = match raw.domain.as_deref() {
+    let name = match first.raw.domain.as_deref() {
         None => {
-            errors.push(ConfigError::new(file, "domain", "missing domain"));
+            errors.push(ConfigError::new(first.file, "domain", "missing domain"));
             ""
         }
         Some("") => {
-            errors.push(ConfigError::new(file, "domain", "empty domain"));
+            errors.push(ConfigError::new(first.file, "domain", "empty domain"));
             ""
         }
         Some(name) => name,
     };
-    let failure_mode = match raw.failure_mode.as_deref().map(str::to_ascii_lowercase) {
-        None => FailureMode::Open,
-        Some(mode) if mode == "open" => FailureMode::Open,
-        Some(mode) if mode == "closed" => FailureMode::Closed,
-        Some(mode) if mode == "local" => FailureMode::Local,
-        Some(_) => {
-            let mode = raw.failure_mode.as_deref().unwrap_or_default();
-            errors.push(ConfigError::new(
-                file,
-                "failure_mode",
-                format!("unknown failure_mode {mode:?} (expected open, closed or local)"),
-            ));
-            FailureMode::Open
+    let modes: Vec<_> =
+        group.iter().map(|parsed| (parsed.file, domains::failure_mode(parsed, errors))).collect();
+    let failure_mode =
+        domains::agree("failure_mode", &modes, FailureMode::as_str, errors).unwrap_or_default();
+    let mut builder =
+        Builder { file: first.file, errors, rules: Vec::new(), default_algorithm, prefix: String::new() };
+    let mut root = Branch::default();
+    // Top-level (key, value) → where first defined: the same pair in two files is an error.
+    let mut seen = HashMap::new();
+    for parsed in group {
+        builder.file = parsed.file;
+        if group.len() > 1 {
+            builder.prefix = domains::label_prefix(parsed.file);
         }
-    };
-    let mut builder = Builder { file, errors, rules: Vec::new() };
-    let nodes = raw.descriptors.as_deref().unwrap_or_default();
-    let root = builder.branch(nodes, "", &mut Vec::new());
+        let nodes = parsed.raw.descriptors.as_deref().unwrap_or_default();
+        builder.nodes_into(&mut root, nodes, "", &mut Vec::new(), &mut seen);
+    }
     let rules = builder.rules;
     (errors.len() == before).then(|| Domain {
         name: name.to_owned(),
         failure_mode,
-        file: file.to_path_buf(),
+        file: first.file.to_path_buf(),
+        files: group.iter().map(|parsed| parsed.file.to_path_buf()).collect(),
+        default_algorithm,
         rules,
         tree: Tree { root },
     })
 }
 
-/// Walks one file's descriptors in file order, collecting rules and errors.
+/// Where a `(key, value)` of a `descriptors` list was first defined: its index and file.
+type Seen<'r, 'f> = HashMap<(&'r str, Option<&'r str>), (usize, &'f Path)>;
+
+/// Walks a domain's descriptors in file order, collecting rules and errors.
 struct Builder<'a> {
+    /// The file being walked (a merged domain walks several, one after the other).
     file: &'a Path,
     errors: &'a mut Vec<ConfigError>,
     rules: Vec<Rule>,
+    /// `--default-algorithm`: for limits that name none.
+    default_algorithm: Algorithm,
+    /// Put before the rule paths of this file: its stem in a merged domain, else empty.
+    prefix: String,
 }
 
-impl Builder<'_> {
+impl<'a> Builder<'a> {
     fn error(&mut self, path: impl Into<String>, message: impl Into<String>) {
         self.errors.push(ConfigError::new(self.file, path, message));
     }
@@ -141,8 +161,20 @@ impl Builder<'_> {
     /// the top); `levels` holds the path's levels above it.
     fn branch(&mut self, nodes: &[RawDescriptor], parent: &str, levels: &mut Vec<Level>) -> Branch {
         let mut branch = Branch::default();
-        // (key, value) → index of the first node, to name it in duplicate errors.
-        let mut seen: HashMap<(&str, Option<&str>), usize> = HashMap::new();
+        self.nodes_into(&mut branch, nodes, parent, levels, &mut HashMap::new());
+        branch
+    }
+
+    /// Adds `nodes` to `branch`; `seen` holds the pairs already in it (from earlier files
+    /// too, for a merged domain's top level), to name the first in duplicate errors.
+    fn nodes_into<'r>(
+        &mut self,
+        branch: &mut Branch,
+        nodes: &'r [RawDescriptor],
+        parent: &str,
+        levels: &mut Vec<Level>,
+        seen: &mut Seen<'r, 'a>,
+    ) {
         for (index, raw) in nodes.iter().enumerate() {
             let path = match parent {
                 "" => format!("descriptors[{index}]"),
@@ -152,7 +184,7 @@ impl Builder<'_> {
             // `value: ""` is the value-less default, as in envoyproxy/ratelimit.
             let value = raw.value.as_deref().filter(|value| !value.is_empty());
             if !key.is_empty() {
-                if let Some(first) = seen.insert((key, value), index) {
+                if let Some(first) = seen.insert((key, value), (index, self.file)) {
                     self.duplicate(&path, key, value, parent, first);
                 }
             }
@@ -168,7 +200,6 @@ impl Builder<'_> {
             levels.pop();
             branch.insert(key, value, Node { rule, children });
         }
-        branch
     }
 
     fn key<'r>(&mut self, raw: &'r RawDescriptor, path: &str) -> &'r str {
@@ -180,11 +211,15 @@ impl Builder<'_> {
         ""
     }
 
-    fn duplicate(&mut self, path: &str, key: &str, value: Option<&str>, parent: &str, first: usize) {
-        let first = match parent {
-            "" => format!("descriptors[{first}]"),
-            _ => format!("{parent}.descriptors[{first}]"),
+    fn duplicate(&mut self, path: &str, key: &str, value: Option<&str>, parent: &str, first: (usize, &Path)) {
+        let (index, file) = first;
+        let mut first = match parent {
+            "" => format!("descriptors[{index}]"),
+            _ => format!("{parent}.descriptors[{index}]"),
         };
+        if file != self.file {
+            first = format!("{first} in {}", file.display());
+        }
         let (field, what) = match value {
             Some(value) => ("value", format!("key {key:?} with value {value:?}")),
             None => ("key", format!("key {key:?} without a value")),
@@ -227,7 +262,7 @@ impl Builder<'_> {
         let id = RuleId(self.rules.len());
         self.rules.push(Rule {
             id,
-            path: path.to_owned(),
+            path: format!("{}{path}", self.prefix),
             name: limit.name.clone().filter(|name| !name.is_empty()),
             limit: limit_kind,
             shadow_mode: raw.shadow_mode,
@@ -292,10 +327,14 @@ impl Builder<'_> {
         (self.errors.len() == before).then_some(RuleLimit::Limited { params, unit })
     }
 
-    /// `algorithm` (default gcra) and the `burst` that only gcra accepts.
+    /// `algorithm` (default `--default-algorithm`, gcra with a `burst`) and the `burst` that
+    /// only gcra accepts.
     fn algorithm(&mut self, raw: &RawRateLimit, at: &str) -> Option<Algorithm> {
         let algorithm = match raw.algorithm.as_deref().map(str::to_ascii_lowercase).as_deref() {
-            None | Some("gcra") => Some(Algorithm::Gcra),
+            // `burst` is gcra's alone: with it, no algorithm means gcra whatever the default.
+            None if raw.burst.is_some() => Some(Algorithm::Gcra),
+            None => Some(self.default_algorithm),
+            Some("gcra") => Some(Algorithm::Gcra),
             Some("sliding_window") => Some(Algorithm::SlidingWindow),
             Some("fixed_window") => Some(Algorithm::FixedWindow),
             Some(_) => {

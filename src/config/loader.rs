@@ -7,9 +7,15 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use super::compile::compile_sources;
+use super::compile::compile_sources_with;
 use super::error::{ConfigError, ConfigErrors};
 use super::model::Snapshot;
+use super::options::LoadOptions;
+
+/// Loads, validates and compiles the policies at `path` with the default options.
+pub fn load_path(path: &Path) -> Result<Snapshot, ConfigErrors> {
+    load_path_with(path, &LoadOptions::default())
+}
 
 /// Loads, validates and compiles the policies at `path`.
 ///
@@ -19,7 +25,9 @@ use super::model::Snapshot;
 /// where `name.yaml -> ..data/name.yaml`, load through the symlink. A directory without
 /// any YAML file is an error. Any other path is read as a single file.
 /// I/O errors name the file; all problems of all files are reported together.
-pub fn load_path(path: &Path) -> Result<Snapshot, ConfigErrors> {
+/// Files are compiled in that order, so a domain merged from several files (`options`)
+/// takes them in file-name order.
+pub fn load_path_with(path: &Path, options: &LoadOptions) -> Result<Snapshot, ConfigErrors> {
     let metadata = fs::metadata(path).map_err(|e| io_error(path, &e))?;
     let files = if metadata.is_dir() { policy_files(path)? } else { vec![path.to_path_buf()] };
     let mut sources = Vec::with_capacity(files.len());
@@ -30,7 +38,7 @@ pub fn load_path(path: &Path) -> Result<Snapshot, ConfigErrors> {
             Err(e) => errors.push(io_error(&file, &e)),
         }
     }
-    match compile_sources(&sources) {
+    match compile_sources_with(&sources, options) {
         Ok(snapshot) if errors.is_empty() => Ok(snapshot),
         Ok(_) => Err(ConfigErrors(errors)),
         Err(compile_errors) => {

@@ -1,24 +1,28 @@
 //! Policies: the YAML model, its validation, the compiled matcher, and loading from disk.
 //!
 //! Layout: `raw` (the YAML's structs, `deny_unknown_fields`; YAML merge keys resolved by
-//! `merge_keys`, floats where strings belong refused by `floats`), `compile` (validation
-//! collecting every error, building the immutable `model`), `matcher` (hash-per-level tree walk),
-//! `loader` (the only part that touches the file system). Everything but `loader` is pure.
+//! `merge_keys`, floats where strings belong refused by `floats`), `domains` (which files
+//! make which domain), `compile` (validation collecting every error, building the immutable
+//! `model`), `matcher` (hash-per-level tree walk), `loader` (the only part that touches the
+//! file system), `options` (the load-time switches). Everything but `loader` is pure.
 //! The request path only sees `model` types (`Snapshot`, `Domain::lookup`, `Rule`).
 
 pub mod compile;
+mod domains;
 pub mod error;
 mod floats;
 pub mod loader;
 pub mod matcher;
 mod merge_keys;
 pub mod model;
+pub mod options;
 pub mod raw;
 
 #[cfg(test)]
 mod tests;
 
-pub use compile::compile_sources;
+pub use compile::{compile_sources, compile_sources_with};
 pub use error::{ConfigError, ConfigErrors};
-pub use loader::load_path;
+pub use loader::{load_path, load_path_with};
 pub use model::{Domain, FailureMode, Level, Lookup, Rule, RuleId, RuleLimit, Snapshot, Unit};
+pub use options::LoadOptions;

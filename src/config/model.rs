@@ -20,6 +20,8 @@ pub struct Snapshot {
     pub loaded_at: SystemTime,
     /// The files the snapshot was built from, in load order.
     pub files: Vec<PathBuf>,
+    /// `--default-algorithm` the snapshot was compiled with (shown in `/rlconfig`).
+    pub default_algorithm: Algorithm,
 }
 
 impl Snapshot {
@@ -62,8 +64,14 @@ impl FailureMode {
 pub struct Domain {
     pub name: String,
     pub failure_mode: FailureMode,
-    /// The file this domain came from.
+    /// The file this domain came from (the first of `files`).
     pub file: PathBuf,
+    /// Every file this domain came from, in file-name order: one, or several merged with
+    /// `--merge-domains`.
+    pub files: Vec<PathBuf>,
+    /// `--default-algorithm`: the algorithm of a request's own `limit` override (limits
+    /// in the files have theirs resolved already).
+    pub default_algorithm: Algorithm,
     /// Every node that carries a `rate_limit` (or `unlimited`), in file order.
     /// `RuleId` indexes this vector.
     pub rules: Vec<Rule>,
@@ -89,7 +97,8 @@ pub enum Lookup<'a> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rule {
     pub id: RuleId,
-    /// Config path of the node, e.g. `descriptors[2].descriptors[0]`.
+    /// Config path of the node, e.g. `descriptors[2].descriptors[0]`; in a domain merged
+    /// from several files, after the file's stem: `users:descriptors[0]`.
     pub path: String,
     /// `rate_limit.name`, used by `replaces`, metrics and `current_limit.name`.
     pub name: Option<String>,

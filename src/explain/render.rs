@@ -18,12 +18,14 @@ impl fmt::Display for Explanation<'_> {
             writeln!(f, "configured domains: {}", self.known_domains.join(", "))?;
             return writeln!(f, "→ every descriptor is answered OK and nothing is charged");
         };
+        let files: Vec<String> = domain.files.iter().map(|file| file.display().to_string()).collect();
         writeln!(
             f,
-            "domain {}: failure_mode {}, file {}, config version {}",
+            "domain {}: failure_mode {}, {} {}, config version {}",
             domain.name,
             domain.failure_mode.as_str(),
-            domain.file.display(),
+            if files.len() > 1 { "files (merged)" } else { "file" },
+            files.join(", "),
             self.version
         )?;
         for (index, report) in self.descriptors.iter().enumerate() {

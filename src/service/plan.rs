@@ -4,7 +4,7 @@
 //! (in request order) and the `Charge`s to send. Applies overrides, `replaces`,
 //! `unlimited` and the hits rules. No I/O, no clock.
 
-use crate::algorithm::{Algorithm, Hits, Params};
+use crate::algorithm::{Hits, Params};
 use crate::config::{Domain, Lookup, Rule, RuleLimit, Unit};
 use crate::store::{key, Charge};
 
@@ -61,7 +61,9 @@ pub fn plan<'a>(
                 Some(rule) => {
                     key::rule_key(key_prefix, &domain.name, rule, limit.params.algorithm, limit.unit, entries)
                 }
-                None => key::override_key(key_prefix, &domain.name, limit.unit, entries),
+                None => {
+                    key::override_key(key_prefix, &domain.name, limit.params.algorithm, limit.unit, entries)
+                }
             };
             limit.charge = charges.len();
             charges.push(Charge { key, params: limit.params, hits: hits(descriptor, request_hits) });
@@ -75,8 +77,9 @@ fn lookup<'a>(domain: &'a Domain, descriptor: &RateLimitDescriptor) -> Plan<'a> 
         return match override_unit(over.unit) {
             Some(unit) => Plan::Limited(Limit {
                 rule: None,
+                // `--default-algorithm`, as for the limits in the files that name none.
                 params: crate::config::model::params(
-                    Algorithm::Gcra,
+                    domain.default_algorithm,
                     u64::from(over.requests_per_unit),
                     unit,
                     None,

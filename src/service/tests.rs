@@ -90,6 +90,31 @@ fn plan_charges_only_limited_descriptors_in_order() {
 }
 
 #[test]
+fn a_limit_override_follows_the_default_algorithm_in_its_own_buckets() {
+    use crate::algorithm::Algorithm;
+    use crate::config::LoadOptions;
+    let yaml = "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1}\n";
+    let mut overridden = descriptor(&[("a", "1")]);
+    overridden.limit = Some(wire::RateLimitOverride { requests_per_unit: 7, unit: 2 });
+    let charge_with = |algorithm| {
+        let options = LoadOptions { default_algorithm: algorithm, ..LoadOptions::default() };
+        let snap =
+            crate::config::compile_sources_with(&[(PathBuf::from("t.yaml"), yaml.to_string())], &options)
+                .expect("valid config");
+        let domain = snap.domain("d").expect("domain");
+        let (_, charges) = plan(domain, std::slice::from_ref(&overridden), 0, "");
+        let [charge] = &charges[..] else { panic!("one charge: {charges:?}") };
+        (charge.params.algorithm, charge.params.limit, charge.key.clone())
+    };
+    let (algorithm, limit, gcra_key) = charge_with(Algorithm::Gcra);
+    assert_eq!((algorithm, limit), (Algorithm::Gcra, 7));
+    let (algorithm, limit, fixed_key) = charge_with(Algorithm::FixedWindow);
+    assert_eq!((algorithm, limit), (Algorithm::FixedWindow, 7));
+    assert!(gcra_key.starts_with("tg:o2m:") && fixed_key.starts_with("tg:ofm:"), "{gcra_key} {fixed_key}");
+    assert_eq!(charge_with(Algorithm::SlidingWindow).0, Algorithm::SlidingWindow);
+}
+
+#[test]
 fn headers_come_from_the_tightest_status_and_retry_after_from_the_longest_denial() {
     use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
         rate_limit::Unit as ProtoUnit, Code, DescriptorStatus, RateLimit,

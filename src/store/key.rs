@@ -28,8 +28,13 @@ use crate::config::{Rule, Unit};
 /// Version 2: the TAT with its sub-µs remainder (`"<tat>:<rem>"`); version 1 (`g`) was the
 /// TAT alone.
 pub const GCRA_TAG: &str = "g2";
-/// Key tag of request `limit` overrides: GCRA state, versioned with [`GCRA_TAG`].
+/// Key tag of request `limit` overrides charged with GCRA (`--default-algorithm gcra`),
+/// versioned with [`GCRA_TAG`].
 pub const OVERRIDE_TAG: &str = "o2";
+/// Key tag of request `limit` overrides charged with a sliding window.
+pub const OVERRIDE_SLIDING_TAG: &str = "os";
+/// Key tag of request `limit` overrides charged with a fixed window.
+pub const OVERRIDE_FIXED_TAG: &str = "of";
 /// Key tag of sliding-window buckets (state format 1).
 pub const SLIDING_TAG: &str = "s";
 /// Key tag of fixed-window buckets (state format 1).
@@ -64,15 +69,23 @@ pub fn rule_key<K: AsRef<[u8]>, V: AsRef<[u8]>>(
     key
 }
 
-/// The key of the bucket for a request's own `limit` override: its own namespace (`o`),
-/// the override's unit, and every entry of the descriptor.
+/// The key of the bucket for a request's own `limit` override: its own namespace (`o`,
+/// then the algorithm: `--default-algorithm` decides it, and a change of the flag must
+/// start fresh buckets rather than read another algorithm's state), the override's unit,
+/// and every entry of the descriptor.
 pub fn override_key<K: AsRef<[u8]>, V: AsRef<[u8]>>(
     prefix: &str,
     domain: &str,
+    algorithm: Algorithm,
     unit: Unit,
     entries: impl Iterator<Item = (K, V)>,
 ) -> String {
-    let mut key = head(prefix, OVERRIDE_TAG, unit, domain);
+    let tag = match algorithm {
+        Algorithm::Gcra => OVERRIDE_TAG,
+        Algorithm::SlidingWindow => OVERRIDE_SLIDING_TAG,
+        Algorithm::FixedWindow => OVERRIDE_FIXED_TAG,
+    };
+    let mut key = head(prefix, tag, unit, domain);
     for (k, v) in entries {
         push_part(&mut key, k.as_ref());
         push_part(&mut key, v.as_ref());
@@ -206,10 +219,19 @@ mod tests {
         }
         // Valid UTF-8 given as bytes keeps the key it had as text (live buckets survive).
         assert_eq!(bytes_key(b"alice"), key(&r, &[("k", "alice")]));
-        let over = |value: &[u8]| override_key("", "api", Unit::Minute, [(&b"k"[..], value)].into_iter());
+        let over = |value: &[u8]| {
+            override_key("", "api", Algorithm::Gcra, Unit::Minute, [(&b"k"[..], value)].into_iter())
+        };
         assert_ne!(over(b"\xff"), over(b"\xfe"));
         // A key (not only a value) that is not UTF-8 is hashed as well.
-        assert!(override_key("", "api", Unit::Minute, [(&b"\xff"[..], &b"v"[..])].into_iter()).contains('#'));
+        assert!(override_key(
+            "",
+            "api",
+            Algorithm::Gcra,
+            Unit::Minute,
+            [(&b"\xff"[..], &b"v"[..])].into_iter()
+        )
+        .contains('#'));
     }
 
     #[test]
@@ -220,10 +242,14 @@ mod tests {
         let other_algo = rule_key("", "api", &r, Algorithm::SlidingWindow, Unit::Minute, e.iter().copied());
         let other_unit = rule_key("", "api", &r, Algorithm::Gcra, Unit::Hour, e.iter().copied());
         let other_domain = rule_key("", "web", &r, Algorithm::Gcra, Unit::Minute, e.iter().copied());
-        let over = override_key("", "api", Unit::Minute, e.iter().copied());
+        let over = override_key("", "api", Algorithm::Gcra, Unit::Minute, e.iter().copied());
         // GCRA state is at format 2 (sub-µs remainder): never read a format-1 bucket.
         assert!(base.starts_with("tg:g2m:") && over.starts_with("tg:o2m:"), "{base} {over}");
-        let all = [&base, &other_algo, &other_unit, &other_domain, &over];
+        // `--default-algorithm` decides an override's algorithm: each has its own buckets.
+        let over_fixed = override_key("", "api", Algorithm::FixedWindow, Unit::Minute, e.iter().copied());
+        let over_sliding = override_key("", "api", Algorithm::SlidingWindow, Unit::Minute, e.iter().copied());
+        assert!(over_fixed.starts_with("tg:ofm:") && over_sliding.starts_with("tg:osm:"), "{over_fixed}");
+        let all = [&base, &other_algo, &other_unit, &other_domain, &over, &over_fixed, &over_sliding];
         for (i, a) in all.iter().enumerate() {
             for b in &all[i + 1..] {
                 assert_ne!(a, b);

@@ -6,6 +6,7 @@
 mod redis_support;
 
 mod cli;
+mod migration;
 mod ops;
 mod options;
 mod redis_store;

@@ -2,7 +2,9 @@
 //! Fixture-driven tests of every validation rule and of the directory loader live in
 //! `tests/config_fixtures.rs`.
 
+mod default_algorithm;
 mod matching;
+mod merge;
 mod merge_keys;
 mod raw;
 mod rules;
