@@ -63,7 +63,8 @@ fn the_same_key_twice_in_one_mapping_is_an_error() {
 }
 
 /// The peer answers a descriptor without entries OK with no limit; Tollgate answers the
-/// request INVALID_ARGUMENT (Envoy never sends one), and decides none of its descriptors.
+/// request INVALID_ARGUMENT and decides none of its descriptors (Envoy sends one when all
+/// the actions of a `rate_limits` entry skip: the README says what to configure instead).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_descriptor_without_entries_is_invalid_argument() {
     let app = serve_yaml(&[(
