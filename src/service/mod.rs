@@ -201,6 +201,12 @@ impl RateLimiter {
 }
 
 /// Structural checks: what makes a request meaningless, not merely unusual.
+///
+/// A descriptor without entries is not one of them: Envoy sends it when every action of a
+/// `rate_limits` entry is `skip_if_absent` and none applied (a header the client left out).
+/// Refusing the request would let Envoy's `failure_mode_deny` (allow, by default) decide for
+/// every descriptor of it — per-client limits included, bypassed by omitting a header. It
+/// matches no rule: OK without a limit, and the request's other descriptors are decided.
 pub fn validate(request: &RateLimitRequest) -> Result<(), String> {
     if request.domain.is_empty() {
         return Err("domain must not be empty".into());
@@ -209,9 +215,6 @@ pub fn validate(request: &RateLimitRequest) -> Result<(), String> {
         return Err("at least one descriptor is required".into());
     }
     for (i, descriptor) in request.descriptors.iter().enumerate() {
-        if descriptor.entries.is_empty() {
-            return Err(format!("descriptors[{i}] has no entries"));
-        }
         if let Some(j) = descriptor.entries.iter().position(|e| e.key.is_empty()) {
             return Err(format!("descriptors[{i}].entries[{j}] has an empty key"));
         }

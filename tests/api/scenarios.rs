@@ -251,14 +251,24 @@ pub async fn a_quota_rule_in_shadow_mode_never_denies(store: StoreKind) {
     assert_eq!(second.statuses[0].limit_remaining, 0);
 }
 
+/// Envoy sends a descriptor without entries when every action of a `rate_limits` entry is
+/// `skip_if_absent` and none applied: it matches nothing, and the request's other
+/// descriptors are still decided (refusing the request would make Envoy fail open for all).
+pub async fn a_descriptor_without_entries_matches_nothing_and_the_others_are_decided(store: StoreKind) {
+    let app = app(store).await;
+    let req = request("api", &[&[], &[("fixed", "no-entries")]]);
+    let mut remaining = Vec::new();
+    for _ in 0..4 {
+        let response = app.check(req.clone()).await;
+        assert!(is_ok(&response.statuses[0]) && response.statuses[0].current_limit.is_none());
+        remaining.push((over(&response), response.statuses[1].limit_remaining));
+    }
+    assert_eq!(remaining, [(false, 2), (false, 1), (false, 0), (true, 0)], "the other descriptor is limited");
+}
+
 pub async fn invalid_requests_are_invalid_argument(store: StoreKind) {
     let app = app(store).await;
-    let cases = [
-        request("", &[&[("user", "a")]]),
-        request("api", &[]),
-        request("api", &[&[]]),
-        request("api", &[&[("", "a")]]),
-    ];
+    let cases = [request("", &[&[("user", "a")]]), request("api", &[]), request("api", &[&[("", "a")]])];
     for case in cases {
         let err = app.call(case).await.expect_err("invalid");
         assert_eq!(err.code(), tonic::Code::InvalidArgument);
@@ -301,5 +311,6 @@ all_stores!(
     request_limit_override_gets_its_own_bucket,
     quota_mode_is_over_only_when_every_quota_is_over,
     a_quota_rule_in_shadow_mode_never_denies,
+    a_descriptor_without_entries_matches_nothing_and_the_others_are_decided,
     invalid_requests_are_invalid_argument,
 );

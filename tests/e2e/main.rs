@@ -23,4 +23,5 @@ mod istio;
 mod metadata;
 mod raw_bytes;
 mod shipped;
+mod skipped_headers;
 mod through_envoy;

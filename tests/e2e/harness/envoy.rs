@@ -120,6 +120,14 @@ pub fn add_access_log(config: &mut Value, path: &Path, format: &str) {
     at_mut(hcm, "typed_config")["access_log"] = serde_yaml::to_value(log).expect("access log as YAML");
 }
 
+/// Replaces the edge virtual host's `rate_limits` (the actions that build descriptors).
+pub fn set_vhost_rate_limits(config: &mut Value, rate_limits: Value) {
+    let listeners = seq_mut(config, "static_resources.listeners");
+    let chain = at_mut(find_mut(listeners, "name", "edge"), "filter_chains.0.filters");
+    let hcm = find_mut(chain.as_sequence_mut().expect("filters"), "name", HCM);
+    *at_mut(hcm, "typed_config.route_config.virtual_hosts.0.rate_limits") = rate_limits;
+}
+
 fn seq_mut<'a>(value: &'a mut Value, path: &str) -> &'a mut Vec<Value> {
     at_mut(value, path).as_sequence_mut().unwrap_or_else(|| panic!("`{path}` is not a list"))
 }

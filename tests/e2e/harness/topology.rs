@@ -31,6 +31,8 @@ pub struct Changes<'a> {
     pub env: &'a [(&'a str, &'a str)],
     /// A line format for an access log of the edge listener (`Topology::access_log`).
     pub access_log: Option<&'a str>,
+    /// YAML of the edge virtual host's `rate_limits`, replacing the shipped actions.
+    pub vhost_rate_limits: Option<&'a str>,
 }
 
 /// Every process of one end-to-end test. Fields drop (and processes die) top to bottom.
@@ -61,7 +63,7 @@ impl Topology {
 
     /// The demo with any of the `Changes`.
     pub fn start_changed(changes: Changes<'_>) -> Topology {
-        let Changes { mut filter, policies, env, access_log } = changes;
+        let Changes { mut filter, policies, env, access_log, vhost_rate_limits } = changes;
         let dir = tempfile::tempdir().expect("tempdir");
         let redis = RedisServer::start();
         let upstream = Upstream::start();
@@ -79,6 +81,12 @@ impl Topology {
         let mut config = envoy::render(&shipped, &wiring, &filter);
         if let Some(format) = access_log {
             envoy::add_access_log(&mut config, &access_log_path(dir.path()), format);
+        }
+        if let Some(rate_limits) = vhost_rate_limits {
+            envoy::set_vhost_rate_limits(
+                &mut config,
+                serde_yaml::from_str(rate_limits).expect("rate_limits YAML"),
+            );
         }
         let envoy = Envoy::start(&config, &wiring, dir.path());
         Topology { envoy, tollgate, upstream, redis, dir }
