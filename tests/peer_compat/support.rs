@@ -4,14 +4,15 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, DescriptorStatus};
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use tollgate::app::{Running, ServeSettings};
 use tonic::transport::Channel;
+
+/// The request builders and metric reader every integration suite shares.
+pub use crate::api_support::{metric, request};
 
 /// The fixtures written for these tests (`tests/fixtures/<name>`).
 pub fn fixtures(name: &str) -> PathBuf {
@@ -158,29 +159,4 @@ pub fn countdown(limit: u32, unit: Unit, denied: usize) -> Vec<Answer> {
     let mut answers: Vec<Answer> = (0..limit).rev().map(|left| ok(limit, unit, left)).collect();
     answers.extend(std::iter::repeat_n(over(limit, unit), denied));
     answers
-}
-
-/// One descriptor from `(key, value)` pairs.
-pub fn descriptor(entries: &[(&str, &str)]) -> RateLimitDescriptor {
-    RateLimitDescriptor {
-        entries: entries.iter().map(|(k, v)| Entry { key: k.to_string(), value: v.to_string() }).collect(),
-        ..Default::default()
-    }
-}
-
-/// A request with one descriptor per element of `descriptors`.
-pub fn request(domain: &str, descriptors: &[&[(&str, &str)]]) -> RateLimitRequest {
-    RateLimitRequest {
-        domain: domain.to_string(),
-        descriptors: descriptors.iter().map(|d| descriptor(d)).collect(),
-        hits_addend: 0,
-    }
-}
-
-/// The value of one series in a Prometheus text exposition; `None` when absent.
-pub fn metric(text: &str, series: &str) -> Option<f64> {
-    text.lines().find_map(|line| {
-        let (name, value) = line.rsplit_once(' ')?;
-        (name == series).then(|| value.parse().ok()).flatten()
-    })
 }
