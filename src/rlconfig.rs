@@ -31,15 +31,28 @@ fn sorted_domains(snapshot: &Snapshot) -> Vec<&crate::config::Domain> {
 }
 
 fn describe_limit(rule: &Rule) -> String {
-    match rule.limit {
+    match &rule.limit {
         RuleLimit::Unlimited => "unlimited".to_string(),
-        RuleLimit::Limited { params, unit } => {
-            let mut s = format!("{} per {} ({})", params.limit, unit.as_str(), params.algorithm.as_str());
-            if params.algorithm == Algorithm::Gcra && params.burst != params.limit {
-                let _ = write!(s, " burst {}", params.burst);
-            }
-            s
-        }
+        RuleLimit::Limited(limits) => limits
+            .iter()
+            .map(|limit| {
+                let params = limit.params;
+                let mut s = String::new();
+                if let Some(name) = &limit.name {
+                    let _ = write!(s, "{name}: ");
+                }
+                let _ = write!(s, "{} per ", params.limit);
+                if limit.multiplier != 1 {
+                    let _ = write!(s, "{} ", limit.multiplier);
+                }
+                let _ = write!(s, "{} ({})", limit.unit.as_str(), params.algorithm.as_str());
+                if params.algorithm == Algorithm::Gcra && params.burst != params.limit {
+                    let _ = write!(s, " burst {}", params.burst);
+                }
+                s
+            })
+            .collect::<Vec<_>>()
+            .join("; "),
     }
 }
 
@@ -123,12 +136,29 @@ pub fn json(snapshot: &Snapshot, store: &StoreState) -> Value {
 }
 
 fn rule_json(rule: &Rule) -> Value {
-    let (limit, unit, algorithm, burst) = match rule.limit {
-        RuleLimit::Unlimited => (Value::Null, Value::Null, Value::Null, Value::Null),
-        RuleLimit::Limited { params, unit } => {
-            (json!(params.limit), json!(unit.as_str()), json!(params.algorithm.as_str()), json!(params.burst))
+    // The first limit's numbers at the top level (as before `rate_limits`), every limit in
+    // `limits`.
+    let (limit, unit, algorithm, burst) = match rule.limits().first() {
+        None => (Value::Null, Value::Null, Value::Null, Value::Null),
+        Some(first) => {
+            let p = first.params;
+            (json!(p.limit), json!(first.unit.as_str()), json!(p.algorithm.as_str()), json!(p.burst))
         }
     };
+    let limits: Vec<Value> = rule
+        .limits()
+        .iter()
+        .map(|l| {
+            json!({
+                "name": l.name,
+                "requests_per_unit": l.params.limit,
+                "unit": l.unit.as_str(),
+                "unit_multiplier": l.multiplier,
+                "algorithm": l.params.algorithm.as_str(),
+                "burst": l.params.burst,
+            })
+        })
+        .collect();
     json!({
         "name": rule.name,
         "path": rule.path,
@@ -138,6 +168,7 @@ fn rule_json(rule: &Rule) -> Value {
         "unit": unit,
         "algorithm": algorithm,
         "burst": burst,
+        "limits": limits,
         "flags": flags(rule),
         "replaces": rule.replaces,
         "metadata": rule.metadata.iter().map(|(k, v)| (k.clone(), json!(v))).collect::<serde_json::Map<_, _>>(),

@@ -129,6 +129,8 @@ fn compile_domain(
     (errors.len() == before).then(|| Domain {
         name: name.to_owned(),
         failure_mode,
+        charge: model::ChargeMode::default(),
+        hash_tag: model::HashTag::default(),
         file: first.file.to_path_buf(),
         files: group.iter().map(|parsed| parsed.file.to_path_buf()).collect(),
         default_algorithm,
@@ -324,7 +326,7 @@ impl<'a> Builder<'a> {
                 ),
             );
         }
-        (self.errors.len() == before).then_some(RuleLimit::Limited { params, unit })
+        (self.errors.len() == before).then_some(RuleLimit::Limited(vec![model::Limit::single(params, unit)]))
     }
 
     /// `algorithm` (default `--default-algorithm`, gcra with a `burst`) and the `burst` that

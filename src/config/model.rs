@@ -59,11 +59,67 @@ impl FailureMode {
     }
 }
 
+/// How a domain charges a request whose descriptors are not all within their limits
+/// (the domain's `charge` field; `--stop-charging-when-over-limit` sets the default).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ChargeMode {
+    /// Each descriptor is charged on its own (envoyproxy/ratelimit's behaviour): a denied
+    /// descriptor charges nothing, the others are charged.
+    #[default]
+    PerDescriptor,
+    /// A request with any descriptor denied charges none of them (shadow and quota rules
+    /// excepted: they are charged per descriptor, as they never deny a request alone).
+    AllOrNothing,
+}
+
+impl ChargeMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ChargeMode::PerDescriptor => "per_descriptor",
+            ChargeMode::AllOrNothing => "all_or_nothing",
+        }
+    }
+
+    /// Parses the YAML `charge` value.
+    pub fn parse(s: &str) -> Option<ChargeMode> {
+        match s {
+            "per_descriptor" => Some(ChargeMode::PerDescriptor),
+            "all_or_nothing" => Some(ChargeMode::AllOrNothing),
+            _ => None,
+        }
+    }
+}
+
+/// Which part of a bucket key Redis Cluster hashes (the domain's `hash_tag` field).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum HashTag {
+    /// The descriptor's own identity: buckets spread over the cluster; the limits of one
+    /// descriptor (`rate_limits`) share a slot.
+    #[default]
+    Descriptor,
+    /// `hash_tag: domain`: every bucket of the domain on one slot (one master), so an
+    /// `all_or_nothing` request is one script call; that master carries the whole domain.
+    Domain,
+}
+
+impl HashTag {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HashTag::Descriptor => "descriptor",
+            HashTag::Domain => "domain",
+        }
+    }
+}
+
 /// One domain's compiled policy.
 #[derive(Debug)]
 pub struct Domain {
     pub name: String,
     pub failure_mode: FailureMode,
+    /// `charge`: per descriptor (default) or all or nothing.
+    pub charge: ChargeMode,
+    /// `hash_tag`: what Redis Cluster hashes in this domain's bucket keys.
+    pub hash_tag: HashTag,
     /// The file this domain came from (the first of `files`).
     pub file: PathBuf,
     /// Every file this domain came from, in file-name order: one, or several merged with
@@ -100,7 +156,8 @@ pub struct Rule {
     /// Config path of the node, e.g. `descriptors[2].descriptors[0]`; in a domain merged
     /// from several files, after the file's stem: `users:descriptors[0]`.
     pub path: String,
-    /// `rate_limit.name`, used by `replaces`, metrics and `current_limit.name`.
+    /// `rate_limit.name`, used by `replaces`, metrics and `current_limit.name`. `None` on a
+    /// node with `rate_limits` (each of its limits has its own name).
     pub name: Option<String>,
     pub limit: RuleLimit,
     pub shadow_mode: bool,
@@ -121,15 +178,70 @@ impl Rule {
     pub fn label(&self) -> &str {
         self.name.as_deref().unwrap_or(&self.path)
     }
+
+    /// The label of one of this rule's limits in metrics, logs and `explain`: the rule's
+    /// label for a `rate_limit`, `<path>/<name>` for an entry of `rate_limits`.
+    pub fn limit_label(&self, limit: &Limit) -> String {
+        match &limit.name {
+            Some(name) => format!("{}/{}", self.path, name),
+            None => self.label().to_string(),
+        }
+    }
+
+    /// The rule's limits (empty for `unlimited`).
+    pub fn limits(&self) -> &[Limit] {
+        match &self.limit {
+            RuleLimit::Limited(limits) => limits,
+            RuleLimit::Unlimited => &[],
+        }
+    }
 }
 
 /// What a matched rule enforces.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RuleLimit {
-    /// Charged against a bucket with these numbers.
-    Limited { params: Params, unit: Unit },
+    /// Charged against one bucket per limit: one for `rate_limit`, one per entry of
+    /// `rate_limits` (in file order). A descriptor passes only if every limit passes, and
+    /// then all are charged; if one denies, none is.
+    Limited(Vec<Limit>),
     /// `unlimited: true`: always OK, no bucket.
     Unlimited,
+}
+
+/// One limit of a rule: its numbers and what enters its bucket identity.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limit {
+    /// `rate_limits[].name` (required and unique within the node there; part of the bucket
+    /// identity). `None` for a `rate_limit`, whose name (`Rule::name`) is not.
+    pub name: Option<String>,
+    /// The numbers: `params.unit_us` is the whole window, `unit × multiplier`.
+    pub params: Params,
+    /// The unit as written.
+    pub unit: Unit,
+    /// `unit_multiplier` (1 when absent): the window is this many units. Part of the
+    /// bucket identity when not 1.
+    pub multiplier: u64,
+}
+
+impl Limit {
+    /// A limit of one unit, as `rate_limit` without `unit_multiplier` writes.
+    pub fn single(params: Params, unit: Unit) -> Limit {
+        Limit { name: None, params, unit, multiplier: 1 }
+    }
+
+    /// The window in seconds (`unit × unit_multiplier`).
+    pub fn window_seconds(&self) -> u64 {
+        self.unit.seconds().saturating_mul(self.multiplier)
+    }
+
+    /// What GCRA calls capacity (`burst`) and the windows their limit: the requests a
+    /// fresh bucket admits at once.
+    pub fn capacity(&self) -> u64 {
+        match self.params.algorithm {
+            Algorithm::Gcra => self.params.burst,
+            Algorithm::SlidingWindow | Algorithm::FixedWindow => self.params.limit,
+        }
+    }
 }
 
 /// One level of the path that leads to a rule: the entry key, how its value enters the
@@ -220,5 +332,10 @@ impl Unit {
 
 /// Convenience for building limit parameters.
 pub fn params(algorithm: Algorithm, limit: u64, unit: Unit, burst: Option<u64>) -> Params {
-    Params { algorithm, limit, unit_us: unit.micros(), burst: burst.unwrap_or(limit) }
+    params_window(algorithm, limit, unit, 1, burst)
+}
+
+/// Limit parameters for a window of `multiplier` units (`unit_multiplier`).
+pub fn params_window(algorithm: Algorithm, limit: u64, unit: Unit, multiplier: u64, burst: Option<u64>) -> Params {
+    Params { algorithm, limit, unit_us: unit.micros().saturating_mul(multiplier), burst: burst.unwrap_or(limit) }
 }

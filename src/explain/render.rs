@@ -155,24 +155,32 @@ fn describe_rule(rule: &Rule, applied: &Applied<'_>, all: &[DescriptorReport<'_>
 }
 
 fn describe_limit(rule: &Rule) -> String {
-    match rule.limit {
+    match &rule.limit {
         RuleLimit::Unlimited => "unlimited".to_string(),
-        RuleLimit::Limited { params, unit } => {
-            let mut s = format!(
-                "requests_per_unit {} per {} ({})",
-                params.limit,
-                unit.as_str(),
-                params.algorithm.as_str()
-            );
+        RuleLimit::Limited(limits) => limits.iter().map(describe_one).collect::<Vec<_>>().join("; "),
+    }
+}
+
+fn describe_one(limit: &crate::config::Limit) -> String {
+    let params = limit.params;
+    let unit = match limit.multiplier {
+        1 => limit.unit.as_str().to_string(),
+        n => format!("{n} {}s", limit.unit.as_str()),
+    };
+    let mut s = String::new();
+    if let Some(name) = &limit.name {
+        let _ = write!(s, "{name}: ");
+    }
+    {
+        let _ = write!(s, "requests_per_unit {} per {} ({})", params.limit, unit, params.algorithm.as_str());
             if params.algorithm == Algorithm::Gcra {
                 let _ = write!(s, ", burst {}", params.burst);
             }
             if params.limit == 0 {
                 s.push_str(": blocks everything");
             }
-            s
-        }
     }
+    s
 }
 
 fn describe_flags(rule: &Rule) -> String {

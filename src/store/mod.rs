@@ -20,6 +20,8 @@ pub(crate) mod scripts;
 
 pub use self::redis::{cluster, sentinel};
 
+use std::ops::Range;
+
 use tokio::time::Instant;
 
 use crate::algorithm::{Decision, Hits, Params};
@@ -37,6 +39,65 @@ pub struct Charge {
     pub params: Params,
     pub hits: Hits,
 }
+
+/// Which charges of a batch stand or fall together. A group is a run of consecutive
+/// charges: they are decided at one instant, in order (a key met twice sees the first
+/// charge), and either every one is applied or — when any of them is denied — none is.
+/// The default puts every charge in a group of its own (each decided alone, as before
+/// groups existed).
+///
+/// Answers of a denied group: each denied member answers its denial; every other member
+/// answers `allowed` with the numbers of its bucket as it is (nothing was charged), or
+/// [`NOT_EVALUATED`] when the store did not look at it (the over-limit cache denied the
+/// group without asking Redis).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Groups {
+    /// The exclusive end of each group, increasing; empty: every charge alone.
+    ends: Vec<usize>,
+}
+
+impl Groups {
+    /// Every charge in a group of its own.
+    pub fn each() -> Groups {
+        Groups::default()
+    }
+
+    /// Groups ending (exclusive) at each of `ends`, which must increase; the last must be
+    /// the batch's length. Groups of one may be given or left implicit.
+    pub fn from_ends(ends: Vec<usize>) -> Groups {
+        debug_assert!(ends.windows(2).all(|w| w[0] < w[1]), "group ends must increase");
+        if ends.iter().enumerate().all(|(i, &end)| end == i + 1) {
+            return Groups::each();
+        }
+        Groups { ends }
+    }
+
+    /// Whether every charge is alone (no group of two or more).
+    pub fn is_each(&self) -> bool {
+        self.ends.is_empty()
+    }
+
+    /// The groups of a batch of `len` charges, as ranges, in order.
+    pub fn ranges(&self, len: usize) -> impl Iterator<Item = Range<usize>> + '_ {
+        let explicit = !self.ends.is_empty();
+        let mut start = 0;
+        let mut ends = self.ends.iter().copied();
+        std::iter::from_fn(move || {
+            if start >= len {
+                return None;
+            }
+            let end = if explicit { ends.next().unwrap_or(len).min(len) } else { start + 1 };
+            let range = start..end.max(start + 1);
+            start = range.end;
+            Some(range)
+        })
+    }
+}
+
+/// The answer of a member of a denied group that the store did not look at (see
+/// [`Groups`]): allowed, nothing charged, numbers unknown. `remaining` is past anything an
+/// algorithm answers ([`crate::algorithm::MAX_VALUE`]), so it cannot be mistaken for one.
+pub const NOT_EVALUATED: Decision = Decision { allowed: true, remaining: u64::MAX, reset_us: 0 };
 
 /// Why a charge got no decision. Every variant is answered by the domain's failure policy.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -106,6 +167,21 @@ impl Store {
         }
     }
 
+    /// Charges a batch whose `groups` stand or fall together (see [`Groups`]); answers one
+    /// result per charge, in order, by `deadline`.
+    pub async fn charge_groups(
+        &self,
+        batch: &[Charge],
+        groups: &Groups,
+        deadline: Instant,
+    ) -> Vec<Result<Decision, StoreError>> {
+        if groups.is_each() {
+            return self.charge(batch, deadline).await;
+        }
+        // TODO(store helper): joint groups on every store.
+        unimplemented!("joint groups")
+    }
+
     /// `memory`, `redis`, `redis_cluster` or `redis_sentinel`: the `store` label of metrics.
     pub fn name(&self) -> &'static str {
         match self {
@@ -114,5 +190,20 @@ impl Store {
             Store::Cluster(_) => "redis_cluster",
             Store::Sentinel(_) => "redis_sentinel",
         }
+    }
+}
+
+#[cfg(test)]
+mod groups_tests {
+    use super::Groups;
+
+    #[test]
+    fn groups_cover_the_batch_in_order() {
+        let each: Vec<_> = Groups::each().ranges(3).collect();
+        assert_eq!(each, [0..1, 1..2, 2..3]);
+        let joint: Vec<_> = Groups::from_ends(vec![2, 3, 6]).ranges(6).collect();
+        assert_eq!(joint, [0..2, 2..3, 3..6]);
+        assert!(Groups::from_ends(vec![1, 2]).is_each());
+        assert_eq!(Groups::each().ranges(0).count(), 0);
     }
 }
