@@ -275,7 +275,7 @@ fn the_realistic_fixture_matches_as_documented() {
     };
     assert_eq!(rule(&[("remote_address", "1.2.3.4")]).label(), "per_ip");
     let blocked = rule(&[("remote_address", "50.0.0.5")]);
-    assert!(matches!(blocked.limit, RuleLimit::Limited { params, .. } if params.limit == 0));
+    assert!(matches!(&blocked.limit, RuleLimit::Limited(limits) if limits[0].params.limit == 0));
     assert_eq!(rule(&[("remote_address", "10.0.0.7")]).limit, RuleLimit::Unlimited);
     assert!(rule(&[("service", "auth"), ("user", "user-a")]).shadow_mode);
     assert!(!rule(&[("service", "auth"), ("user", "user-b")]).shadow_mode);

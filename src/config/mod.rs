@@ -24,5 +24,7 @@ mod tests;
 pub use compile::{compile_sources, compile_sources_with};
 pub use error::{ConfigError, ConfigErrors};
 pub use loader::{load_path, load_path_with};
-pub use model::{ChargeMode, Domain, FailureMode, HashTag, Level, Limit, Lookup, Rule, RuleId, RuleLimit, Snapshot, Unit};
+pub use model::{
+    ChargeMode, Domain, FailureMode, HashTag, Level, Limit, Lookup, Rule, RuleId, RuleLimit, Snapshot, Unit,
+};
 pub use options::LoadOptions;

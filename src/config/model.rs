@@ -336,6 +336,17 @@ pub fn params(algorithm: Algorithm, limit: u64, unit: Unit, burst: Option<u64>) 
 }
 
 /// Limit parameters for a window of `multiplier` units (`unit_multiplier`).
-pub fn params_window(algorithm: Algorithm, limit: u64, unit: Unit, multiplier: u64, burst: Option<u64>) -> Params {
-    Params { algorithm, limit, unit_us: unit.micros().saturating_mul(multiplier), burst: burst.unwrap_or(limit) }
+pub fn params_window(
+    algorithm: Algorithm,
+    limit: u64,
+    unit: Unit,
+    multiplier: u64,
+    burst: Option<u64>,
+) -> Params {
+    Params {
+        algorithm,
+        limit,
+        unit_us: unit.micros().saturating_mul(multiplier),
+        burst: burst.unwrap_or(limit),
+    }
 }

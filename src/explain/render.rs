@@ -173,12 +173,12 @@ fn describe_one(limit: &crate::config::Limit) -> String {
     }
     {
         let _ = write!(s, "requests_per_unit {} per {} ({})", params.limit, unit, params.algorithm.as_str());
-            if params.algorithm == Algorithm::Gcra {
-                let _ = write!(s, ", burst {}", params.burst);
-            }
-            if params.limit == 0 {
-                s.push_str(": blocks everything");
-            }
+        if params.algorithm == Algorithm::Gcra {
+            let _ = write!(s, ", burst {}", params.burst);
+        }
+        if params.limit == 0 {
+            s.push_str(": blocks everything");
+        }
     }
     s
 }

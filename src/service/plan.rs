@@ -98,11 +98,14 @@ fn lookup<'a>(domain: &'a Domain, descriptor: &RateLimitDescriptor) -> Plan<'a> 
 fn lookup_rule<'a>(domain: &'a Domain, descriptor: &RateLimitDescriptor) -> Plan<'a> {
     match domain.lookup(descriptor.pairs()) {
         Lookup::NoMatch | Lookup::Allow => Plan::Pass,
-        Lookup::Rule(rule) => match rule.limit {
+        Lookup::Rule(rule) => match &rule.limit {
             RuleLimit::Unlimited => Plan::Unlimited(rule),
-            RuleLimit::Limited { params, unit } => {
-                Plan::Limited(Limit { rule: Some(rule), params, unit, charge: 0 })
-            }
+            RuleLimit::Limited(limits) => Plan::Limited(Limit {
+                rule: Some(rule),
+                params: limits[0].params,
+                unit: limits[0].unit,
+                charge: 0,
+            }),
         },
     }
 }

@@ -141,10 +141,10 @@ mod tests {
             id: crate::config::RuleId(0),
             path: "descriptors[0]".into(),
             name: None,
-            limit: crate::config::RuleLimit::Limited {
-                params: Params { algorithm: Algorithm::Gcra, limit: 1, unit_us: 1, burst: 1 },
-                unit: Unit::Second,
-            },
+            limit: crate::config::RuleLimit::Limited(vec![crate::config::Limit::single(
+                Params { algorithm: Algorithm::Gcra, limit: 1, unit_us: 1, burst: 1 },
+                Unit::Second,
+            )]),
             shadow_mode: false,
             quota_mode: false,
             detailed_metric: false,

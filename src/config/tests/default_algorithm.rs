@@ -27,8 +27,8 @@ fn algorithms(snapshot: &Snapshot) -> Vec<Algorithm> {
     domain
         .rules
         .iter()
-        .map(|rule| match rule.limit {
-            RuleLimit::Limited { params, .. } => params.algorithm,
+        .map(|rule| match &rule.limit {
+            RuleLimit::Limited(limits) => limits[0].params.algorithm,
             RuleLimit::Unlimited => panic!("unlimited"),
         })
         .collect()

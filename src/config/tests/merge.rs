@@ -30,8 +30,10 @@ const KEY2: &str = "domain: test-domain\ndescriptors:\n  - key: key2\n    value:
 fn limit_of(snapshot: &Snapshot, entries: &[(&str, &str)]) -> Option<(String, u64)> {
     let domain = snapshot.domain("test-domain")?;
     match domain.lookup(entries.iter().copied()) {
-        Lookup::Rule(rule) => match rule.limit {
-            crate::config::RuleLimit::Limited { params, .. } => Some((rule.label().to_owned(), params.limit)),
+        Lookup::Rule(rule) => match &rule.limit {
+            crate::config::RuleLimit::Limited(limits) => {
+                Some((rule.label().to_owned(), limits[0].params.limit))
+            }
             crate::config::RuleLimit::Unlimited => None,
         },
         _ => None,

@@ -11,8 +11,8 @@ fn limit_of(snapshot: &Snapshot, entries: &[(&str, &str)]) -> (u64, String) {
 }
 
 fn params_of(snapshot: &Snapshot, entries: &[(&str, &str)]) -> (Params, Unit) {
-    match matched(only_domain(snapshot), entries).limit {
-        RuleLimit::Limited { params, unit } => (params, unit),
+    match &matched(only_domain(snapshot), entries).limit {
+        RuleLimit::Limited(limits) => (limits[0].params, limits[0].unit),
         RuleLimit::Unlimited => panic!("{entries:?} is unlimited"),
     }
 }

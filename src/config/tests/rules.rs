@@ -8,9 +8,9 @@ use super::{load, matched, only_domain};
 use crate::algorithm::{Algorithm, Params};
 use crate::config::{compile_sources, FailureMode, Level, RuleId, RuleLimit, Unit};
 
-fn limited(limit: RuleLimit) -> (Params, Unit) {
+fn limited(limit: &RuleLimit) -> (Params, Unit) {
     match limit {
-        RuleLimit::Limited { params, unit } => (params, unit),
+        RuleLimit::Limited(limits) => (limits[0].params, limits[0].unit),
         RuleLimit::Unlimited => panic!("expected a limited rule"),
     }
 }
@@ -70,7 +70,7 @@ descriptors:
         .rules
         .iter()
         .map(|rule| {
-            let (params, unit) = limited(rule.limit);
+            let (params, unit) = limited(&rule.limit);
             (unit, params.unit_us / 1_000_000)
         })
         .collect();
@@ -94,7 +94,7 @@ fn zero_requests_per_unit_loads_and_blocks() {
         "domain: d\ndescriptors:\n  - key: ip\n    value: 50.0.0.5\n    rate_limit: {unit: second, requests_per_unit: 0}\n",
     );
     let rule = matched(only_domain(&snapshot), &[("ip", "50.0.0.5")]);
-    assert_eq!(limited(rule.limit).0.limit, 0);
+    assert_eq!(limited(&rule.limit).0.limit, 0);
 }
 
 #[test]
@@ -109,7 +109,7 @@ descriptors:
   - {key: d, rate_limit: {unit: minute, requests_per_unit: 600, algorithm: fixed_window}}
 "#,
     );
-    let params: Vec<Params> = only_domain(&snapshot).rules.iter().map(|r| limited(r.limit).0).collect();
+    let params: Vec<Params> = only_domain(&snapshot).rules.iter().map(|r| limited(&r.limit).0).collect();
     let expect = |algorithm, burst| Params { algorithm, limit: 600, unit_us: 60_000_000, burst };
     assert_eq!(
         params,
