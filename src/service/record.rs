@@ -12,7 +12,7 @@ use crate::metrics::{Metrics, RuleSeries};
 use crate::store::Charge;
 
 use super::plan::Plan;
-use super::respond::Outcome;
+use super::respond::Verdict;
 use super::wire::{RateLimitDescriptor, RateLimitRequest};
 
 /// Records each descriptor's outcome and hits.
@@ -23,15 +23,17 @@ pub fn record(
     request: &RateLimitRequest,
     plans: &[Plan<'_>],
     charges: &[Charge],
-    outcomes: &[Option<Outcome>],
+    verdicts: &[Option<Verdict>],
 ) {
     let rules = active.counters.domains.get(&domain.name);
-    for ((plan, outcome), descriptor) in plans.iter().zip(outcomes).zip(&request.descriptors) {
-        let Some(outcome) = *outcome else { continue };
+    for ((plan, verdict), descriptor) in plans.iter().zip(verdicts).zip(&request.descriptors) {
+        let Some(Verdict { outcome, limit: index }) = *verdict else { continue };
         let (rule, hits) = match plan {
             Plan::Pass => continue,
             Plan::Unlimited(rule) => (Some(*rule), 0),
-            Plan::Limited(limit) => (limit.rule, consumed(&charges[limit.charge])),
+            Plan::Limited(limit) => {
+                (limit.rule, charges.get(limit.charges.start + index).map_or(0, consumed))
+            }
         };
         match rule {
             Some(rule) => match rules.and_then(|r| r.get(rule.id.0)) {
