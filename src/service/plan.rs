@@ -68,6 +68,12 @@ impl<'a> Limit<'a> {
             .chain(self.own.iter())
     }
 
+    /// The index in the rule's own `limits()` of the `i`-th limit charged (replaced limits
+    /// are not charged): what the rule's metric series are indexed by.
+    pub fn rule_index(&self, i: usize) -> usize {
+        (0..MAX_LIMITS).filter(|bit| self.replaced & (1 << bit) == 0).nth(i).unwrap_or(i)
+    }
+
     /// `current_limit.name` of `limit`: its own name in `rate_limits`, else the rule's
     /// name; empty for overrides and unnamed rules.
     pub fn name_of<'l>(&'l self, limit: &'l crate::config::Limit) -> &'l str {
