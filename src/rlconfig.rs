@@ -1,7 +1,8 @@
 //! The `/rlconfig` view of the serving config: text for people, JSON for tools.
 //!
-//! Every limit shows its effective algorithm (`--default-algorithm` already applied), and
-//! each domain its file (`file`, the first) and, merged or not, all of them (`files`).
+//! Every limit shows its name (a `rate_limits` entry's), window and effective algorithm
+//! (`--default-algorithm` already applied), and each domain its charge mode, hash tag, file
+//! (`file`, the first) and, merged or not, all of them (`files`).
 
 use std::fmt::Write as _;
 use std::time::UNIX_EPOCH;
@@ -9,7 +10,7 @@ use std::time::UNIX_EPOCH;
 use serde_json::{json, Value};
 
 use crate::algorithm::Algorithm;
-use crate::config::{Rule, RuleLimit, Snapshot};
+use crate::config::{Limit, Rule, RuleLimit, Snapshot};
 
 /// The store's state as shown to operators.
 #[derive(Debug, Clone)]
@@ -30,30 +31,26 @@ fn sorted_domains(snapshot: &Snapshot) -> Vec<&crate::config::Domain> {
     domains
 }
 
+/// Every limit of the rule, `; `-separated: `[name: ]20 per second (gcra)`, with a window
+/// of several units as `7 per 5 minutes`, and a gcra burst when it differs.
 fn describe_limit(rule: &Rule) -> String {
     match &rule.limit {
         RuleLimit::Unlimited => "unlimited".to_string(),
-        RuleLimit::Limited(limits) => limits
-            .iter()
-            .map(|limit| {
-                let params = limit.params;
-                let mut s = String::new();
-                if let Some(name) = &limit.name {
-                    let _ = write!(s, "{name}: ");
-                }
-                let _ = write!(s, "{} per ", params.limit);
-                if limit.multiplier != 1 {
-                    let _ = write!(s, "{} ", limit.multiplier);
-                }
-                let _ = write!(s, "{} ({})", limit.unit.as_str(), params.algorithm.as_str());
-                if params.algorithm == Algorithm::Gcra && params.burst != params.limit {
-                    let _ = write!(s, " burst {}", params.burst);
-                }
-                s
-            })
-            .collect::<Vec<_>>()
-            .join("; "),
+        RuleLimit::Limited(limits) => limits.iter().map(describe_one).collect::<Vec<_>>().join("; "),
     }
+}
+
+fn describe_one(limit: &Limit) -> String {
+    let params = limit.params;
+    let mut s = String::new();
+    if let Some(name) = &limit.name {
+        let _ = write!(s, "{name}: ");
+    }
+    let _ = write!(s, "{} per {} ({})", params.limit, limit.window(), params.algorithm.as_str());
+    if params.algorithm == Algorithm::Gcra && params.burst != params.limit {
+        let _ = write!(s, " burst {}", params.burst);
+    }
+    s
 }
 
 fn flags(rule: &Rule) -> Vec<&'static str> {
@@ -83,9 +80,11 @@ pub fn text(snapshot: &Snapshot, store: &StoreState) -> String {
         let files: Vec<String> = domain.files.iter().map(|file| file.display().to_string()).collect();
         let _ = writeln!(
             out,
-            "domain {} (failure_mode {}, {})",
+            "domain {} (failure_mode {}, charge {}, hash_tag {}, {})",
             domain.name,
             domain.failure_mode.as_str(),
+            domain.charge.as_str(),
+            domain.hash_tag.as_str(),
             files.join(", ")
         );
         for rule in &domain.rules {
@@ -120,6 +119,8 @@ pub fn json(snapshot: &Snapshot, store: &StoreState) -> Value {
             json!({
                 "domain": domain.name,
                 "failure_mode": domain.failure_mode.as_str(),
+                "charge": domain.charge.as_str(),
+                "hash_tag": domain.hash_tag.as_str(),
                 "file": domain.file.display().to_string(),
                 "files": domain.files.iter().map(|file| file.display().to_string()).collect::<Vec<_>>(),
                 "rules": rules,
@@ -154,6 +155,7 @@ fn rule_json(rule: &Rule) -> Value {
                 "requests_per_unit": l.params.limit,
                 "unit": l.unit.as_str(),
                 "unit_multiplier": l.multiplier,
+                "window_seconds": l.window_seconds(),
                 "algorithm": l.params.algorithm.as_str(),
                 "burst": l.params.burst,
             })
