@@ -176,3 +176,67 @@ fn rule_json(rule: &Rule) -> Value {
         "metadata": rule.metadata.iter().map(|(k, v)| (k.clone(), json!(v))).collect::<serde_json::Map<_, _>>(),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use super::*;
+    use crate::config::compile_sources;
+
+    const POLICY: &str = r#"domain: api
+charge: all_or_nothing
+descriptors:
+  - key: api_key
+    rate_limits:
+      - { name: burst, unit: second, requests_per_unit: 20 }
+      - { name: five, unit: minute, unit_multiplier: 5, requests_per_unit: 7, algorithm: fixed_window }
+  - key: user
+    rate_limit: { name: per-user, unit: second, unit_multiplier: 30, requests_per_unit: 2, burst: 3 }
+"#;
+
+    fn snapshot() -> Snapshot {
+        compile_sources(&[(PathBuf::from("api.yaml"), POLICY.to_owned())]).expect("valid policy")
+    }
+
+    fn store() -> StoreState {
+        StoreState { kind: "memory", healthy: true, detail: String::new() }
+    }
+
+    #[test]
+    fn text_shows_every_limit_its_window_and_the_domain_modes() {
+        let text = text(&snapshot(), &store());
+        for expected in [
+            "domain api (failure_mode open, charge all_or_nothing, hash_tag descriptor, api.yaml)",
+            "descriptors[0] [api_key]: burst: 20 per second (gcra); five: 7 per 5 minutes (fixed_window)",
+            "per-user [user]: 2 per 30 seconds (gcra) burst 3",
+        ] {
+            assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
+        }
+    }
+
+    #[test]
+    fn json_adds_the_domain_modes_and_each_limit_keeping_the_old_fields() {
+        let json = json(&snapshot(), &store());
+        let domain = &json["domains"][0];
+        assert_eq!(
+            (domain["charge"].as_str(), domain["hash_tag"].as_str()),
+            (Some("all_or_nothing"), Some("descriptor"))
+        );
+        assert_eq!(domain["failure_mode"], "open");
+        let several = &domain["rules"][0];
+        assert_eq!(several["name"], Value::Null);
+        assert_eq!(
+            (several["requests_per_unit"].as_u64(), several["unit"].as_str()),
+            (Some(20), Some("second"))
+        );
+        let five = &several["limits"][1];
+        assert_eq!(five["name"], "five");
+        assert_eq!(five["unit"], "minute");
+        assert_eq!(five["unit_multiplier"], 5);
+        assert_eq!(five["window_seconds"], 300);
+        assert_eq!(five["algorithm"], "fixed_window");
+        let single = &domain["rules"][1]["limits"][0];
+        assert_eq!((single["name"].clone(), single["window_seconds"].as_u64()), (Value::Null, Some(30)));
+    }
+}

@@ -124,11 +124,21 @@ fn misses(exact: usize, wildcards: &[String]) -> String {
 
 fn describe_rule(rule: &Rule, applied: &Applied<'_>, all: &[DescriptorReport<'_>]) -> String {
     let mut out = format!("  → rule {} (path {}", rule.label(), rule.path);
-    if rule.name.is_none() {
+    let several = rule.limits().iter().any(|limit| limit.name.is_some());
+    if several {
+        let _ = write!(out, ", rate_limits: metrics use {}/<name>", rule.path);
+    } else if rule.name.is_none() {
         out.push_str(", unnamed: metrics use the path");
     }
     out.push(')');
-    let _ = write!(out, "\n    limit: {}", describe_limit(rule));
+    if several {
+        out.push_str("\n    limits (a bucket each; the descriptor passes only if every one passes):");
+        for limit in rule.limits() {
+            let _ = write!(out, "\n      {}", describe_one(limit));
+        }
+    } else {
+        let _ = write!(out, "\n    limit: {}", describe_limit(rule));
+    }
     let _ = write!(out, "\n    flags: {}", describe_flags(rule));
     for name in &rule.replaces {
         let dropped: Vec<String> = all
