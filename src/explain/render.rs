@@ -159,9 +159,9 @@ fn describe_rule(rule: &Rule, applied: &Applied<'_>, all: &[DescriptorReport<'_>
         "\n    {}",
         match applied {
             Applied::Charged { key, others } if others.is_empty() => format!("bucket key: {key}"),
-            Applied::Charged { key, others } => {
-                let rest: Vec<String> = others.iter().map(|(name, key)| format!("{key} ({name})")).collect();
-                format!("bucket keys: {key}, {}", rest.join(", "))
+            Applied::Charged { others, .. } => {
+                let all: Vec<String> = others.iter().map(|(name, key)| format!("{name} {key}")).collect();
+                format!("bucket keys: {}", all.join(", "))
             }
             Applied::Unlimited => "unlimited: OK with remaining 4294967295, nothing charged".to_string(),
             Applied::ReplacedBy { rule: by, descriptor } => format!(
