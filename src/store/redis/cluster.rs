@@ -35,13 +35,18 @@ use tokio::time::Instant;
 
 use crate::algorithm::Decision;
 
-use super::super::scripts::{parse, Call, Scripts};
-use super::super::{Charge, StoreError};
+use super::super::guarded::Charged;
+use super::super::scripts::{parse_part, Call, Scripts};
+use super::super::{Charge, Groups, StoreError};
 use super::link::{Link, LinkSettings, Replaced, SendError};
 use super::slots::{Node, Redirect, SlotMap};
 use super::{address, connect_to, connection_info, host_port, node_url, redact_url, with_address, Health};
 
+use self::groups::Parts;
+
 pub use super::slots::{hash_tag, key_slot, SLOTS};
+
+mod groups;
 
 /// Redirects one charge may follow before it is a store error.
 const MAX_REDIRECTS: usize = 5;
@@ -155,30 +160,18 @@ impl ClusterStore {
     /// Charges the batch: the charges of one master as one pipeline, every master's at
     /// once, each by `deadline`. Results are in batch order.
     pub async fn charge(&self, batch: &[Charge], deadline: Instant) -> Vec<Result<Decision, StoreError>> {
-        let shared = &self.shared;
-        let map = shared.map.load_full();
-        let mut groups: Vec<(Node, Vec<usize>)> = Vec::new();
-        let mut unrouted = Vec::new();
-        for (i, charge) in batch.iter().enumerate() {
-            match map.owner(key_slot(charge.key.as_bytes())) {
-                Some(node) => match groups.iter_mut().find(|(n, _)| n == node) {
-                    Some((_, members)) => members.push(i),
-                    None => groups.push((node.clone(), vec![i])),
-                },
-                None => unrouted.push(i),
-            }
-        }
-        let mut results: Vec<Result<Decision, StoreError>> = vec![Err(StoreError::Timeout); batch.len()];
-        let routed = groups.iter().map(|(node, members)| shared.charge_on(node, batch, members, deadline));
-        let alone = unrouted
-            .iter()
-            .map(|&i| async move { vec![(i, shared.charge_one(&batch[i], None, deadline).await)] });
-        let (routed, alone) = futures_util::future::join(join_all(routed), join_all(alone)).await;
-        for (i, result) in routed.into_iter().chain(alone).flatten() {
-            results[i] = result;
-        }
-        shared.health.record(&results);
-        results
+        self.charge_groups(batch, &Groups::each(), deadline).await.results
+    }
+
+    /// Charges a batch whose `groups` stand or fall together (see the module doc): each
+    /// group's part on one slot is one script call; a group denied by one part has its
+    /// other parts refunded (listed in [`Charged::refunds`]). Results are in batch order.
+    pub async fn charge_groups(&self, batch: &[Charge], groups: &Groups, deadline: Instant) -> Charged {
+        let parts = Parts::of(batch, groups);
+        let results = self.shared.charge_parts(batch, &parts, deadline).await;
+        let refunds = self.shared.undo_denied(batch, &parts, &results, deadline).await;
+        self.shared.health.record(&results);
+        Charged { results, refunds }
     }
 }
 
@@ -199,51 +192,94 @@ impl Shared {
         link
     }
 
-    /// The charges `members` of `batch`, owned by `node`, as one pipeline; a redirected
-    /// entry (it did not run) then follows its redirect alone.
+    /// Charges every part (see `groups::Parts`): the parts owned by one master as one
+    /// pipeline, every master's at once, by `deadline`. One result per charge of `batch`.
+    async fn charge_parts(
+        self: &Arc<Self>,
+        batch: &[Charge],
+        parts: &Parts,
+        deadline: Instant,
+    ) -> Vec<Result<Decision, StoreError>> {
+        let map = self.map.load_full();
+        let mut by_node: Vec<(Node, Vec<usize>)> = Vec::new();
+        let mut unrouted = Vec::new();
+        for p in 0..parts.len() {
+            let first = parts.members(p).first().map_or(&[][..], |&i| batch[i].key.as_bytes());
+            match map.owner(key_slot(first)) {
+                Some(node) => match by_node.iter_mut().find(|(n, _)| n == node) {
+                    Some((_, owned)) => owned.push(p),
+                    None => by_node.push((node.clone(), vec![p])),
+                },
+                None => unrouted.push(p),
+            }
+        }
+        let routed = by_node.iter().map(|(node, owned)| self.charge_on(node, batch, parts, owned, deadline));
+        let alone = unrouted.iter().map(|&p| async move {
+            let members = parts.members(p);
+            let results = self.charge_part(batch, members, None, deadline).await;
+            members.iter().copied().zip(results).collect::<Vec<_>>()
+        });
+        let (routed, alone) = futures_util::future::join(join_all(routed), join_all(alone)).await;
+        let mut results: Vec<Result<Decision, StoreError>> = vec![Err(StoreError::Timeout); batch.len()];
+        for (i, result) in routed.into_iter().flatten().chain(alone.into_iter().flatten()) {
+            results[i] = result;
+        }
+        results
+    }
+
+    /// The parts `owned` (indices into `parts`), owned by `node`, as one pipeline; a
+    /// redirected entry (it did not run) then follows its redirect alone.
     async fn charge_on(
         self: &Arc<Self>,
         node: &Node,
         batch: &[Charge],
-        members: &[usize],
+        parts: &Parts,
+        owned: &[usize],
         deadline: Instant,
     ) -> Vec<(usize, Result<Decision, StoreError>)> {
-        let mut pipe = Pipeline::with_capacity(members.len());
-        for &i in members {
-            pipe.add_command(self.scripts.command(&batch[i], Call::Sha));
+        let mut pipe = Pipeline::with_capacity(owned.len());
+        for &p in owned {
+            pipe.add_command(self.scripts.part(batch, parts.members(p), Call::Sha));
         }
-        let values = match self.link(node).send(pipe, members.len(), deadline).await {
+        let values = match self.link(node).send(pipe, owned.len(), deadline).await {
             Ok(values) => values,
             Err(e) => {
                 self.failed(&e);
                 let e = StoreError::from(e);
-                return members.iter().map(|&i| (i, Err(e.clone()))).collect();
+                return owned.iter().flat_map(|&p| parts.members(p)).map(|&i| (i, Err(e.clone()))).collect();
             }
         };
-        let answers = members.iter().zip(values).map(|(&i, value)| async move {
-            let result = match Redirect::of(&value, &node.0) {
-                None => parse(value),
-                Some(_) => self.charge_one(&batch[i], Some((node.clone(), value)), deadline).await,
+        let answers = owned.iter().zip(values).map(|(&p, value)| async move {
+            let members = parts.members(p);
+            let results = match Redirect::of(&value, &node.0) {
+                None => parse_part(Ok(value), members.len()),
+                Some(_) => self.charge_part(batch, members, Some((node.clone(), value)), deadline).await,
             };
-            (i, result)
+            members.iter().copied().zip(results).collect::<Vec<_>>()
         });
-        join_all(answers).await
+        join_all(answers).await.into_iter().flatten().collect()
     }
 
-    /// One charge, routed by its slot — or, with `reply`, starting from a reply `node`
-    /// already gave it — following redirects until a node runs it.
-    async fn charge_one(
+    /// One script call of the charges `members` of `batch` (one slot), routed by that slot
+    /// — or, with `reply`, starting from a reply `node` already gave it — following
+    /// redirects until a node runs it. One result per member.
+    async fn charge_part(
         self: &Arc<Self>,
-        charge: &Charge,
+        batch: &[Charge],
+        members: &[usize],
         mut reply: Option<(Node, Value)>,
         deadline: Instant,
-    ) -> Result<Decision, StoreError> {
-        let slot = key_slot(charge.key.as_bytes());
+    ) -> Vec<Result<Decision, StoreError>> {
+        let fail = |e: StoreError| vec![Err(e); members.len()];
+        let slot = members.first().map_or(0, |&i| key_slot(batch[i].key.as_bytes()));
         let mut node = match &reply {
             Some((node, _)) => node.clone(),
             None => match self.map.load().owner(slot) {
                 Some(node) => node.clone(),
-                None => self.refreshed_owner(slot, deadline).await?,
+                None => match self.refreshed_owner(slot, deadline).await {
+                    Ok(node) => node,
+                    Err(e) => return fail(e),
+                },
             },
         };
         let (mut asking, mut call) = (false, Call::Sha);
@@ -255,19 +291,19 @@ impl Shared {
                     if asking {
                         pipe.add_command(redis::cmd("ASKING"));
                     }
-                    pipe.add_command(self.scripts.command(charge, call));
+                    pipe.add_command(self.scripts.part(batch, members, call));
                     let count = 1 + usize::from(asking);
                     match self.link(&node).send(pipe, count, deadline).await {
                         Ok(mut values) => values.pop().unwrap_or(Value::Nil),
                         Err(e) => {
                             self.failed(&e);
-                            return Err(e.into());
+                            return fail(e.into());
                         }
                     }
                 }
             };
             match Redirect::of(&value, &node.0) {
-                None => return parse(value),
+                None => return parse_part(Ok(value), members.len()),
                 Some(Redirect::Moved { slot, node: to }) => {
                     self.map.store(Arc::new(self.map.load().with_owner(slot, to.clone())));
                     self.start_refresh(false);
@@ -277,16 +313,19 @@ impl Shared {
                 Some(Redirect::TryAgain) => {
                     let pause = Instant::now() + TRYAGAIN_PAUSE;
                     if pause >= deadline {
-                        return Err(StoreError::Timeout);
+                        return fail(StoreError::Timeout);
                     }
                     tokio::time::sleep_until(pause).await;
                 }
-                Some(Redirect::ReadOnly) => node = self.refreshed_owner(slot, deadline).await?,
+                Some(Redirect::ReadOnly) => match self.refreshed_owner(slot, deadline).await {
+                    Ok(owner) => node = owner,
+                    Err(e) => return fail(e),
+                },
                 Some(Redirect::NoScript) if call == Call::Sha => call = Call::Source,
-                Some(Redirect::NoScript) => return parse(value),
+                Some(Redirect::NoScript) => return parse_part(Ok(value), members.len()),
             }
         }
-        Err(StoreError::Server(format!("more than {MAX_REDIRECTS} cluster redirects for slot {slot}")))
+        fail(StoreError::Server(format!("more than {MAX_REDIRECTS} cluster redirects for slot {slot}")))
     }
 
     /// A call failed: the master may have failed over, so learn the map again soon.
@@ -366,8 +405,8 @@ fn redacted(nodes: &[String]) -> Vec<String> {
 }
 
 impl super::super::Remote for ClusterStore {
-    async fn charge(&self, batch: &[Charge], deadline: Instant) -> Vec<Result<Decision, StoreError>> {
-        ClusterStore::charge(self, batch, deadline).await
+    async fn charge(&self, batch: &[Charge], groups: &Groups, deadline: Instant) -> Charged {
+        ClusterStore::charge_groups(self, batch, groups, deadline).await
     }
 }
 
