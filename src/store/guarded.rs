@@ -226,3 +226,6 @@ impl<C: Remote + Sync> Guarded<C> {
 fn unreachable(results: &[Result<Decision, StoreError>]) -> bool {
     !results.is_empty() && results.iter().all(|r| matches!(r, Err(e) if e.is_unreachable()))
 }
+
+#[cfg(test)]
+mod tests;

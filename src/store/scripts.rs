@@ -327,6 +327,73 @@ mod tests {
     }
 
     #[test]
+    fn a_joint_call_names_each_key_once_and_every_member() {
+        let scripts = Scripts::new();
+        let mut other = charge(Algorithm::SlidingWindow, Hits::Consume(2));
+        other.key = "tg:o".into();
+        let batch = [charge(Algorithm::Gcra, Hits::Consume(1)), other, charge(Algorithm::Gcra, Hits::Peek)];
+        let args = args(&scripts.part(&batch, &[0, 1, 2], Call::Sha));
+        assert_eq!(args[0], "EVALSHA");
+        assert_eq!(args[1], redis::Script::new(JOINT_LUA).get_hash());
+        let expected = [
+            "2",
+            "tg:k",
+            "tg:o",
+            "3", // keys, then members
+            "1",
+            "gcra",
+            "10",
+            "1000000",
+            "4",
+            "0",
+            "1", //
+            "2",
+            "sliding_window",
+            "10",
+            "1000000",
+            "4",
+            "0",
+            "2", //
+            "1",
+            "gcra",
+            "10",
+            "1000000",
+            "4",
+            "1",
+            "0",
+        ];
+        assert_eq!(&args[2..], expected);
+        let single = self::args(&scripts.part(&batch, &[1], Call::Source));
+        assert_eq!(
+            (single[0].as_str(), single[1].as_str()),
+            ("EVAL", SLIDING_LUA),
+            "a part of one: its own script"
+        );
+    }
+
+    #[test]
+    fn a_joint_reply_is_one_decision_per_member_or_one_error_for_all() {
+        let decision = |a, r, t| Value::Array(vec![Value::Int(a), Value::Int(r), Value::Int(t)]);
+        let reply = Value::Array(vec![decision(1, 3, 10), decision(0, 0, 99)]);
+        assert_eq!(
+            parse_part(Ok(reply), 2),
+            [
+                Ok(Decision { allowed: true, remaining: 3, reset_us: 10 }),
+                Ok(Decision { allowed: false, remaining: 0, reset_us: 99 })
+            ]
+        );
+        // Three members whose reply looks like one decision is still read as three.
+        let three = Value::Array(vec![decision(1, 1, 1), decision(1, 2, 2), decision(1, 3, 3)]);
+        assert!(parse_part(Ok(three), 3).iter().all(Result::is_ok));
+        let short = parse_part(Ok(Value::Array(vec![decision(1, 1, 1)])), 2);
+        assert!(short.iter().all(|r| matches!(r, Err(StoreError::Server(_)))), "{short:?}");
+        assert_eq!(
+            parse_part(Err(StoreError::Timeout), 2),
+            [Err(StoreError::Timeout), Err(StoreError::Timeout)]
+        );
+    }
+
+    #[test]
     fn replies_parse_or_fail_as_server_errors() {
         let ok = Value::Array(vec![Value::Int(1), Value::Int(4), Value::Int(250)]);
         assert_eq!(parse(ok), Ok(Decision { allowed: true, remaining: 4, reset_us: 250 }));

@@ -1,7 +1,8 @@
 //! The Redis Cluster store: each charge is one `EVALSHA` on the master that owns its key,
 //! routed here — no client-side re-send that could charge twice.
 //!
-//! A bucket is one key, so every script call touches one slot. The slot map comes from
+//! A bucket is one key, so every script call touches one slot (a joint call, several keys
+//! of one slot). The slot map comes from
 //! `CLUSTER SLOTS` (asked of a known master or a seed, in a background task); each master
 //! is reached through its own connection lifecycle (`link`), so a silent or dead master
 //! costs only its own charges while the others are answered by their masters.
@@ -19,6 +20,14 @@
 //! redirected did not run and follows its redirect alone; the others are answered. (A
 //! whole-pipeline re-send, as redis-rs's cluster client does on a redirect, would charge
 //! the other entries twice.)
+//!
+//! Joint groups (`Groups`, `groups`): the charges of a group on one slot are one entry —
+//! one `joint.lua` call, atomic, redirected like any entry. A group whose keys span slots
+//! goes as one call per slot (in parallel); when a part is denied, the consumes of the
+//! parts that were applied are refunded. Between a part's charge and its refund (one round
+//! trip) other requests may see those tokens taken — under-admission by at most the
+//! group's hits, for one round trip — and a refund that fails leaves them taken until the
+//! bucket refills: never over-admission. `groups` says why this beats checking first.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -28,7 +37,6 @@ use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use futures_util::future::join_all;
-use rand::seq::SliceRandom;
 use redis::{ConnectionInfo, Pipeline, Value};
 use tokio::sync::Notify;
 use tokio::time::Instant;
@@ -38,15 +46,16 @@ use crate::algorithm::Decision;
 use super::super::guarded::Charged;
 use super::super::scripts::{parse_part, Call, Scripts};
 use super::super::{Charge, Groups, StoreError};
-use super::link::{Link, LinkSettings, Replaced, SendError};
+use super::link::{Link, LinkSettings, Replaced};
 use super::slots::{Node, Redirect, SlotMap};
-use super::{address, connect_to, connection_info, host_port, node_url, redact_url, with_address, Health};
+use super::{address, connect_to, connection_info, node_url, redact_url, with_address, Health};
 
 use self::groups::Parts;
 
 pub use super::slots::{hash_tag, key_slot, SLOTS};
 
 mod groups;
+mod refresh;
 
 /// Redirects one charge may follow before it is a store error.
 const MAX_REDIRECTS: usize = 5;
@@ -326,77 +335,6 @@ impl Shared {
             }
         }
         fail(StoreError::Server(format!("more than {MAX_REDIRECTS} cluster redirects for slot {slot}")))
-    }
-
-    /// A call failed: the master may have failed over, so learn the map again soon.
-    fn failed(self: &Arc<Self>, e: &SendError) {
-        if matches!(e, SendError::NotSent(_) | SendError::MaybeRan(StoreError::Unavailable(_))) {
-            self.start_refresh(false);
-        }
-    }
-
-    /// The owner of `slot` after a map refresh (waited for until `deadline`).
-    async fn refreshed_owner(self: &Arc<Self>, slot: u16, deadline: Instant) -> Result<Node, StoreError> {
-        let refreshed = self.refreshed.notified();
-        tokio::pin!(refreshed);
-        refreshed.as_mut().enable();
-        self.start_refresh(true);
-        if tokio::time::timeout_at(deadline, refreshed).await.is_err() {
-            return Err(StoreError::Timeout);
-        }
-        self.map
-            .load()
-            .owner(slot)
-            .cloned()
-            .ok_or_else(|| StoreError::Unavailable(format!("no redis cluster master known for slot {slot}")))
-    }
-
-    /// Starts a map refresh in a background task (never inside a request: a cancelled
-    /// request must not leave a refresh half done), unless one runs; `urgent` skips the
-    /// minimum gap between refreshes.
-    fn start_refresh(self: &Arc<Self>, urgent: bool) {
-        {
-            let mut state = self.refresh.lock().unwrap_or_else(|e| e.into_inner());
-            let recent = state.started.is_some_and(|t| t.elapsed() < REFRESH_GAP);
-            if state.running || (recent && !urgent) {
-                return;
-            }
-            state.running = true;
-            state.started = Some(Instant::now());
-        }
-        tokio::spawn(self.clone().refresh());
-    }
-
-    /// Asks the known masters (in random order), then the seeds, for `CLUSTER SLOTS`; the
-    /// first answer becomes the map, and lifecycles of nodes no longer masters are dropped.
-    async fn refresh(self: Arc<Self>) {
-        let mut candidates: Vec<Node> = self.map.load().nodes().to_vec();
-        candidates.shuffle(&mut rand::rng());
-        for seed in &self.seeds {
-            if let Some(node) = host_port(seed) {
-                candidates.push(node);
-            }
-        }
-        for node in candidates {
-            let mut pipe = Pipeline::with_capacity(1);
-            pipe.add_command(redis::cmd("CLUSTER").arg("SLOTS").to_owned());
-            let reply = self.link(&node).send(pipe, 1, Instant::now() + REFRESH_TIMEOUT).await;
-            let Ok(mut values) = reply else { continue };
-            let Some(map) = values.pop().and_then(|v| SlotMap::from_cluster_slots(&v, &node.0)) else {
-                continue;
-            };
-            if map.is_empty() {
-                continue;
-            }
-            if **self.map.load() != map {
-                tracing::info!(masters = map.nodes().len(), "redis cluster slot map updated");
-            }
-            self.links().retain(|node, _| map.nodes().contains(node));
-            self.map.store(Arc::new(map));
-            break;
-        }
-        self.refresh.lock().unwrap_or_else(|e| e.into_inner()).running = false;
-        self.refreshed.notify_waiters();
     }
 }
 
