@@ -115,10 +115,13 @@ impl MemoryStore {
         batch.iter().map(|c| self.charge_at(c, now)).collect()
     }
 
-    /// Charges one group (see `Groups`) at `now`. TEMPORARY (lead): replaced by the store
-    /// engineer's atomic implementation at merge.
+    /// Charges `group` as one group (all or nothing) at `now`: what a `failure_mode: local`
+    /// domain charges a group with whose store call failed.
     pub fn charge_group_at(&self, group: &[Charge], now: u64) -> Vec<Decision> {
-        group.iter().map(|c| self.charge_at(c, now)).collect()
+        match group {
+            [charge] => vec![self.charge_at(charge, now)],
+            group => self.charge_joint(group, now),
+        }
     }
 
     /// Charges one bucket at `now` (µs since the epoch). Public for deterministic tests.
