@@ -1,7 +1,7 @@
 //! Redis Cluster and Sentinel, for real: each test starts its own 3-master cluster (or
 //! master + replica + sentinel) on free loopback ports and the whole app in-process.
 //!
-//! `scenarios` is `tests/api/scenarios.rs` itself — the scenario suite every store passes —
+//! `scenarios` is `tests/api/scenarios.rs` itself (and `new_limits` is `tests/api/new_limits.rs`) — the scenario suite every store passes —
 //! run here with `StoreKind::Redis` meaning a cluster (see `support`). `scaling` covers
 //! what only a cluster shows; `faults` a cluster behind TCP fronts (`support/front.rs`)
 //! whose connections go silent; `sentinel` the Sentinel store; `joint` groups charged together on a cluster and on
@@ -25,6 +25,8 @@ mod cli;
 mod faults;
 #[path = "cluster/joint.rs"]
 mod joint;
+#[path = "api/new_limits.rs"]
+mod new_limits;
 #[path = "cluster/scaling.rs"]
 mod scaling;
 #[path = "api/scenarios.rs"]
