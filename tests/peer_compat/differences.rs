@@ -124,3 +124,19 @@ async fn a_denied_request_still_charges_its_other_descriptors() {
     assert_eq!(second.statuses[1].code, Code::Ok as i32);
     assert_eq!(second.statuses[1].limit_remaining, 3, "charged although the request was denied");
 }
+
+/// With `charge: all_or_nothing` (what the peer's `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`
+/// is for) a denied request charges none of its descriptors: the other descriptor reports
+/// its bucket as it is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn all_or_nothing_charges_no_descriptor_of_a_denied_request() {
+    let policy = "domain: d\ncharge: all_or_nothing\ndescriptors:\n  - key: tight\n    rate_limit: {unit: minute, \
+                  requests_per_unit: 1}\n  - key: loose\n    rate_limit: {unit: minute, requests_per_unit: 5}\n";
+    let app = serve_yaml(&[("d.yaml", policy)]).await;
+    let both = request("d", &[&[("tight", "a")], &[("loose", "a")]]);
+    assert_eq!(app.check(both.clone()).await.overall_code, Code::Ok as i32);
+    let second = app.check(both).await;
+    assert_eq!(second.overall_code, Code::OverLimit as i32);
+    assert_eq!(second.statuses[1].code, Code::Ok as i32);
+    assert_eq!(second.statuses[1].limit_remaining, 4, "not charged: the request was denied");
+}
