@@ -113,21 +113,31 @@ pub fn plan<'a>(
                 }
             }
         }
-        if !charges.is_empty() {
-            ends.push(charges.len());
-        }
+        close_group(&mut ends, 0, charges.len());
     }
     for (plan, descriptor) in plans.iter_mut().zip(descriptors) {
         if let Plan::Limited(limit) = plan {
             if !joint || limit.shadow() || limit.quota() {
+                let start = charges.len();
                 push_charges(domain, limit, descriptor, request_hits, key_prefix, &mut charges);
-                if charges.len() > ends.last().copied().unwrap_or(0) {
-                    ends.push(charges.len());
-                }
+                close_group(&mut ends, start, charges.len());
             }
         }
     }
     (plans, charges, Groups::from_ends(ends))
+}
+
+/// Ends the group `start..end` (nothing if empty). Groups of one are left implicit while
+/// every group so far is one (`ends` stays empty and allocates nothing: the common case);
+/// the first larger group writes them out.
+fn close_group(ends: &mut Vec<usize>, start: usize, end: usize) {
+    if end <= start || (end - start == 1 && ends.is_empty()) {
+        return;
+    }
+    if ends.is_empty() {
+        ends.extend(1..=start);
+    }
+    ends.push(end);
 }
 
 fn push_charges(

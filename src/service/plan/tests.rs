@@ -63,6 +63,13 @@ fn each_limit_is_a_bucket_and_a_descriptor_is_one_group() {
     assert!(charges[1].key.contains("fd7:"), "the window of 7 days is in the key: {}", charges[1].key);
     assert_eq!(key_slot(charges[0].key.as_bytes()), key_slot(charges[1].key.as_bytes()));
     assert_eq!(charges[1].params.unit_us, 7 * 86_400_000_000);
+    // A group of one before a larger group is written out too.
+    let request =
+        [descriptor(&[("ip", "1.2.3.4")]), descriptor(&[("api_key", "k1")]), descriptor(&[("ip", "5")])];
+    let (_, _, groups) = plan(domain, &request, 0, "");
+    assert_eq!(groups.ranges(4).collect::<Vec<_>>(), [0..1, 1..3, 3..4]);
+    let singles = [descriptor(&[("ip", "1.2.3.4")]), descriptor(&[("ip", "5")])];
+    assert!(plan(domain, &singles, 0, "").2.is_each(), "groups of one only: nothing allocated");
     // Another descriptor value: other buckets.
     let (_, other, _) = plan(domain, &[descriptor(&[("api_key", "k2")])], 0, "");
     assert_ne!(other[0].key, charges[0].key);
