@@ -43,6 +43,8 @@ use super::{address, connect_to, connection_info, host_port, node_url, redact_ur
 
 pub use super::slots::{hash_tag, key_slot, SLOTS};
 
+mod reset;
+
 /// Redirects one charge may follow before it is a store error.
 const MAX_REDIRECTS: usize = 5;
 /// Pause before sending a `TRYAGAIN` command again.
