@@ -9,6 +9,7 @@ mod lifecycle;
 mod metrics;
 mod reload;
 mod tls;
+mod usage;
 
 use crate::support::*;
 
