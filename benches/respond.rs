@@ -16,7 +16,7 @@ fn responses(c: &mut Criterion) {
     let mut group = c.benchmark_group("respond");
     for n in [1usize, 4, 16] {
         let descriptors = common::user_descriptors(n);
-        let (plans, charges) = plan(domain, &descriptors, 0, "");
+        let (plans, charges, _) = plan(domain, &descriptors, 0, "");
         assert_eq!(charges.len(), n);
         let results: Vec<_> = (0..n as u64)
             .map(|i| Ok(Decision { allowed: i % 5 != 4, remaining: 1_000 - i, reset_us: 1_000_000 + i }))

@@ -114,9 +114,11 @@ pub enum Applied<'a> {
     /// OK, nothing charged (no match, explicit allow).
     Nothing,
     Unlimited,
-    /// Charged to this bucket (key with an empty `--redis-key-prefix`).
+    /// Charged to this bucket (key with an empty `--redis-key-prefix`); with `rate_limits`,
+    /// `others` holds the buckets of the limits after the first, with their names.
     Charged {
         key: String,
+        others: Vec<(String, String)>,
     },
     /// Its rule's name is in `replaces` of the rule of descriptor `descriptor` (0-based).
     ReplacedBy {
@@ -246,15 +248,21 @@ fn applied<'a>(
 ) -> Vec<Applied<'a>> {
     let request: Vec<RateLimitDescriptor> =
         descriptors.iter().map(|d| RateLimitDescriptor::from_entries(d.0.iter().cloned())).collect();
-    let (plans, charges) = plan::plan(domain, &request, 0, "");
+    let (plans, charges, _) = plan::plan(domain, &request, 0, "");
     plans
         .iter()
         .zip(verdicts)
         .map(|(plan, verdict)| match (plan, verdict) {
-            (Plan::Limited(limit), _) => match charges.get(limit.charge) {
-                Some(charge) => Applied::Charged { key: charge.key.clone() },
-                None => Applied::Nothing,
-            },
+            (Plan::Limited(limit), _) => {
+                let mut keys = limit
+                    .limits()
+                    .zip(&charges[limit.charges.clone()])
+                    .map(|(one, charge)| (one.name.clone().unwrap_or_default(), charge.key.clone()));
+                match keys.next() {
+                    Some((_, key)) => Applied::Charged { key, others: keys.collect() },
+                    None => Applied::Nothing,
+                }
+            }
             (Plan::Unlimited(_), _) => Applied::Unlimited,
             (Plan::Pass, Verdict::Rule(rule)) => replaced_by(rule, verdicts),
             (Plan::Pass, _) => Applied::Nothing,

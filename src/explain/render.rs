@@ -140,7 +140,11 @@ fn describe_rule(rule: &Rule, applied: &Applied<'_>, all: &[DescriptorReport<'_>
         out,
         "\n    {}",
         match applied {
-            Applied::Charged { key } => format!("bucket key: {key}"),
+            Applied::Charged { key, others } if others.is_empty() => format!("bucket key: {key}"),
+            Applied::Charged { key, others } => {
+                let rest: Vec<String> = others.iter().map(|(name, key)| format!("{key} ({name})")).collect();
+                format!("bucket keys: {key}, {}", rest.join(", "))
+            }
             Applied::Unlimited => "unlimited: OK with remaining 4294967295, nothing charged".to_string(),
             Applied::ReplacedBy { rule: by, descriptor } => format!(
                 "not applied: replaced by rule {} of descriptor {} (its replaces names {:?}): OK, nothing charged",

@@ -97,7 +97,7 @@ fn default_node_then_first_matching_wildcard() {
         Unit::Minute,
         [("user", "alice"), ("path", "/v1/search/x")].into_iter(),
     );
-    assert_eq!(report.applied, Applied::Charged { key: expected });
+    assert_eq!(report.applied, Applied::Charged { key: expected, others: vec![] });
 
     let second = one(&snapshot, "user=alice,path=/v1/other");
     assert_eq!(second.walk[1].how, How::Wildcard { pattern: "/v1/*".into(), position: 2, wildcards: 2 });
@@ -195,9 +195,9 @@ fn text_names_rule_numbers_flags_and_key() {
 fn bytes_that_are_not_utf8_are_explained_escaped_in_their_own_bucket() {
     let snapshot = snapshot();
     let ff = one(&snapshot, r"user=\xff");
-    let Applied::Charged { key: ff_key } = &ff.applied else { panic!("charged: {ff:?}") };
+    let Applied::Charged { key: ff_key, .. } = &ff.applied else { panic!("charged: {ff:?}") };
     assert!(ff_key.contains('#'), "hashed like a long value: {ff_key}");
-    let Applied::Charged { key: text_key } = one(&snapshot, r"user=\\xff").applied else { panic!() };
+    let Applied::Charged { key: text_key, .. } = one(&snapshot, r"user=\\xff").applied else { panic!() };
     assert_ne!(ff_key, &text_key, "the byte and the text `\\xff` are different buckets");
     // A wildcard takes a value that is not UTF-8; a key that is not UTF-8 is no configured key.
     let path = one(&snapshot, r"user=alice,path=/v1/\xff");

@@ -58,8 +58,19 @@ pub fn carries_values(rule: &Rule) -> bool {
 /// The label of one decision of a rule that carries values: `values` are the request's
 /// entry values in order (one per level); each part is escaped and at most `max` bytes.
 pub fn compose<'v>(rule: &Rule, values: impl IntoIterator<Item = &'v [u8]>, max: usize) -> String {
-    let mut label = String::with_capacity(rule.label().len() + 2 * max);
-    label.push_str(rule.label());
+    compose_as(rule, rule.label(), values, max)
+}
+
+/// [`compose`] under another base label: `base` is one limit's label (`Rule::limit_label`)
+/// for a rule with several limits.
+pub fn compose_as<'v>(
+    rule: &Rule,
+    base: &str,
+    values: impl IntoIterator<Item = &'v [u8]>,
+    max: usize,
+) -> String {
+    let mut label = String::with_capacity(base.len() + 2 * max);
+    label.push_str(base);
     label.push(':');
     for (i, (level, value)) in rule.levels.iter().zip(values).enumerate() {
         if i > 0 {

@@ -25,8 +25,9 @@ const OVERRIDE: &str = "request_override";
 /// How a rule of a snapshot is counted.
 #[derive(Debug, Clone)]
 pub enum RuleSeries {
-    /// On handles resolved when the snapshot was built (the plain `<rule>` label).
-    Fixed(RuleCounters),
+    /// On handles resolved when the snapshot was built (the plain `<rule>` label), one per
+    /// limit of the rule (`Rule::limit_label`; one for a `rate_limit` or `unlimited`).
+    Fixed(Vec<RuleCounters>),
     /// Under a label composed from each request's values (`Metrics::record_per_value`).
     PerValue,
 }
@@ -37,6 +38,14 @@ pub struct SnapshotCounters {
     pub domains: HashMap<String, Vec<RuleSeries>>,
     /// Counters for request `limit` overrides, per domain.
     pub overrides: HashMap<String, RuleCounters>,
+}
+
+/// The base label of each limit of `rule` (one for `rate_limit` and `unlimited`).
+fn limit_labels(rule: &Rule) -> Vec<String> {
+    match rule.limits() {
+        [] | [_] => vec![rule.label().to_string()],
+        limits => limits.iter().map(|limit| rule.limit_label(limit)).collect(),
+    }
 }
 
 /// The series Tollgate created and has not removed yet.
@@ -87,17 +96,24 @@ impl Metrics {
     pub fn counters_for(&self, snapshot: &Snapshot) -> SnapshotCounters {
         let mut counters = SnapshotCounters::default();
         let mut plain = HashSet::new();
-        let mut per_value: HashMap<&str, HashMap<&str, Shape>> = HashMap::new();
+        let mut per_value: HashMap<&str, HashMap<String, Shape>> = HashMap::new();
         for (name, domain) in &snapshot.domains {
             let mut rules = Vec::with_capacity(domain.rules.len());
             for rule in &domain.rules {
+                let labels = limit_labels(rule);
                 if label::carries_values(rule) {
                     let shapes = per_value.entry(name).or_default();
-                    shapes.entry(rule.label()).or_insert_with(|| Shape::of(rule));
+                    for label in labels {
+                        shapes.entry(label).or_insert_with(|| Shape::of(rule));
+                    }
                     rules.push(RuleSeries::PerValue);
                 } else {
-                    plain.insert((name.clone(), rule.label().to_string()));
-                    rules.push(RuleSeries::Fixed(self.rule_counters(name, rule.label())));
+                    let mut counters = Vec::with_capacity(labels.len());
+                    for label in labels {
+                        counters.push(self.rule_counters(name, &label));
+                        plain.insert((name.clone(), label));
+                    }
+                    rules.push(RuleSeries::Fixed(counters));
                 }
             }
             counters.domains.insert(name.clone(), rules);
@@ -120,11 +136,25 @@ impl Metrics {
         outcome: Outcome,
         hits: u64,
     ) {
-        let composed = label::compose(rule, values, self.limits.max_label_value_bytes);
+        self.record_per_value_as(domain, rule, rule.label(), values, outcome, hits)
+    }
+
+    /// [`Metrics::record_per_value`] for one limit of the rule, labelled `base`
+    /// (`Rule::limit_label`).
+    pub fn record_per_value_as<'v>(
+        &self,
+        domain: &str,
+        rule: &Rule,
+        base: &str,
+        values: impl IntoIterator<Item = &'v [u8]>,
+        outcome: Outcome,
+        hits: u64,
+    ) {
+        let composed = label::compose_as(rule, base, values, self.limits.max_label_value_bytes);
         {
             let domains = self.installed.per_value.read().unwrap_or_else(PoisonError::into_inner);
             let Some(sets) = domains.get(domain) else { return };
-            let Some(rule_sets) = sets.rules.get(rule.label()) else { return };
+            let Some(rule_sets) = sets.rules.get(base) else { return };
             if let Some(counters) = rule_sets.sets.get(&composed) {
                 return counters.record(outcome, hits);
             }
@@ -137,15 +167,14 @@ impl Metrics {
         let mut domains = self.installed.per_value.write().unwrap_or_else(PoisonError::into_inner);
         let Some(sets) = domains.get_mut(domain) else { return };
         let full = sets.count >= self.limits.max_detailed_series;
-        let Some(rule_sets) = sets.rules.get_mut(rule.label()) else { return };
+        let Some(rule_sets) = sets.rules.get_mut(base) else { return };
         if let Some(counters) = rule_sets.sets.get(&composed) {
             return counters.record(outcome, hits);
         }
         if full {
             sets.dropped.inc();
-            let other = rule_sets
-                .other
-                .get_or_insert_with(|| self.rule_counters(domain, &label::other(rule.label())));
+            let other =
+                rule_sets.other.get_or_insert_with(|| self.rule_counters(domain, &label::other(base)));
             return other.record(outcome, hits);
         }
         let counters = self.rule_counters(domain, &composed);
@@ -165,7 +194,7 @@ impl Metrics {
 
     /// Keeps the value label sets of rules whose shape is unchanged, removes the others,
     /// and makes room for the new rules.
-    fn install_per_value(&self, current: HashMap<&str, HashMap<&str, Shape>>) {
+    fn install_per_value(&self, current: HashMap<&str, HashMap<String, Shape>>) {
         let mut domains = self.installed.per_value.write().unwrap_or_else(PoisonError::into_inner);
         domains.retain(|domain, sets| {
             let keep = current.get(domain.as_str());

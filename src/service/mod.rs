@@ -33,7 +33,7 @@ use crate::config::FailureMode;
 use crate::escape::escape;
 use crate::live::Live;
 use crate::metrics::Metrics;
-use crate::store::{Charge, MemoryStore, Store, StoreError};
+use crate::store::{Charge, Groups, MemoryStore, Store, StoreError};
 pub use server::RateLimitServer;
 pub use wire::RateLimitRequest;
 
@@ -101,7 +101,7 @@ impl RateLimiter {
     /// Decides a validated request by `deadline`. Never fails: store errors are answered
     /// by the domain's failure policy.
     pub async fn decide(&self, request: &RateLimitRequest, deadline: Instant) -> RateLimitResponse {
-        let (mut response, metadata) = self.decide_codes(request, deadline).await;
+        let (mut response, metadata, windows) = self.decide_codes(request, deadline).await;
         // Global shadow mode covers every answer: charged, failure-policy and oversized.
         // Only a configured (so UTF-8) domain can be over its limit: the label stays bounded.
         if self.settings.shadow_mode && respond::shadow(&mut response) {
@@ -110,7 +110,7 @@ impl RateLimiter {
             }
         }
         if self.settings.response_headers {
-            respond::add_headers(&mut response);
+            respond::add_headers(&mut response, &windows);
         }
         if let Some(names) = &self.settings.limit_headers {
             respond::add_limit_headers(&mut response, names);
@@ -121,59 +121,79 @@ impl RateLimiter {
         response
     }
 
-    /// The response with the codes as decided (before global shadow mode and headers), and
-    /// the merged `metadata` of the rules passed (only with `--response-dynamic-metadata`).
+    /// The response with the codes as decided (before global shadow mode and headers), the
+    /// merged `metadata` of the rules passed (only with `--response-dynamic-metadata`), and
+    /// per descriptor the deciding limit's true count and window in seconds (for headers).
     async fn decide_codes(
         &self,
         request: &RateLimitRequest,
         deadline: Instant,
-    ) -> (RateLimitResponse, serde_json::Map<String, serde_json::Value>) {
+    ) -> (RateLimitResponse, serde_json::Map<String, serde_json::Value>, Vec<Option<(u64, u64)>>) {
         let active = self.live.load();
         // Configured domains are UTF-8: a domain that is not cannot be one of them.
         let known = std::str::from_utf8(&request.domain).ok().and_then(|d| active.snapshot.domain(d));
         let Some(domain) = known else {
             self.metrics.unknown_domain();
             tracing::debug!(domain = %escape(&request.domain), "unknown domain: every descriptor OK");
-            return (unknown_domain(request), serde_json::Map::new());
+            return (unknown_domain(request), serde_json::Map::new(), Vec::new());
         };
         if let Some(oversize) = self.settings.bounds.check(request) {
             self.metrics.oversized(oversize.as_str());
-            return (bounds::answer(request, domain.failure_mode), serde_json::Map::new());
+            return (bounds::answer(request, domain.failure_mode), serde_json::Map::new(), Vec::new());
         }
-        let (plans, charges) =
+        let (plans, charges, groups) =
             plan::plan(domain, &request.descriptors, request.hits_addend, &self.settings.key_prefix);
-        let mut results = self.charge(&charges, deadline).await;
+        let mut results = self.charge(&charges, &groups, deadline).await;
         if domain.failure_mode == FailureMode::Local {
-            self.charge_locally(&domain.name, &charges, &mut results);
+            self.charge_locally(&domain.name, &charges, &groups, &mut results);
         }
-        let (response, outcomes) =
+        let (response, verdicts) =
             respond::respond(&plans, &results, domain.failure_mode, self.settings.near_limit_ratio);
-        record::record(&self.metrics, &active, domain, request, &plans, &charges, &outcomes);
+        record::record(&self.metrics, &active, domain, request, &plans, &charges, &verdicts);
         let metadata = if self.settings.response_dynamic_metadata {
             dynamic_metadata::passed(&plans, &response.statuses)
         } else {
             serde_json::Map::new()
         };
-        (response, metadata)
+        let windows =
+            if self.settings.response_headers { true_windows(&plans, &verdicts) } else { Vec::new() };
+        (response, metadata, windows)
     }
 
-    async fn charge(&self, charges: &[Charge], deadline: Instant) -> Vec<Result<Decision, StoreError>> {
+    async fn charge(
+        &self,
+        charges: &[Charge],
+        groups: &Groups,
+        deadline: Instant,
+    ) -> Vec<Result<Decision, StoreError>> {
         if charges.is_empty() {
             return Vec::new();
         }
         let started = Instant::now();
-        let results = self.store.charge(charges, deadline).await;
+        let results = self.store.charge_groups(charges, groups, deadline).await;
         let outcome = results.iter().find_map(|r| r.as_ref().err()).map_or("ok", StoreError::kind);
         self.metrics.observe_store(self.store.name(), outcome, started.elapsed().as_secs_f64());
         results
     }
 
-    /// `failure_mode: local`: charges whose store call failed go to this instance's memory.
-    fn charge_locally(&self, domain: &str, charges: &[Charge], results: &mut [Result<Decision, StoreError>]) {
+    /// `failure_mode: local`: a group any of whose charges failed in the store goes, whole,
+    /// to this instance's memory (on a Redis Cluster, a part of a group spread over several
+    /// masters may have been charged there as well: counted twice, never freed early).
+    fn charge_locally(
+        &self,
+        domain: &str,
+        charges: &[Charge],
+        groups: &Groups,
+        results: &mut [Result<Decision, StoreError>],
+    ) {
         let now = crate::store::memory::now_us();
-        for (charge, result) in charges.iter().zip(results.iter_mut()) {
-            if result.is_err() {
-                *result = Ok(self.local.charge_at(charge, now));
+        for range in groups.ranges(charges.len()) {
+            if results[range.clone()].iter().all(Result::is_ok) {
+                continue;
+            }
+            let decisions = self.local.charge_group_at(&charges[range.clone()], now);
+            for (result, decision) in results[range].iter_mut().zip(decisions) {
+                *result = Ok(decision);
                 self.metrics.local_decision(domain);
             }
         }
@@ -198,6 +218,20 @@ impl RateLimiter {
         self.metrics.observe_request(started.elapsed().as_secs_f64());
         Ok(Response::new(response))
     }
+}
+
+/// Per descriptor, the count and window in seconds of the limit that decided it.
+fn true_windows(plans: &[plan::Plan<'_>], verdicts: &[Option<respond::Verdict>]) -> Vec<Option<(u64, u64)>> {
+    plans
+        .iter()
+        .zip(verdicts)
+        .map(|(plan, verdict)| match (plan, verdict) {
+            (plan::Plan::Limited(limit), Some(verdict)) => {
+                limit.limits().nth(verdict.limit).map(|one| (one.params.limit, one.window_seconds()))
+            }
+            _ => None,
+        })
+        .collect()
 }
 
 /// Structural checks: what makes a request meaningless, not merely unusual.

@@ -1,14 +1,28 @@
 //! From a request's descriptors to the charges the store must make.
 //!
 //! Pure: takes a snapshot's `Domain` and the request, returns one `Plan` per descriptor
-//! (in request order) and the `Charge`s to send. Applies overrides, `replaces`,
-//! `unlimited` and the hits rules. No I/O, no clock.
+//! (in request order), the `Charge`s to send and the `Groups` that stand or fall together.
+//! Applies overrides, `replaces` (per rule name and per limit name), `unlimited`, the hits
+//! rules and the domain's `charge` mode. No I/O, no clock.
+//!
+//! Charges and groups. A descriptor charges one bucket per limit of its rule; those charges
+//! are one group (a descriptor passes only if every limit passes, and then all are
+//! charged). In an `all_or_nothing` domain, the charges of every descriptor that can deny
+//! the request alone (neither shadow nor quota mode) form one group, placed first in the
+//! batch; shadow and quota descriptors keep a group each (a shadow denial never denies the
+//! request; a quota descriptor denies only with all the others).
 
-use crate::algorithm::{Hits, Params};
-use crate::config::{Domain, Lookup, Rule, RuleLimit, Unit};
-use crate::store::{key, Charge};
+use std::ops::Range;
+
+use crate::algorithm::Hits;
+use crate::config::{ChargeMode, Domain, Lookup, Rule, RuleLimit, Unit};
+use crate::store::{key, Charge, Groups};
 
 use super::wire::RateLimitDescriptor;
+
+/// At most this many limits per rule (`rate_limits` is capped at compile time): replaced
+/// limits are a bit mask.
+pub const MAX_LIMITS: usize = 64;
 
 /// What one descriptor needs.
 #[derive(Debug, Clone, PartialEq)]
@@ -17,7 +31,7 @@ pub enum Plan<'a> {
     Pass,
     /// `unlimited: true`: OK, remaining u32::MAX, no store call.
     Unlimited(&'a Rule),
-    /// Charged against a bucket: `charge` indexes the batch sent to the store.
+    /// Charged against one bucket per limit: `charges` indexes the batch sent to the store.
     Limited(Limit<'a>),
 }
 
@@ -26,21 +40,55 @@ pub enum Plan<'a> {
 pub struct Limit<'a> {
     /// The matched rule; None for a request's own `limit` override.
     pub rule: Option<&'a Rule>,
-    pub params: Params,
-    pub unit: Unit,
-    pub charge: usize,
+    /// The request's own `limit` (with `rule: None`).
+    pub own: Option<crate::config::Limit>,
+    /// Bit `i` set: the rule's limit `i` was replaced (`replaces` named it) and is not charged.
+    pub replaced: u64,
+    /// The charges of this descriptor's limits, in the order of `limits()`.
+    pub charges: Range<usize>,
 }
 
-impl Limit<'_> {
+impl<'a> Limit<'a> {
     pub fn shadow(&self) -> bool {
         self.rule.is_some_and(|r| r.shadow_mode)
     }
     pub fn quota(&self) -> bool {
         self.rule.is_some_and(|r| r.quota_mode)
     }
-    /// `current_limit.name`: the rule's name, empty for overrides and unnamed rules.
-    pub fn name(&self) -> &str {
-        self.rule.and_then(|r| r.name.as_deref()).unwrap_or("")
+
+    /// The limits charged, in order (those not replaced), with their index in the rule.
+    pub fn limits(&self) -> impl Iterator<Item = &crate::config::Limit> + '_ {
+        let rule_limits = self.rule.map_or(&[][..], |rule| rule.limits());
+        let replaced = self.replaced;
+        rule_limits
+            .iter()
+            .enumerate()
+            .filter(move |(i, _)| replaced & (1 << i) == 0)
+            .map(|(_, limit)| limit)
+            .chain(self.own.iter())
+    }
+
+    /// The index in the rule's own `limits()` of the `i`-th limit charged (replaced limits
+    /// are not charged): what the rule's metric series are indexed by.
+    pub fn rule_index(&self, i: usize) -> usize {
+        (0..MAX_LIMITS).filter(|bit| self.replaced & (1 << bit) == 0).nth(i).unwrap_or(i)
+    }
+
+    /// `current_limit.name` of `limit`: its own name in `rate_limits`, else the rule's
+    /// name; empty for overrides and unnamed rules.
+    pub fn name_of<'l>(&'l self, limit: &'l crate::config::Limit) -> &'l str {
+        match &limit.name {
+            Some(name) => name,
+            None => self.rule.and_then(|r| r.name.as_deref()).unwrap_or(""),
+        }
+    }
+
+    /// The metric and log label of `limit` (see `Rule::limit_label`).
+    pub fn label_of(&self, limit: &crate::config::Limit) -> String {
+        match self.rule {
+            Some(rule) => rule.limit_label(limit),
+            None => String::new(),
+        }
     }
 }
 
@@ -50,26 +98,57 @@ pub fn plan<'a>(
     descriptors: &[RateLimitDescriptor],
     request_hits: u32,
     key_prefix: &str,
-) -> (Vec<Plan<'a>>, Vec<Charge>) {
+) -> (Vec<Plan<'a>>, Vec<Charge>, Groups) {
     let mut plans: Vec<Plan<'a>> = descriptors.iter().map(|d| lookup(domain, d)).collect();
     drop_replaced(&mut plans);
     let mut charges = Vec::new();
-    for (plan, descriptor) in plans.iter_mut().zip(descriptors) {
-        if let Plan::Limited(limit) = plan {
-            let entries = descriptor.pairs();
-            let key = match limit.rule {
-                Some(rule) => {
-                    key::rule_key(key_prefix, &domain.name, rule, limit.params.algorithm, limit.unit, entries)
+    let mut ends = Vec::new();
+    let joint = domain.charge == ChargeMode::AllOrNothing;
+    // Joint descriptors first (one group), then every other descriptor (a group each).
+    if joint {
+        for (plan, descriptor) in plans.iter_mut().zip(descriptors) {
+            if let Plan::Limited(limit) = plan {
+                if !limit.shadow() && !limit.quota() {
+                    push_charges(domain, limit, descriptor, request_hits, key_prefix, &mut charges);
                 }
-                None => {
-                    key::override_key(key_prefix, &domain.name, limit.params.algorithm, limit.unit, entries)
-                }
-            };
-            limit.charge = charges.len();
-            charges.push(Charge { key, params: limit.params, hits: hits(descriptor, request_hits) });
+            }
+        }
+        if !charges.is_empty() {
+            ends.push(charges.len());
         }
     }
-    (plans, charges)
+    for (plan, descriptor) in plans.iter_mut().zip(descriptors) {
+        if let Plan::Limited(limit) = plan {
+            if !joint || limit.shadow() || limit.quota() {
+                push_charges(domain, limit, descriptor, request_hits, key_prefix, &mut charges);
+                if charges.len() > ends.last().copied().unwrap_or(0) {
+                    ends.push(charges.len());
+                }
+            }
+        }
+    }
+    (plans, charges, Groups::from_ends(ends))
+}
+
+fn push_charges(
+    domain: &Domain,
+    limit: &mut Limit<'_>,
+    descriptor: &RateLimitDescriptor,
+    request_hits: u32,
+    key_prefix: &str,
+    charges: &mut Vec<Charge>,
+) {
+    let start = charges.len();
+    let hits = hits(descriptor, request_hits);
+    for one in limit.limits() {
+        let entries = descriptor.pairs();
+        let key = match limit.rule {
+            Some(rule) => key::limit_key(key_prefix, domain, rule, one, entries),
+            None => key::domain_override_key(key_prefix, domain, one.params.algorithm, one.unit, entries),
+        };
+        charges.push(Charge { key, params: one.params, hits });
+    }
+    limit.charges = start..charges.len();
 }
 
 fn lookup<'a>(domain: &'a Domain, descriptor: &RateLimitDescriptor) -> Plan<'a> {
@@ -78,14 +157,17 @@ fn lookup<'a>(domain: &'a Domain, descriptor: &RateLimitDescriptor) -> Plan<'a> 
             Some(unit) => Plan::Limited(Limit {
                 rule: None,
                 // `--default-algorithm`, as for the limits in the files that name none.
-                params: crate::config::model::params(
-                    domain.default_algorithm,
-                    u64::from(over.requests_per_unit),
+                own: Some(crate::config::Limit::single(
+                    crate::config::model::params(
+                        domain.default_algorithm,
+                        u64::from(over.requests_per_unit),
+                        unit,
+                        None,
+                    ),
                     unit,
-                    None,
-                ),
-                unit,
-                charge: 0,
+                )),
+                replaced: 0,
+                charges: 0..0,
             }),
             // An override with an unknown unit cannot be enforced; Envoy's own behaviour
             // for a bad override is to ignore it, so fall back to the configured rules.
@@ -100,18 +182,17 @@ fn lookup_rule<'a>(domain: &'a Domain, descriptor: &RateLimitDescriptor) -> Plan
         Lookup::NoMatch | Lookup::Allow => Plan::Pass,
         Lookup::Rule(rule) => match &rule.limit {
             RuleLimit::Unlimited => Plan::Unlimited(rule),
-            RuleLimit::Limited(limits) => Plan::Limited(Limit {
-                rule: Some(rule),
-                params: limits[0].params,
-                unit: limits[0].unit,
-                charge: 0,
-            }),
+            RuleLimit::Limited(_) => {
+                Plan::Limited(Limit { rule: Some(rule), own: None, replaced: 0, charges: 0..0 })
+            }
         },
     }
 }
 
 /// A matched rule whose name another matched rule `replaces` is not applied (as
-/// envoyproxy/ratelimit: collect every replaced name first, then drop).
+/// envoyproxy/ratelimit: collect every replaced name first, then drop); a limit of
+/// `rate_limits` whose name is replaced is not charged, and a rule left with no limit
+/// passes.
 fn drop_replaced(plans: &mut [Plan<'_>]) {
     let replaced: Vec<&str> =
         plans.iter().filter_map(plan_rule).flat_map(|r| r.replaces.iter().map(String::as_str)).collect();
@@ -119,10 +200,22 @@ fn drop_replaced(plans: &mut [Plan<'_>]) {
         return;
     }
     let replaced: Vec<String> = replaced.into_iter().map(str::to_string).collect();
+    let named = |name: Option<&str>| name.is_some_and(|n| replaced.iter().any(|r| r == n));
     for plan in plans.iter_mut() {
-        let name = plan_rule(plan).and_then(|r| r.name.as_deref());
-        if name.is_some_and(|n| replaced.iter().any(|r| r == n)) {
+        if named(plan_rule(plan).and_then(|r| r.name.as_deref())) {
             *plan = Plan::Pass;
+            continue;
+        }
+        if let Plan::Limited(limit) = plan {
+            let Some(rule) = limit.rule else { continue };
+            for (i, one) in rule.limits().iter().enumerate().take(MAX_LIMITS) {
+                if named(one.name.as_deref()) {
+                    limit.replaced |= 1 << i;
+                }
+            }
+            if limit.limits().next().is_none() {
+                *plan = Plan::Pass;
+            }
         }
     }
 }
@@ -161,3 +254,6 @@ fn override_unit(unit: i32) -> Option<Unit> {
         _ => return None,
     })
 }
+
+#[cfg(test)]
+mod tests;

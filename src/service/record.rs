@@ -12,7 +12,7 @@ use crate::metrics::{Metrics, RuleSeries};
 use crate::store::Charge;
 
 use super::plan::Plan;
-use super::respond::Outcome;
+use super::respond::Verdict;
 use super::wire::{RateLimitDescriptor, RateLimitRequest};
 
 /// Records each descriptor's outcome and hits.
@@ -23,22 +23,49 @@ pub fn record(
     request: &RateLimitRequest,
     plans: &[Plan<'_>],
     charges: &[Charge],
-    outcomes: &[Option<Outcome>],
+    verdicts: &[Option<Verdict>],
 ) {
     let rules = active.counters.domains.get(&domain.name);
-    for ((plan, outcome), descriptor) in plans.iter().zip(outcomes).zip(&request.descriptors) {
-        let Some(outcome) = *outcome else { continue };
+    for ((plan, verdict), descriptor) in plans.iter().zip(verdicts).zip(&request.descriptors) {
+        let Some(Verdict { outcome, limit: index }) = *verdict else { continue };
         let (rule, hits) = match plan {
             Plan::Pass => continue,
             Plan::Unlimited(rule) => (Some(*rule), 0),
-            Plan::Limited(limit) => (limit.rule, consumed(&charges[limit.charge])),
+            Plan::Limited(limit) => {
+                (limit.rule, charges.get(limit.charges.start + index).map_or(0, consumed))
+            }
+        };
+        // The deciding limit's index among the rule's limits (replaced limits are skipped
+        // by the plan, not by the rule's series).
+        let index = match plan {
+            Plan::Limited(limit) => limit.rule_index(index),
+            _ => 0,
         };
         match rule {
             Some(rule) => match rules.and_then(|r| r.get(rule.id.0)) {
-                Some(RuleSeries::Fixed(counters)) => counters.record(outcome, hits),
-                Some(RuleSeries::PerValue) => {
-                    metrics.record_per_value(&domain.name, rule, values(descriptor), outcome, hits)
+                Some(RuleSeries::Fixed(counters)) => {
+                    if let Some(counters) = counters.get(index).or(counters.first()) {
+                        counters.record(outcome, hits)
+                    }
                 }
+                Some(RuleSeries::PerValue) => match rule.limits() {
+                    [] | [_] => {
+                        metrics.record_per_value(&domain.name, rule, values(descriptor), outcome, hits)
+                    }
+                    limits => {
+                        let base = limits
+                            .get(index)
+                            .map_or_else(|| rule.label().to_string(), |l| rule.limit_label(l));
+                        metrics.record_per_value_as(
+                            &domain.name,
+                            rule,
+                            &base,
+                            values(descriptor),
+                            outcome,
+                            hits,
+                        )
+                    }
+                },
                 None => {}
             },
             None => {

@@ -12,7 +12,7 @@ use envoy_types::pb::google::protobuf::Duration;
 
 use crate::algorithm::Decision;
 use crate::config::{FailureMode, Unit};
-use crate::store::StoreError;
+use crate::store::{StoreError, NOT_EVALUATED};
 
 use super::plan::{Limit, Plan};
 
@@ -42,25 +42,35 @@ impl Outcome {
     }
 }
 
+/// How a charged descriptor was decided: its outcome and which of its limits decided it
+/// (an index into `Limit::limits()`: the denying one, else the most constraining).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Verdict {
+    pub outcome: Outcome,
+    pub limit: usize,
+}
+
 /// Builds the response. `results` holds the store's answer for each charge.
-/// Returns the response and, per descriptor, its outcome (None for unmatched/replaced).
+/// Returns the response and, per descriptor, its verdict (None for unmatched/replaced).
 pub fn respond(
     plans: &[Plan<'_>],
     results: &[Result<Decision, StoreError>],
     failure_mode: FailureMode,
     near_limit_ratio: f64,
-) -> (RateLimitResponse, Vec<Option<Outcome>>) {
+) -> (RateLimitResponse, Vec<Option<Verdict>>) {
     let mut statuses = Vec::with_capacity(plans.len());
-    let mut outcomes = Vec::with_capacity(plans.len());
+    let mut verdicts = Vec::with_capacity(plans.len());
     let mut over = false;
     let (mut quota_seen, mut quota_all_over) = (false, true);
     for plan in plans {
-        let (status, outcome) = match plan {
+        let (status, verdict) = match plan {
             Plan::Pass => (ok_status(None, 0), None),
-            Plan::Unlimited(_) => (ok_status(None, u32::MAX), Some(Outcome::Unlimited)),
+            Plan::Unlimited(_) => {
+                (ok_status(None, u32::MAX), Some(Verdict { outcome: Outcome::Unlimited, limit: 0 }))
+            }
             Plan::Limited(limit) => {
-                let (status, outcome, denied) =
-                    limited(limit, &results[limit.charge], failure_mode, near_limit_ratio);
+                let (status, verdict, denied) =
+                    limited(limit, &results[limit.charges.clone()], failure_mode, near_limit_ratio);
                 // A shadow rule never denies, quota or not.
                 if limit.shadow() {
                 } else if limit.quota() {
@@ -69,30 +79,64 @@ pub fn respond(
                 } else if denied {
                     over = true;
                 }
-                (status, Some(outcome))
+                (status, Some(verdict))
             }
         };
         statuses.push(status);
-        outcomes.push(outcome);
+        verdicts.push(verdict);
     }
     if quota_seen && quota_all_over {
         over = true;
     }
     let overall = if over { Code::OverLimit } else { Code::Ok };
     let response = RateLimitResponse { overall_code: overall as i32, statuses, ..Default::default() };
-    (response, outcomes)
+    (response, verdicts)
 }
 
-/// The status of a charged descriptor, its outcome, and whether it was denied (before
+/// Which limit of a descriptor decides it: the first that failed in the store, else the
+/// first denied, else the most constraining (the lowest remaining relative to its
+/// capacity; limits the store did not evaluate are skipped). `None`: none was evaluated.
+fn deciding(limit: &Limit<'_>, results: &[Result<Decision, StoreError>]) -> Option<usize> {
+    if let Some(i) = results.iter().position(Result::is_err) {
+        return Some(i);
+    }
+    if let Some(i) = results.iter().position(|r| matches!(r, Ok(d) if !d.allowed)) {
+        return Some(i);
+    }
+    limit
+        .limits()
+        .zip(results)
+        .enumerate()
+        .filter_map(|(i, (one, result))| match result {
+            Ok(d) if *d != NOT_EVALUATED => Some((i, one.capacity(), d.remaining)),
+            _ => None,
+        })
+        // remaining / capacity, compared exactly: a / b < c / d  ⇔  a·d < c·b.
+        .min_by(|(_, cap_a, rem_a), (_, cap_b, rem_b)| {
+            (u128::from(*rem_a) * u128::from(*cap_b)).cmp(&(u128::from(*rem_b) * u128::from(*cap_a)))
+        })
+        .map(|(i, _, _)| i)
+}
+
+/// The status of a charged descriptor, its verdict, and whether it was denied (before
 /// shadow mode turns the code into OK).
 fn limited(
     limit: &Limit<'_>,
-    result: &Result<Decision, StoreError>,
+    results: &[Result<Decision, StoreError>],
     failure_mode: FailureMode,
     near_limit_ratio: f64,
-) -> (DescriptorStatus, Outcome, bool) {
-    let current = Some(current_limit(limit));
-    match result {
+) -> (DescriptorStatus, Verdict, bool) {
+    let Some(index) = deciding(limit, results) else {
+        // Another descriptor of its all-or-nothing group was denied by the over-limit cache:
+        // this one was neither charged nor looked at.
+        return (ok_status(None, 0), Verdict { outcome: Outcome::WithinLimit, limit: 0 }, false);
+    };
+    let Some(one) = limit.limits().nth(index) else {
+        return (ok_status(None, 0), Verdict { outcome: Outcome::WithinLimit, limit: 0 }, false);
+    };
+    let current = Some(current_limit(limit.name_of(one), one));
+    let verdict = |outcome| Verdict { outcome, limit: index };
+    match &results[index] {
         Ok(decision) => {
             let code = if decision.allowed || limit.shadow() { Code::Ok } else { Code::OverLimit };
             let outcome = if !decision.allowed {
@@ -101,7 +145,7 @@ fn limited(
                 } else {
                     Outcome::OverLimit
                 }
-            } else if near(decision, limit, near_limit_ratio) {
+            } else if near(decision, one, near_limit_ratio) {
                 Outcome::NearLimit
             } else {
                 Outcome::WithinLimit
@@ -113,12 +157,12 @@ fn limited(
                 duration_until_reset: Some(duration(decision.reset_us)),
                 quota: None,
             };
-            (status, outcome, !decision.allowed)
+            (status, verdict(outcome), !decision.allowed)
         }
         // `local` domains were charged in memory before this; an error left means even
         // that was impossible, so let the request through.
         Err(_) if limit.shadow() || failure_mode != FailureMode::Closed => {
-            (ok_status(None, 0), Outcome::FailureOpen, false)
+            (ok_status(None, 0), verdict(Outcome::FailureOpen), false)
         }
         Err(_) => {
             let status = DescriptorStatus {
@@ -129,18 +173,14 @@ fn limited(
                 duration_until_reset: Some(duration(1_000_000)),
                 quota: None,
             };
-            (status, Outcome::FailureClosed, true)
+            (status, verdict(Outcome::FailureClosed), true)
         }
     }
 }
 
 /// Above `ratio` of the limit consumed after this charge.
-fn near(decision: &Decision, limit: &Limit<'_>, ratio: f64) -> bool {
-    let cap = if limit.params.algorithm == crate::algorithm::Algorithm::Gcra {
-        limit.params.burst
-    } else {
-        limit.params.limit
-    };
+fn near(decision: &Decision, limit: &crate::config::Limit, ratio: f64) -> bool {
+    let cap = limit.capacity();
     cap > 0 && (cap.saturating_sub(decision.remaining) as f64) > ratio * cap as f64
 }
 
@@ -154,12 +194,33 @@ fn ok_status(current_limit: Option<RateLimit>, remaining: u32) -> DescriptorStat
     }
 }
 
-fn current_limit(limit: &Limit<'_>) -> RateLimit {
-    RateLimit {
-        name: limit.name().to_string(),
-        requests_per_unit: clamp_u32(limit.params.limit),
-        unit: proto_unit(limit.unit) as i32,
+/// `current_limit` of a limit. Envoy's `RateLimit` names one standard unit: a window of N
+/// units is reported in the smallest standard unit the window divides, with the count
+/// scaled (2 per 30 s → 4 per minute; 7 per 5 minutes → 84 per hour); if there is none, or
+/// the count overflows, in the limit's own unit with its own count (the multiplier cannot
+/// be expressed). `--response-headers` write the true window (`w=`) either way.
+fn current_limit(name: &str, limit: &crate::config::Limit) -> RateLimit {
+    let (count, unit) = reported(limit);
+    RateLimit { name: name.to_string(), requests_per_unit: count, unit: proto_unit(unit) as i32 }
+}
+
+/// The count and standard unit `current_limit` reports for `limit` (see `current_limit`).
+pub fn reported(limit: &crate::config::Limit) -> (u32, Unit) {
+    let own = (clamp_u32(limit.params.limit), limit.unit);
+    if limit.multiplier == 1 {
+        return own;
     }
+    let window = limit.window_seconds();
+    const STANDARD: [Unit; 7] =
+        [Unit::Second, Unit::Minute, Unit::Hour, Unit::Day, Unit::Week, Unit::Month, Unit::Year];
+    STANDARD
+        .into_iter()
+        .filter(|unit| window > 0 && unit.seconds() >= window && unit.seconds() % window == 0)
+        .find_map(|unit| {
+            let scaled = limit.params.limit.checked_mul(unit.seconds() / window)?;
+            Some((u32::try_from(scaled).ok()?, unit))
+        })
+        .unwrap_or(own)
 }
 
 /// Whole seconds, rounded up: Envoy drops nanos, and a 0 reset on a denial would tell
@@ -197,11 +258,19 @@ pub fn shadow(response: &mut RateLimitResponse) -> bool {
 /// limited status (`tightest`), and `retry-after` when the request is over the limit
 /// (the longest wait among the denied descriptors: all must pass). For setups that do not
 /// use the Envoy filter's own `enable_x_ratelimit_headers` — enabling both duplicates them.
-pub fn add_headers(response: &mut RateLimitResponse) {
+///
+/// `windows` holds, per descriptor, the deciding limit's true count and window in seconds
+/// (`unit × unit_multiplier`), which `current_limit` may have rescaled to a standard unit.
+pub fn add_headers(response: &mut RateLimitResponse, windows: &[Option<(u64, u64)>]) {
     let mut headers = Vec::new();
-    if let Some((status, limit)) = tightest(&response.statuses) {
-        let window = ProtoUnit::try_from(limit.unit).map_or(0, unit_seconds);
-        headers.push(header("x-ratelimit-limit", format!("{0}, {0};w={window}", limit.requests_per_unit)));
+    if let Some((index, status, limit)) = tightest(&response.statuses) {
+        let (count, window) = match windows.get(index).copied().flatten() {
+            Some(true_window) => true_window,
+            None => {
+                (u64::from(limit.requests_per_unit), ProtoUnit::try_from(limit.unit).map_or(0, unit_seconds))
+            }
+        };
+        headers.push(header("x-ratelimit-limit", format!("{count}, {count};w={window}")));
         headers.push(header("x-ratelimit-remaining", status.limit_remaining.to_string()));
         headers.push(header("x-ratelimit-reset", reset_seconds(status).to_string()));
     }
@@ -238,7 +307,7 @@ impl Default for LimitHeaderNames {
 /// its `duration_until_reset` in whole seconds rounded up (the peer sends the end of the
 /// current fixed window instead). Nothing when no descriptor has a limit.
 pub fn add_limit_headers(response: &mut RateLimitResponse, names: &LimitHeaderNames) {
-    let Some((status, limit)) = tightest(&response.statuses) else { return };
+    let Some((_, status, limit)) = tightest(&response.statuses) else { return };
     let headers = [
         header(&names.limit, limit.requests_per_unit.to_string()),
         header(&names.remaining, status.limit_remaining.to_string()),
@@ -249,11 +318,12 @@ pub fn add_limit_headers(response: &mut RateLimitResponse, names: &LimitHeaderNa
 
 /// The status the limit headers describe: of those with a limit, the fewest remaining,
 /// then the longest reset.
-fn tightest(statuses: &[DescriptorStatus]) -> Option<(&DescriptorStatus, &RateLimit)> {
+fn tightest(statuses: &[DescriptorStatus]) -> Option<(usize, &DescriptorStatus, &RateLimit)> {
     statuses
         .iter()
-        .filter_map(|s| s.current_limit.as_ref().map(|limit| (s, limit)))
-        .min_by_key(|(s, _)| (s.limit_remaining, std::cmp::Reverse(reset_seconds(s))))
+        .enumerate()
+        .filter_map(|(i, s)| s.current_limit.as_ref().map(|limit| (i, s, limit)))
+        .min_by_key(|(_, s, _)| (s.limit_remaining, std::cmp::Reverse(reset_seconds(s))))
 }
 
 fn reset_seconds(status: &DescriptorStatus) -> i64 {

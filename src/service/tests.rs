@@ -79,11 +79,11 @@ fn plan_charges_only_limited_descriptors_in_order() {
         descriptor(&[("b", "1")]),
         descriptor(&[("a", "2")]),
     ];
-    let (plans, charges) = plan(domain, &descriptors, 0, "p:");
+    let (plans, charges, _) = plan(domain, &descriptors, 0, "p:");
     assert!(matches!(plans[0], Plan::Pass));
-    assert!(matches!(&plans[1], Plan::Limited(l) if l.charge == 0));
+    assert!(matches!(&plans[1], Plan::Limited(l) if l.charges == (0..1)));
     assert!(matches!(plans[2], Plan::Unlimited(_)));
-    assert!(matches!(&plans[3], Plan::Limited(l) if l.charge == 1));
+    assert!(matches!(&plans[3], Plan::Limited(l) if l.charges == (1..2)));
     assert_eq!(charges.len(), 2);
     assert!(charges.iter().all(|c| c.key.starts_with("p:tg:")));
     assert_ne!(charges[0].key, charges[1].key);
@@ -102,7 +102,7 @@ fn a_limit_override_follows_the_default_algorithm_in_its_own_buckets() {
             crate::config::compile_sources_with(&[(PathBuf::from("t.yaml"), yaml.to_string())], &options)
                 .expect("valid config");
         let domain = snap.domain("d").expect("domain");
-        let (_, charges) = plan(domain, std::slice::from_ref(&overridden), 0, "");
+        let (_, charges, _) = plan(domain, std::slice::from_ref(&overridden), 0, "");
         let [charge] = &charges[..] else { panic!("one charge: {charges:?}") };
         (charge.params.algorithm, charge.params.limit, charge.key.clone())
     };
@@ -141,7 +141,7 @@ fn headers_come_from_the_tightest_status_and_retry_after_from_the_longest_denial
         ],
         ..Default::default()
     };
-    respond::add_headers(&mut response);
+    respond::add_headers(&mut response, &[]);
     let headers: Vec<(String, String)> =
         response.response_headers_to_add.iter().map(|h| (h.key.clone(), h.value.clone())).collect();
     let get = |k: &str| headers.iter().find(|(key, _)| key == k).map(|(_, v)| v.as_str());
@@ -156,7 +156,7 @@ fn headers_come_from_the_tightest_status_and_retry_after_from_the_longest_denial
         statuses: vec![status(Code::Ok, 100, 40, 10)],
         ..Default::default()
     };
-    respond::add_headers(&mut ok);
+    respond::add_headers(&mut ok, &[]);
     assert_eq!(ok.response_headers_to_add.len(), 3, "no retry-after when allowed");
 
     // The peer's names, on the same status, after the x-ratelimit ones (both flags on).

@@ -14,13 +14,24 @@
 //! `#<32 hex>` (hashed) or `*<part>` (shared wildcard pattern), and the tag names the
 //! algorithm and the version of its stored state (see [`GCRA_TAG`]). Keys live in Redis
 //! across releases: changing this format orphans every live bucket.
+//!
+//! Limits added later extend the format without changing the keys above (a config that
+//! uses none of them keeps its buckets):
+//! - a window of N units (`unit_multiplier: N`, N > 1) writes N after the unit character:
+//!   `tg:g2s30:…` (a window of 30 seconds), which no one-unit key can be;
+//! - an entry of `rate_limits` has a key per limit that includes its name, with the
+//!   descriptor's identity in a Redis Cluster hash tag so that the limits of one descriptor
+//!   share a slot (one script call charges them all): `tg:m:{<domain><parts>}<tag><unit>[N]:
+//!   <name part>` (parts never hold braces: those are hashed);
+//! - `hash_tag: domain` puts `{<domain part>}` right after `tg:` in every key of the
+//!   domain, before the key it would otherwise have: one slot for the whole domain.
 
 use std::fmt::Write as _;
 
 use sha2::{Digest, Sha256};
 
 use crate::algorithm::Algorithm;
-use crate::config::{Rule, Unit};
+use crate::config::{Domain, HashTag, Limit, Rule, Unit};
 
 /// Key tag of GCRA buckets: `g` and the version of the state format, bumped whenever the
 /// state stored under the key changes meaning, so that two releases never read each
@@ -43,6 +54,77 @@ pub const FIXED_TAG: &str = "f";
 /// Parts longer than this are hashed: keys stay short whatever clients send.
 pub const MAX_LITERAL_PART: usize = 48;
 
+/// The key of the bucket of `limit` (one of `rule`'s limits) for these request entries, in
+/// `domain` (its name and `hash_tag`).
+pub fn limit_key<K: AsRef<[u8]>, V: AsRef<[u8]>>(
+    prefix: &str,
+    domain: &Domain,
+    rule: &Rule,
+    limit: &Limit,
+    entries: impl Iterator<Item = (K, V)>,
+) -> String {
+    let prefix = tagged_prefix(prefix, domain);
+    let algorithm = limit.params.algorithm;
+    let Some(name) = &limit.name else {
+        let mut key = rule_key(&prefix, &domain.name, rule, algorithm, limit.unit, entries);
+        if limit.multiplier != 1 {
+            insert_multiplier(&mut key, prefix.len(), limit.multiplier);
+        }
+        return key;
+    };
+    let mut key = String::with_capacity(prefix.len() + 80);
+    key.push_str(&prefix);
+    key.push_str("tg:m:{");
+    push_part(&mut key, domain.name.as_bytes());
+    push_levels(&mut key, rule, entries);
+    key.push('}');
+    key.push_str(algo_tag(algorithm));
+    key.push(limit.unit.key_char());
+    if limit.multiplier != 1 {
+        let _ = write!(key, "{}", limit.multiplier);
+    }
+    key.push(':');
+    push_part(&mut key, name.as_bytes());
+    key
+}
+
+/// The key of the bucket for a request's own `limit` override in `domain` (see
+/// [`override_key`]), with the domain's `hash_tag`.
+pub fn domain_override_key<K: AsRef<[u8]>, V: AsRef<[u8]>>(
+    prefix: &str,
+    domain: &Domain,
+    algorithm: Algorithm,
+    unit: Unit,
+    entries: impl Iterator<Item = (K, V)>,
+) -> String {
+    override_key(&tagged_prefix(prefix, domain), &domain.name, algorithm, unit, entries)
+}
+
+/// `prefix`, and with `hash_tag: domain` the domain's hash tag after it.
+fn tagged_prefix(prefix: &str, domain: &Domain) -> String {
+    match domain.hash_tag {
+        HashTag::Descriptor => prefix.to_string(),
+        HashTag::Domain => {
+            let mut tagged = String::with_capacity(prefix.len() + domain.name.len() + 8);
+            tagged.push_str(prefix);
+            tagged.push_str("tg:{");
+            push_part(&mut tagged, domain.name.as_bytes());
+            tagged.push('}');
+            tagged
+        }
+    }
+}
+
+/// Writes the window's multiplier after the unit character of a key made by `rule_key`
+/// (whose `tg:<tag><unit>` starts at `at`): `tg:g2s:` becomes `tg:g2s30:`.
+fn insert_multiplier(key: &mut String, at: usize, multiplier: u64) {
+    // "tg:" then the tag then the unit character, then ':' — the first ':' after "tg:".
+    let head = at + "tg:".len();
+    if let Some(colon) = key[head..].find(':') {
+        key.insert_str(head + colon, &multiplier.to_string());
+    }
+}
+
 /// The key of the bucket `rule` charges for these request entries.
 ///
 /// `entries` are the descriptor's entries as bytes (`&str` or `&[u8]`), the same that
@@ -56,17 +138,26 @@ pub fn rule_key<K: AsRef<[u8]>, V: AsRef<[u8]>>(
     entries: impl Iterator<Item = (K, V)>,
 ) -> String {
     let mut key = head(prefix, algo_tag(algorithm), unit, domain);
+    push_levels(&mut key, rule, entries);
+    key
+}
+
+/// The parts of the matched path: each level's key, and its value or shared pattern.
+fn push_levels<K: AsRef<[u8]>, V: AsRef<[u8]>>(
+    key: &mut String,
+    rule: &Rule,
+    entries: impl Iterator<Item = (K, V)>,
+) {
     for (level, (_, value)) in rule.levels.iter().zip(entries) {
-        push_part(&mut key, level.key.as_bytes());
+        push_part(key, level.key.as_bytes());
         match &level.shared_pattern {
             Some(pattern) => {
                 key.push('*');
-                push_part(&mut key, pattern.as_bytes());
+                push_part(key, pattern.as_bytes());
             }
-            None => push_part(&mut key, value.as_ref()),
+            None => push_part(key, value.as_ref()),
         }
     }
-    key
 }
 
 /// The key of the bucket for a request's own `limit` override: its own namespace (`o`,

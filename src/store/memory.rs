@@ -104,6 +104,12 @@ impl MemoryStore {
         batch.iter().map(|c| self.charge_at(c, now)).collect()
     }
 
+    /// Charges one group (see `Groups`) at `now`. TEMPORARY (lead): replaced by the store
+    /// engineer's atomic implementation at merge.
+    pub fn charge_group_at(&self, group: &[Charge], now: u64) -> Vec<Decision> {
+        group.iter().map(|c| self.charge_at(c, now)).collect()
+    }
+
     /// Charges one bucket at `now` (µs since the epoch). Public for deterministic tests.
     pub fn charge_at(&self, charge: &Charge, now: u64) -> Decision {
         let index = (self.hasher.hash_one(charge.key.as_str()) % self.shards.len() as u64) as usize;

@@ -7,6 +7,7 @@ mod redis_support;
 
 mod cli;
 mod migration;
+mod new_limits;
 mod ops;
 mod options;
 mod redis_store;

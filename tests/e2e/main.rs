@@ -20,6 +20,7 @@ mod harness;
 
 mod failures;
 mod istio;
+mod limits;
 mod metadata;
 mod raw_bytes;
 mod shipped;

@@ -86,6 +86,7 @@ fn a_reload_removes_the_series_of_dropped_and_changed_rules_and_frees_their_room
     ]);
     let counters = metrics.counters_for(&first);
     if let RuleSeries::Fixed(user) = &counters.domains["web"][1] {
+        let user = &user[0];
         user.record(Outcome::OverLimit, 1);
     }
     for i in 0..8 {

@@ -64,7 +64,7 @@ descriptors:
 fn merged(descriptors: &[RateLimitDescriptor], codes: &[Code]) -> Map<String, Json> {
     let snap = snapshot(POLICY);
     let domain = snap.domain("d").expect("domain");
-    let (plans, _) = plan(domain, descriptors, 0, "");
+    let (plans, _, _) = plan(domain, descriptors, 0, "");
     let statuses: Vec<DescriptorStatus> = codes.iter().map(|&c| status(c)).collect();
     passed(&plans, &statuses)
 }

@@ -1,0 +1,238 @@
+//! Several limits per rule, `replaces` per limit name, and `all_or_nothing` groups.
+
+use std::path::PathBuf;
+
+use super::*;
+use crate::algorithm::Algorithm;
+use crate::config::{model, HashTag, Limit as ConfigLimit, Snapshot};
+use crate::store::cluster::key_slot;
+
+const YAML: &str = "
+domain: d
+descriptors:
+  - key: api_key
+    rate_limit: { unit: second, requests_per_unit: 20 }
+  - key: ip
+    rate_limit: { unit: minute, requests_per_unit: 5, name: per_ip }
+  - key: shadow
+    shadow_mode: true
+    rate_limit: { unit: minute, requests_per_unit: 5 }
+  - key: path
+    rate_limit: { unit: minute, requests_per_unit: 5, replaces: [{ name: burst }] }
+";
+
+fn snapshot() -> Snapshot {
+    let mut snapshot =
+        crate::config::compile_sources(&[(PathBuf::from("t.yaml"), YAML.to_string())]).expect("valid config");
+    // `rate_limits` on api_key: burst (20/s) and daily (50000 per day, fixed window).
+    let domain = snapshot.domains.get_mut("d").expect("domain d");
+    domain.rules[0].limit = RuleLimit::Limited(vec![
+        ConfigLimit {
+            name: Some("burst".into()),
+            params: model::params(Algorithm::Gcra, 20, Unit::Second, None),
+            unit: Unit::Second,
+            multiplier: 1,
+        },
+        ConfigLimit {
+            name: Some("daily".into()),
+            params: model::params_window(Algorithm::FixedWindow, 50_000, Unit::Day, 7, None),
+            unit: Unit::Day,
+            multiplier: 7,
+        },
+    ]);
+    snapshot
+}
+
+fn descriptor(entries: &[(&str, &str)]) -> RateLimitDescriptor {
+    RateLimitDescriptor::from_entries(entries.iter().copied())
+}
+
+#[test]
+fn each_limit_is_a_bucket_and_a_descriptor_is_one_group() {
+    let snapshot = snapshot();
+    let domain = snapshot.domain("d").expect("d");
+    let request = [descriptor(&[("api_key", "k1")]), descriptor(&[("ip", "1.2.3.4")])];
+    let (plans, charges, groups) = plan(domain, &request, 0, "");
+    assert_eq!(charges.len(), 3);
+    assert!(matches!(&plans[0], Plan::Limited(l) if l.charges == (0..2)));
+    assert!(matches!(&plans[1], Plan::Limited(l) if l.charges == (2..3)));
+    assert_eq!(groups.ranges(3).collect::<Vec<_>>(), [0..2, 2..3]);
+    // Each limit has its own key, named; both on one Redis Cluster slot.
+    assert_ne!(charges[0].key, charges[1].key);
+    assert!(charges[0].key.ends_with("5:burst") && charges[1].key.ends_with("5:daily"), "{charges:?}");
+    assert!(charges[1].key.contains("fd7:"), "the window of 7 days is in the key: {}", charges[1].key);
+    assert_eq!(key_slot(charges[0].key.as_bytes()), key_slot(charges[1].key.as_bytes()));
+    assert_eq!(charges[1].params.unit_us, 7 * 86_400_000_000);
+    // Another descriptor value: other buckets.
+    let (_, other, _) = plan(domain, &[descriptor(&[("api_key", "k2")])], 0, "");
+    assert_ne!(other[0].key, charges[0].key);
+}
+
+#[test]
+fn replaces_drops_a_limit_by_its_name() {
+    let snapshot = snapshot();
+    let domain = snapshot.domain("d").expect("d");
+    let request = [descriptor(&[("api_key", "k1")]), descriptor(&[("path", "/")])];
+    let (plans, charges, _) = plan(domain, &request, 0, "");
+    let Plan::Limited(limit) = &plans[0] else { panic!("{plans:?}") };
+    let names: Vec<_> = limit.limits().map(|l| l.name.as_deref()).collect();
+    assert_eq!(names, [Some("daily")], "burst is replaced, daily is still charged");
+    assert_eq!(limit.charges, 0..1);
+    assert!(charges[0].key.ends_with("5:daily"));
+    assert_eq!(charges.len(), 2);
+}
+
+#[test]
+fn all_or_nothing_puts_the_request_in_one_group_but_shadow_rules_apart() {
+    let mut snapshot = snapshot();
+    snapshot.domains.get_mut("d").expect("d").charge = ChargeMode::AllOrNothing;
+    let domain = snapshot.domain("d").expect("d");
+    let request = [
+        descriptor(&[("shadow", "x")]),
+        descriptor(&[("api_key", "k1")]),
+        descriptor(&[("nothing", "x")]),
+        descriptor(&[("ip", "1.2.3.4")]),
+    ];
+    let (plans, charges, groups) = plan(domain, &request, 0, "");
+    assert_eq!(charges.len(), 4);
+    // The joint descriptors come first, the shadow one after, alone.
+    assert!(matches!(&plans[1], Plan::Limited(l) if l.charges == (0..2)));
+    assert!(matches!(&plans[3], Plan::Limited(l) if l.charges == (2..3)));
+    assert!(matches!(&plans[0], Plan::Limited(l) if l.charges == (3..4)));
+    assert_eq!(groups.ranges(4).collect::<Vec<_>>(), [0..3, 3..4]);
+}
+
+#[test]
+fn hash_tag_domain_puts_every_key_of_the_domain_on_one_slot() {
+    let mut snapshot = snapshot();
+    snapshot.domains.get_mut("d").expect("d").hash_tag = HashTag::Domain;
+    let domain = snapshot.domain("d").expect("d");
+    let request = [
+        descriptor(&[("api_key", "k1")]),
+        descriptor(&[("ip", "1.2.3.4")]),
+        descriptor(&[("ip", "5.6.7.8")]),
+    ];
+    let (_, charges, _) = plan(domain, &request, 0, "pfx:");
+    let slot = key_slot(charges[0].key.as_bytes());
+    for charge in &charges {
+        assert!(charge.key.starts_with("pfx:tg:{1:d}"), "{}", charge.key);
+        assert_eq!(key_slot(charge.key.as_bytes()), slot);
+    }
+}
+
+#[test]
+fn a_single_limit_keeps_its_key_and_a_multiplier_makes_a_new_one() {
+    let mut snapshot = snapshot();
+    let domain = snapshot.domain("d").expect("d");
+    let request = [descriptor(&[("ip", "1.2.3.4")])];
+    let (_, charges, _) = plan(domain, &request, 0, "");
+    assert_eq!(charges[0].key, "tg:g2m:1:d2:ip7:1.2.3.4", "today's keys are kept");
+    let rule = &mut snapshot.domains.get_mut("d").expect("d").rules[1];
+    rule.limit = RuleLimit::Limited(vec![ConfigLimit {
+        name: None,
+        params: model::params_window(Algorithm::Gcra, 5, Unit::Minute, 5, None),
+        unit: Unit::Minute,
+        multiplier: 5,
+    }]);
+    let domain = snapshot.domain("d").expect("d");
+    let (_, charges, _) = plan(domain, &request, 0, "");
+    assert_eq!(charges[0].key, "tg:g2m5:1:d2:ip7:1.2.3.4");
+}
+
+mod respond_with_several_limits {
+    use super::*;
+    use crate::algorithm::Decision;
+    use crate::config::FailureMode;
+    use crate::service::respond::{self, reported, Outcome};
+    use crate::store::{StoreError, NOT_EVALUATED};
+    use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+
+    fn ok(remaining: u64) -> Result<Decision, StoreError> {
+        Ok(Decision { allowed: true, remaining, reset_us: 1_000_000 })
+    }
+
+    fn denied() -> Result<Decision, StoreError> {
+        Ok(Decision { allowed: false, remaining: 0, reset_us: 3_000_000 })
+    }
+
+    #[test]
+    fn the_status_names_the_denying_limit_else_the_most_constraining() {
+        let snapshot = snapshot();
+        let domain = snapshot.domain("d").expect("d");
+        let (plans, _, _) = plan(domain, &[descriptor(&[("api_key", "k1")])], 0, "");
+        // burst 10/20 left (50 %), daily 40,000/50,000 left (80 %): burst is tighter.
+        let (response, verdicts) = respond::respond(&plans, &[ok(10), ok(40_000)], FailureMode::Open, 0.8);
+        let status = &response.statuses[0];
+        assert_eq!(status.code, Code::Ok as i32);
+        assert_eq!(status.current_limit.as_ref().map(|l| l.name.as_str()), Some("burst"));
+        assert_eq!(status.limit_remaining, 10);
+        // burst 19/20 (95 %), daily 100/50,000 (0.2 %): daily is tighter.
+        let (response, _) = respond::respond(&plans, &[ok(19), ok(100)], FailureMode::Open, 0.8);
+        assert_eq!(response.statuses[0].current_limit.as_ref().map(|l| l.name.as_str()), Some("daily"));
+        assert_eq!(verdicts[0].map(|v| v.limit), Some(0));
+        // daily denies: OVER_LIMIT, named daily, with its reset.
+        let (response, verdicts) = respond::respond(&plans, &[ok(19), denied()], FailureMode::Open, 0.8);
+        assert_eq!(response.overall_code, Code::OverLimit as i32);
+        let status = &response.statuses[0];
+        assert_eq!(status.current_limit.as_ref().map(|l| l.name.as_str()), Some("daily"));
+        assert_eq!(status.duration_until_reset.as_ref().map(|d| d.seconds), Some(3));
+        assert_eq!(verdicts[0].map(|v| (v.outcome, v.limit)), Some((Outcome::OverLimit, 1)));
+    }
+
+    #[test]
+    fn a_descriptor_the_store_did_not_evaluate_is_ok_without_a_limit() {
+        let snapshot = snapshot();
+        let domain = snapshot.domain("d").expect("d");
+        let (plans, _, _) = plan(domain, &[descriptor(&[("api_key", "k1")])], 0, "");
+        let (response, _) =
+            respond::respond(&plans, &[Ok(NOT_EVALUATED), Ok(NOT_EVALUATED)], FailureMode::Closed, 0.8);
+        assert_eq!(response.statuses[0].code, Code::Ok as i32);
+        assert!(response.statuses[0].current_limit.is_none());
+    }
+
+    #[test]
+    fn a_failed_store_call_applies_the_failure_policy_to_the_descriptor() {
+        let snapshot = snapshot();
+        let domain = snapshot.domain("d").expect("d");
+        let (plans, _, _) = plan(domain, &[descriptor(&[("api_key", "k1")])], 0, "");
+        let (response, verdicts) =
+            respond::respond(&plans, &[ok(5), Err(StoreError::Timeout)], FailureMode::Closed, 0.8);
+        assert_eq!(response.overall_code, Code::OverLimit as i32);
+        assert_eq!(verdicts[0].map(|v| v.outcome), Some(Outcome::FailureClosed));
+    }
+
+    fn limit(count: u64, unit: Unit, multiplier: u64) -> ConfigLimit {
+        ConfigLimit {
+            name: None,
+            params: model::params_window(Algorithm::Gcra, count, unit, multiplier, None),
+            unit,
+            multiplier,
+        }
+    }
+
+    #[test]
+    fn current_limit_rescales_a_window_to_the_smallest_standard_unit_it_divides() {
+        assert_eq!(reported(&limit(2, Unit::Second, 30)), (4, Unit::Minute));
+        assert_eq!(reported(&limit(7, Unit::Minute, 5)), (84, Unit::Hour));
+        assert_eq!(reported(&limit(7, Unit::Day, 7)), (7, Unit::Week));
+        assert_eq!(reported(&limit(3, Unit::Day, 3)), (30, Unit::Month));
+        assert_eq!(reported(&limit(9, Unit::Minute, 1)), (9, Unit::Minute));
+        // 11 days divides no standard unit: the limit's own unit and count.
+        assert_eq!(reported(&limit(5, Unit::Day, 11)), (5, Unit::Day));
+        // The scaled count overflows u32: own unit and count.
+        assert_eq!(reported(&limit(4_000_000_000, Unit::Second, 30)), (4_000_000_000, Unit::Second));
+    }
+
+    #[test]
+    fn response_headers_write_the_true_window() {
+        let snapshot = snapshot();
+        let domain = snapshot.domain("d").expect("d");
+        let (plans, _, _) = plan(domain, &[descriptor(&[("api_key", "k1")])], 0, "");
+        let (mut response, _) = respond::respond(&plans, &[ok(19), ok(10)], FailureMode::Open, 0.8);
+        // daily decides (10 of 50,000 left): 50,000 per 7 days, reported per... its own unit.
+        respond::add_headers(&mut response, &[Some((50_000, 7 * 86_400))]);
+        let limit =
+            response.response_headers_to_add.iter().find(|h| h.key == "x-ratelimit-limit").expect("header");
+        assert_eq!(limit.value, "50000, 50000;w=604800");
+    }
+}
