@@ -45,13 +45,17 @@ fn buckets<'a>(domain: &'a Domain, entries: &[(Vec<u8>, Vec<u8>)], key_prefix: &
     let mut descriptor = RateLimitDescriptor::from_entries(entries.iter().cloned());
     // An explicit `hits_addend: 0` is a peek: plan builds charges that never write.
     descriptor.hits_addend = Some(UInt64Value { value: 0 });
-    let (plans, charges) = plan::plan(domain, std::slice::from_ref(&descriptor), 0, key_prefix);
+    let (plans, charges, _groups) = plan::plan(domain, std::slice::from_ref(&descriptor), 0, key_prefix);
     let mut buckets = Vec::new();
     for plan in &plans {
         let Plan::Limited(limited) = plan else { continue };
         let Some(rule) = limited.rule else { continue };
-        let Some(charge) = charges.get(limited.charge) else { continue };
-        if let Some(limit) = rule.limits().first() {
+        // One charge per limit not replaced, in the rule's order.
+        for (n, at) in limited.charges.clone().enumerate() {
+            let (Some(limit), Some(charge)) = (rule.limits().get(limited.rule_index(n)), charges.get(at))
+            else {
+                continue;
+            };
             buckets.push(Bucket { rule, limit, charge: Charge { hits: Hits::Peek, ..charge.clone() } });
         }
     }
