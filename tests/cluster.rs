@@ -22,6 +22,8 @@ mod sentinel_support;
 mod cli;
 #[path = "cluster/faults.rs"]
 mod faults;
+#[path = "cluster/reset.rs"]
+mod reset;
 #[path = "cluster/scaling.rs"]
 mod scaling;
 #[path = "api/scenarios.rs"]

@@ -6,7 +6,7 @@
 //! one. What: the domain and the descriptor, escaped like `explain` shows them (`escape`),
 //! and the number of buckets. The line is `info` when the reset ran and `warn` when it was
 //! refused or failed, e.g.
-//! `INFO tollgate::audit: admin reset client=127.0.0.1:51234 token=3f2a9c1e domain="api"
+//! `INFO tollgate::audit: admin reset client=127.0.0.1:51234 token="3f2a9c1e" domain="api"
 //! descriptor="user=alice" buckets=2 result="reset"`.
 
 use axum::http::StatusCode;
