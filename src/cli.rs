@@ -98,6 +98,11 @@ pub struct LoadFlags {
     /// those buckets afresh.
     #[arg(long, env = "TOLLGATE_DEFAULT_ALGORITHM", value_enum, default_value = "gcra")]
     pub default_algorithm: DefaultAlgorithm,
+    /// Charge `all_or_nothing` in every domain that sets no `charge`: a request with any
+    /// descriptor denied charges none (envoyproxy/ratelimit's
+    /// STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT). A domain's own `charge` wins.
+    #[arg(long, env = "TOLLGATE_STOP_CHARGING_WHEN_OVER_LIMIT")]
+    pub stop_charging_when_over_limit: bool,
 }
 
 /// `--default-algorithm`'s values: the names of the YAML `algorithm` field.
@@ -119,6 +124,7 @@ impl LoadFlags {
                 DefaultAlgorithm::FixedWindow => Algorithm::FixedWindow,
                 DefaultAlgorithm::SlidingWindow => Algorithm::SlidingWindow,
             },
+            stop_charging_when_over_limit: self.stop_charging_when_over_limit,
         }
     }
 }

@@ -115,7 +115,7 @@ pub enum Applied<'a> {
     Nothing,
     Unlimited,
     /// Charged to this bucket (key with an empty `--redis-key-prefix`); with `rate_limits`,
-    /// `others` holds the buckets of the limits after the first, with their names.
+    /// `others` holds every limit charged with its bucket (`key` is the first's).
     Charged {
         key: String,
         others: Vec<(String, String)>,
@@ -254,13 +254,21 @@ fn applied<'a>(
         .zip(verdicts)
         .map(|(plan, verdict)| match (plan, verdict) {
             (Plan::Limited(limit), _) => {
-                let mut keys = limit
+                let keys: Vec<(Option<String>, String)> = limit
                     .limits()
                     .zip(&charges[limit.charges.clone()])
-                    .map(|(one, charge)| (one.name.clone().unwrap_or_default(), charge.key.clone()));
-                match keys.next() {
-                    Some((_, key)) => Applied::Charged { key, others: keys.collect() },
+                    .map(|(one, charge)| (one.name.clone(), charge.key.clone()))
+                    .collect();
+                match keys.first() {
                     None => Applied::Nothing,
+                    Some((None, key)) => Applied::Charged { key: key.clone(), others: Vec::new() },
+                    Some((Some(_), key)) => Applied::Charged {
+                        key: key.clone(),
+                        others: keys
+                            .iter()
+                            .map(|(name, key)| (name.clone().unwrap_or_default(), key.clone()))
+                            .collect(),
+                    },
                 }
             }
             (Plan::Unlimited(_), _) => Applied::Unlimited,

@@ -1,7 +1,8 @@
 //! The `/rlconfig` view of the serving config: text for people, JSON for tools.
 //!
-//! Every limit shows its effective algorithm (`--default-algorithm` already applied), and
-//! each domain its file (`file`, the first) and, merged or not, all of them (`files`).
+//! Every limit shows its name (a `rate_limits` entry's), window and effective algorithm
+//! (`--default-algorithm` already applied), and each domain its charge mode, hash tag, file
+//! (`file`, the first) and, merged or not, all of them (`files`).
 
 use std::fmt::Write as _;
 use std::time::UNIX_EPOCH;
@@ -9,7 +10,7 @@ use std::time::UNIX_EPOCH;
 use serde_json::{json, Value};
 
 use crate::algorithm::Algorithm;
-use crate::config::{Rule, RuleLimit, Snapshot};
+use crate::config::{Limit, Rule, RuleLimit, Snapshot};
 
 /// The store's state as shown to operators.
 #[derive(Debug, Clone)]
@@ -30,30 +31,26 @@ fn sorted_domains(snapshot: &Snapshot) -> Vec<&crate::config::Domain> {
     domains
 }
 
+/// Every limit of the rule, `; `-separated: `[name: ]20 per second (gcra)`, with a window
+/// of several units as `7 per 5 minutes`, and a gcra burst when it differs.
 fn describe_limit(rule: &Rule) -> String {
     match &rule.limit {
         RuleLimit::Unlimited => "unlimited".to_string(),
-        RuleLimit::Limited(limits) => limits
-            .iter()
-            .map(|limit| {
-                let params = limit.params;
-                let mut s = String::new();
-                if let Some(name) = &limit.name {
-                    let _ = write!(s, "{name}: ");
-                }
-                let _ = write!(s, "{} per ", params.limit);
-                if limit.multiplier != 1 {
-                    let _ = write!(s, "{} ", limit.multiplier);
-                }
-                let _ = write!(s, "{} ({})", limit.unit.as_str(), params.algorithm.as_str());
-                if params.algorithm == Algorithm::Gcra && params.burst != params.limit {
-                    let _ = write!(s, " burst {}", params.burst);
-                }
-                s
-            })
-            .collect::<Vec<_>>()
-            .join("; "),
+        RuleLimit::Limited(limits) => limits.iter().map(describe_one).collect::<Vec<_>>().join("; "),
     }
+}
+
+fn describe_one(limit: &Limit) -> String {
+    let params = limit.params;
+    let mut s = String::new();
+    if let Some(name) = &limit.name {
+        let _ = write!(s, "{name}: ");
+    }
+    let _ = write!(s, "{} per {} ({})", params.limit, limit.window(), params.algorithm.as_str());
+    if params.algorithm == Algorithm::Gcra && params.burst != params.limit {
+        let _ = write!(s, " burst {}", params.burst);
+    }
+    s
 }
 
 fn flags(rule: &Rule) -> Vec<&'static str> {
@@ -83,9 +80,11 @@ pub fn text(snapshot: &Snapshot, store: &StoreState) -> String {
         let files: Vec<String> = domain.files.iter().map(|file| file.display().to_string()).collect();
         let _ = writeln!(
             out,
-            "domain {} (failure_mode {}, {})",
+            "domain {} (failure_mode {}, charge {}, hash_tag {}, {})",
             domain.name,
             domain.failure_mode.as_str(),
+            domain.charge.as_str(),
+            domain.hash_tag.as_str(),
             files.join(", ")
         );
         for rule in &domain.rules {
@@ -120,6 +119,8 @@ pub fn json(snapshot: &Snapshot, store: &StoreState) -> Value {
             json!({
                 "domain": domain.name,
                 "failure_mode": domain.failure_mode.as_str(),
+                "charge": domain.charge.as_str(),
+                "hash_tag": domain.hash_tag.as_str(),
                 "file": domain.file.display().to_string(),
                 "files": domain.files.iter().map(|file| file.display().to_string()).collect::<Vec<_>>(),
                 "rules": rules,
@@ -154,6 +155,7 @@ fn rule_json(rule: &Rule) -> Value {
                 "requests_per_unit": l.params.limit,
                 "unit": l.unit.as_str(),
                 "unit_multiplier": l.multiplier,
+                "window_seconds": l.window_seconds(),
                 "algorithm": l.params.algorithm.as_str(),
                 "burst": l.params.burst,
             })
@@ -173,4 +175,68 @@ fn rule_json(rule: &Rule) -> Value {
         "replaces": rule.replaces,
         "metadata": rule.metadata.iter().map(|(k, v)| (k.clone(), json!(v))).collect::<serde_json::Map<_, _>>(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use super::*;
+    use crate::config::compile_sources;
+
+    const POLICY: &str = r#"domain: api
+charge: all_or_nothing
+descriptors:
+  - key: api_key
+    rate_limits:
+      - { name: burst, unit: second, requests_per_unit: 20 }
+      - { name: five, unit: minute, unit_multiplier: 5, requests_per_unit: 7, algorithm: fixed_window }
+  - key: user
+    rate_limit: { name: per-user, unit: second, unit_multiplier: 30, requests_per_unit: 2, burst: 3 }
+"#;
+
+    fn snapshot() -> Snapshot {
+        compile_sources(&[(PathBuf::from("api.yaml"), POLICY.to_owned())]).expect("valid policy")
+    }
+
+    fn store() -> StoreState {
+        StoreState { kind: "memory", healthy: true, detail: String::new() }
+    }
+
+    #[test]
+    fn text_shows_every_limit_its_window_and_the_domain_modes() {
+        let text = text(&snapshot(), &store());
+        for expected in [
+            "domain api (failure_mode open, charge all_or_nothing, hash_tag descriptor, api.yaml)",
+            "descriptors[0] [api_key]: burst: 20 per second (gcra); five: 7 per 5 minutes (fixed_window)",
+            "per-user [user]: 2 per 30 seconds (gcra) burst 3",
+        ] {
+            assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
+        }
+    }
+
+    #[test]
+    fn json_adds_the_domain_modes_and_each_limit_keeping_the_old_fields() {
+        let json = json(&snapshot(), &store());
+        let domain = &json["domains"][0];
+        assert_eq!(
+            (domain["charge"].as_str(), domain["hash_tag"].as_str()),
+            (Some("all_or_nothing"), Some("descriptor"))
+        );
+        assert_eq!(domain["failure_mode"], "open");
+        let several = &domain["rules"][0];
+        assert_eq!(several["name"], Value::Null);
+        assert_eq!(
+            (several["requests_per_unit"].as_u64(), several["unit"].as_str()),
+            (Some(20), Some("second"))
+        );
+        let five = &several["limits"][1];
+        assert_eq!(five["name"], "five");
+        assert_eq!(five["unit"], "minute");
+        assert_eq!(five["unit_multiplier"], 5);
+        assert_eq!(five["window_seconds"], 300);
+        assert_eq!(five["algorithm"], "fixed_window");
+        let single = &domain["rules"][1]["limits"][0];
+        assert_eq!((single["name"].clone(), single["window_seconds"].as_u64()), (Value::Null, Some(30)));
+    }
 }

@@ -10,11 +10,12 @@ use std::path::PathBuf;
 use proptest::prelude::*;
 use tollgate::config::{compile_sources, Lookup};
 
-const SEEDS: [&str; 4] = [
+const SEEDS: [&str; 5] = [
     include_str!("fixtures/config/valid/edge_proxy.yaml"),
     include_str!("fixtures/config/valid/merge_keys.yaml"),
     include_str!("../config/api.yaml"),
     include_str!("../config/login.yaml"),
+    include_str!("../config/partners.yaml"),
 ];
 
 /// Compiles `yaml` as one file; if it compiles, walks it with `probes`.
@@ -71,6 +72,29 @@ fn merge_shape(shape: u8) -> (&'static str, &'static str, &'static str, &'static
     }
 }
 
+/// A `rate_limits` list (names from a small set, so some repeat; multipliers including 0
+/// and ones past the longest window), as the lines after `  rate_limits:`.
+fn rate_limits() -> impl Strategy<Value = String> {
+    let multiplier = prop_oneof![Just(0u64), Just(1), Just(5), Just(1_000_000), Just(u64::MAX)];
+    let entry = (0u8..3, unit(), 0u64..100, proptest::option::of(multiplier), any::<bool>());
+    proptest::collection::vec(entry, 0..4).prop_map(|entries| {
+        entries
+            .into_iter()
+            .map(|(name, unit, rpu, multiplier, unlimited)| {
+                let mut yaml =
+                    format!("    - name: l{name}\n      unit: {unit}\n      requests_per_unit: {rpu}\n");
+                if let Some(n) = multiplier {
+                    yaml.push_str(&format!("      unit_multiplier: {n}\n"));
+                }
+                if unlimited {
+                    yaml.push_str("      unlimited: true\n");
+                }
+                yaml
+            })
+            .collect()
+    })
+}
+
 /// A descriptor node, as YAML lines at `indent`, up to `depth` levels deep.
 fn node(depth: u32) -> BoxedStrategy<String> {
     let leaf = (
@@ -83,8 +107,8 @@ fn node(depth: u32) -> BoxedStrategy<String> {
     } else {
         proptest::collection::vec(node(depth - 1), 0..3).boxed()
     };
-    (leaf, children, any::<bool>(), 0u8..24)
-        .prop_map(|((key, value, limit), children, shared, shape)| {
+    (leaf, children, any::<bool>(), 0u8..24, proptest::option::of(rate_limits()))
+        .prop_map(|((key, value, limit), children, shared, shape, several)| {
             let (anchor, merge, limit_anchor, limit_merge) = merge_shape(shape);
             let mut yaml = format!("- {anchor}key: {key:?}\n{merge}");
             if let Some(value) = value {
@@ -102,6 +126,11 @@ fn node(depth: u32) -> BoxedStrategy<String> {
                 if unlimited {
                     yaml.push_str("    unlimited: true\n");
                 }
+            }
+            // Sometimes beside a `rate_limit` too: an error, which is fine here.
+            if let Some(several) = several {
+                yaml.push_str("  rate_limits:\n");
+                yaml.push_str(&several);
             }
             if !children.is_empty() {
                 yaml.push_str("  descriptors:\n");

@@ -11,14 +11,16 @@ use std::time::SystemTime;
 
 use sha2::{Digest, Sha256};
 
-use crate::algorithm::{gcra, Algorithm};
+use crate::algorithm::Algorithm;
 
 use super::domains::{self, Parsed};
 use super::error::{ConfigError, ConfigErrors};
 use super::matcher::{is_wildcard, Branch, Node, Tree};
-use super::model::{self, Domain, FailureMode, Level, Rule, RuleId, RuleLimit, Snapshot, Unit};
+use super::model::{ChargeMode, Domain, FailureMode, HashTag, Level, Rule, Snapshot};
 use super::options::LoadOptions;
-use super::raw::{self, Positions, RawDescriptor, RawRateLimit};
+use super::raw::{self, Positions, RawDescriptor};
+
+mod limits;
 
 /// Validates and compiles `(file name, content)` pairs, in load order, into a snapshot,
 /// with today's defaults (one file per domain, gcra): see [`compile_sources_with`].
@@ -30,7 +32,8 @@ pub fn compile_sources(sources: &[(PathBuf, String)]) -> Result<Snapshot, Config
 ///
 /// Every problem of every file is reported, with lines where known, in file order. The
 /// snapshot's `version` is the first 16 hex chars of a sha256 over every file's name and
-/// content (and `--default-algorithm` when it is not gcra: it changes every bucket).
+/// content (and `--default-algorithm` when it is not gcra: it changes every bucket;
+/// `--stop-charging-when-over-limit` when given: it changes what requests are charged).
 pub fn compile_sources_with(
     sources: &[(PathBuf, String)],
     options: &LoadOptions,
@@ -45,7 +48,7 @@ pub fn compile_sources_with(
     }
     let mut domains = HashMap::new();
     for group in domains::group(&files, options.merge_domains, &mut errors) {
-        if let Some(domain) = compile_domain(&group, options.default_algorithm, &mut errors) {
+        if let Some(domain) = compile_domain(&group, options, &mut errors) {
             domains.insert(domain.name.clone(), domain);
         }
     }
@@ -78,6 +81,10 @@ fn version(sources: &[(PathBuf, String)], options: &LoadOptions) -> String {
         hasher.update(u64::MAX.to_le_bytes());
         hasher.update(options.default_algorithm.as_str());
     }
+    if options.stop_charging_when_over_limit {
+        // Changes what some requests are charged: another config, another version.
+        hasher.update((u64::MAX - 1).to_le_bytes());
+    }
     for (file, source) in sources {
         let name = file.file_name().unwrap_or(file.as_os_str()).as_encoded_bytes();
         hasher.update((name.len() as u64).to_le_bytes());
@@ -92,9 +99,10 @@ fn version(sources: &[(PathBuf, String)], options: &LoadOptions) -> String {
 /// of them has errors (all pushed to `errors`).
 fn compile_domain(
     group: &[&Parsed<'_>],
-    default_algorithm: Algorithm,
+    options: &LoadOptions,
     errors: &mut Vec<ConfigError>,
 ) -> Option<Domain> {
+    let default_algorithm = options.default_algorithm;
     let first = group.first()?;
     let before = errors.len();
     let name = match first.raw.domain.as_deref() {
@@ -112,6 +120,17 @@ fn compile_domain(
         group.iter().map(|parsed| (parsed.file, domains::failure_mode(parsed, errors))).collect();
     let failure_mode =
         domains::agree("failure_mode", &modes, FailureMode::as_str, errors).unwrap_or_default();
+    let charges: Vec<_> = group.iter().map(|parsed| (parsed.file, domains::charge(parsed, errors))).collect();
+    // `--stop-charging-when-over-limit` is only the default: a domain's `charge` wins.
+    let charge = domains::agree("charge", &charges, ChargeMode::as_str, errors).unwrap_or(
+        if options.stop_charging_when_over_limit {
+            ChargeMode::AllOrNothing
+        } else {
+            ChargeMode::PerDescriptor
+        },
+    );
+    let tags: Vec<_> = group.iter().map(|parsed| (parsed.file, domains::hash_tag(parsed, errors))).collect();
+    let hash_tag = domains::agree("hash_tag", &tags, HashTag::as_str, errors).unwrap_or_default();
     let mut builder =
         Builder { file: first.file, errors, rules: Vec::new(), default_algorithm, prefix: String::new() };
     let mut root = Branch::default();
@@ -129,8 +148,8 @@ fn compile_domain(
     (errors.len() == before).then(|| Domain {
         name: name.to_owned(),
         failure_mode,
-        charge: model::ChargeMode::default(),
-        hash_tag: model::HashTag::default(),
+        charge,
+        hash_tag,
         file: first.file.to_path_buf(),
         files: group.iter().map(|parsed| parsed.file.to_path_buf()).collect(),
         default_algorithm,
@@ -196,7 +215,7 @@ impl<'a> Builder<'a> {
                 value: value.map(str::to_owned),
                 value_to_metric: raw.value_to_metric,
             });
-            let rule = raw.rate_limit.as_ref().and_then(|limit| self.rule(raw, limit, &path, levels));
+            let rule = self.rule(raw, &path, levels);
             let children = raw.descriptors.as_deref().unwrap_or_default();
             let children = self.branch(children, &path, levels);
             levels.pop();
@@ -247,140 +266,6 @@ impl<'a> Builder<'a> {
                 None
             }
         }
-    }
-
-    /// Validates a `rate_limit` block and records its rule; `None` if it has errors.
-    fn rule(
-        &mut self,
-        raw: &RawDescriptor,
-        limit: &RawRateLimit,
-        path: &str,
-        levels: &[Level],
-    ) -> Option<RuleId> {
-        let at = format!("{path}.rate_limit");
-        let compiled = self.limit(limit, &at);
-        let replaces = self.replaces(limit, &at);
-        let (limit_kind, replaces) = (compiled?, replaces?);
-        let id = RuleId(self.rules.len());
-        self.rules.push(Rule {
-            id,
-            path: format!("{}{path}", self.prefix),
-            name: limit.name.clone().filter(|name| !name.is_empty()),
-            limit: limit_kind,
-            shadow_mode: raw.shadow_mode,
-            quota_mode: raw.quota_mode,
-            detailed_metric: raw.detailed_metric,
-            value_to_metric: raw.value_to_metric,
-            replaces,
-            levels: levels.to_vec(),
-            metadata: metadata(raw.metadata.as_ref()),
-        });
-        Some(id)
-    }
-
-    /// unit / requests_per_unit / unlimited / algorithm / burst.
-    fn limit(&mut self, raw: &RawRateLimit, at: &str) -> Option<RuleLimit> {
-        let before = self.errors.len();
-        let unit = raw.unit.as_deref().and_then(|unit| {
-            let parsed = Unit::parse(unit);
-            if parsed.is_none() {
-                self.error(
-                    format!("{at}.unit"),
-                    format!(
-                        "unknown unit {unit:?} (expected second, minute, hour, day, week, month or year)"
-                    ),
-                );
-            }
-            parsed
-        });
-        let algorithm = self.algorithm(raw, at);
-        if raw.unlimited {
-            if unit.is_some() {
-                self.error(format!("{at}.unit"), "unit must not be set together with unlimited: true");
-            }
-            return (self.errors.len() == before).then_some(RuleLimit::Unlimited);
-        }
-        if raw.unit.is_none() {
-            self.error(format!("{at}.unit"), "missing unit (second, minute, hour, day, week, month or year)");
-        }
-        if raw.requests_per_unit.is_none() {
-            self.error(
-                format!("{at}.requests_per_unit"),
-                "missing requests_per_unit (0 blocks everything; `unlimited: true` allows everything)",
-            );
-        }
-        let (Some(unit), Some(limit), Some(algorithm)) = (unit, raw.requests_per_unit, algorithm) else {
-            return None;
-        };
-        let params = model::params(algorithm, u64::from(limit), unit, raw.burst);
-        if algorithm == Algorithm::Gcra && !gcra::tolerance_fits(&params) {
-            // Only an explicit burst can get here: the default (= limit) drains in one unit.
-            self.error(
-                format!("{at}.burst"),
-                format!(
-                    "burst {} at {limit} per {} takes more than 71 years to drain (burst × unit / \
-                     requests_per_unit past 2^51 µs, beyond what GCRA counts exactly); lower \
-                     burst or raise requests_per_unit",
-                    params.burst,
-                    unit.as_str(),
-                ),
-            );
-        }
-        (self.errors.len() == before).then_some(RuleLimit::Limited(vec![model::Limit::single(params, unit)]))
-    }
-
-    /// `algorithm` (default `--default-algorithm`, gcra with a `burst`) and the `burst` that
-    /// only gcra accepts.
-    fn algorithm(&mut self, raw: &RawRateLimit, at: &str) -> Option<Algorithm> {
-        let algorithm = match raw.algorithm.as_deref().map(str::to_ascii_lowercase).as_deref() {
-            // `burst` is gcra's alone: with it, no algorithm means gcra whatever the default.
-            None if raw.burst.is_some() => Some(Algorithm::Gcra),
-            None => Some(self.default_algorithm),
-            Some("gcra") => Some(Algorithm::Gcra),
-            Some("sliding_window") => Some(Algorithm::SlidingWindow),
-            Some("fixed_window") => Some(Algorithm::FixedWindow),
-            Some(_) => {
-                let name = raw.algorithm.as_deref().unwrap_or_default();
-                self.error(
-                    format!("{at}.algorithm"),
-                    format!("unknown algorithm {name:?} (expected gcra, sliding_window or fixed_window)"),
-                );
-                None
-            }
-        };
-        match (raw.burst, algorithm) {
-            (Some(0), _) => self.error(format!("{at}.burst"), "burst must be greater than 0"),
-            (Some(_), Some(other)) if other != Algorithm::Gcra => self.error(
-                format!("{at}.burst"),
-                format!("burst applies to gcra only (algorithm is {})", other.as_str()),
-            ),
-            _ => {}
-        }
-        algorithm
-    }
-
-    /// The names in `replaces`; `None` if the list has errors.
-    fn replaces(&mut self, raw: &RawRateLimit, at: &str) -> Option<Vec<String>> {
-        let Some(list) = raw.replaces.as_ref() else {
-            return Some(Vec::new());
-        };
-        let before = self.errors.len();
-        if list.is_empty() {
-            self.error(format!("{at}.replaces"), "empty replaces list");
-        }
-        let own = raw.name.as_deref().filter(|name| !name.is_empty());
-        let mut names = Vec::with_capacity(list.len());
-        for (index, entry) in list.iter().enumerate() {
-            let path = format!("{at}.replaces[{index}].name");
-            match entry.name.as_deref() {
-                None | Some("") => self.error(path, "replaces entry without a name"),
-                Some(name) if Some(name) == own => {
-                    self.error(path, format!("rule {name:?} replaces itself"));
-                }
-                Some(name) => names.push(name.to_owned()),
-            }
-        }
-        (self.errors.len() == before).then_some(names)
     }
 }
 

@@ -2,8 +2,8 @@
 //! file naming a domain, merged in file-name order.
 //!
 //! Owns the grouping of parsed files by domain, the duplicate-domain error (without the
-//! flag), and the domain-level fields (`failure_mode`): read per file, agreed across the
-//! files of one domain (with it).
+//! flag), and the domain-level fields (`failure_mode`, `charge`, `hash_tag`): read per
+//! file, agreed across the files of one domain (with it).
 //! The merging of descriptors itself is `compile`'s tree building, run over the group's
 //! files in order. Pure: no I/O.
 
@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use super::error::ConfigError;
-use super::model::FailureMode;
+use super::model::{ChargeMode, FailureMode, HashTag};
 use super::raw::{Positions, RawFile};
 
 /// One file that parsed: its name, its YAML and where its paths are.
@@ -81,6 +81,37 @@ pub(super) fn failure_mode(parsed: &Parsed<'_>, errors: &mut Vec<ConfigError>) -
                 parsed.file,
                 "failure_mode",
                 format!("unknown failure_mode {mode:?} (expected open, closed or local)"),
+            ));
+            None
+        }
+    }
+}
+
+/// The file's `charge`, `None` when it sets none (or an unknown one: an error).
+pub(super) fn charge(parsed: &Parsed<'_>, errors: &mut Vec<ConfigError>) -> Option<ChargeMode> {
+    let mode = parsed.raw.charge.as_deref()?;
+    let parsed_mode = ChargeMode::parse(&mode.to_ascii_lowercase());
+    if parsed_mode.is_none() {
+        errors.push(ConfigError::new(
+            parsed.file,
+            "charge",
+            format!("unknown charge {mode:?} (expected per_descriptor or all_or_nothing)"),
+        ));
+    }
+    parsed_mode
+}
+
+/// The file's `hash_tag`, `None` when it sets none (or an unknown one: an error).
+pub(super) fn hash_tag(parsed: &Parsed<'_>, errors: &mut Vec<ConfigError>) -> Option<HashTag> {
+    let tag = parsed.raw.hash_tag.as_deref()?;
+    match tag.to_ascii_lowercase().as_str() {
+        "descriptor" => Some(HashTag::Descriptor),
+        "domain" => Some(HashTag::Domain),
+        _ => {
+            errors.push(ConfigError::new(
+                parsed.file,
+                "hash_tag",
+                format!("unknown hash_tag {tag:?} (expected descriptor or domain)"),
             ));
             None
         }

@@ -85,6 +85,10 @@ pub(super) struct FileLayer {
     #[serde(default, deserialize_with = "present")]
     failure_mode: Written<String>,
     #[serde(default, deserialize_with = "present")]
+    charge: Written<String>,
+    #[serde(default, deserialize_with = "present")]
+    hash_tag: Written<String>,
+    #[serde(default, deserialize_with = "present")]
     descriptors: Written<Vec<DescriptorLayer>>,
     #[serde(rename = "<<", default)]
     merged: Merged<FileLayer>,
@@ -94,7 +98,7 @@ impl FileLayer {
     fn flatten(mut self) -> Self {
         for base in std::mem::take(&mut self.merged).0 {
             let base = base.flatten();
-            fill!(self, base; domain, failure_mode, descriptors);
+            fill!(self, base; domain, failure_mode, charge, hash_tag, descriptors);
         }
         self
     }
@@ -105,6 +109,8 @@ impl FileLayer {
         RawFile {
             domain: file.domain.flatten(),
             failure_mode: file.failure_mode.flatten(),
+            charge: file.charge.flatten(),
+            hash_tag: file.hash_tag.flatten(),
             descriptors: resolve_all(file.descriptors),
         }
     }
@@ -120,6 +126,8 @@ struct DescriptorLayer {
     value: Written<String>,
     #[serde(default, deserialize_with = "present")]
     rate_limit: Written<RateLimitLayer>,
+    #[serde(default, deserialize_with = "present")]
+    rate_limits: Written<Vec<RateLimitLayer>>,
     #[serde(default, deserialize_with = "present")]
     descriptors: Written<Vec<DescriptorLayer>>,
     #[serde(default, deserialize_with = "present")]
@@ -142,7 +150,7 @@ impl DescriptorLayer {
     fn flatten(mut self) -> Self {
         for base in std::mem::take(&mut self.merged).0 {
             let base = base.flatten();
-            fill!(self, base; key, value, rate_limit, descriptors, shadow_mode, detailed_metric,
+            fill!(self, base; key, value, rate_limit, rate_limits, descriptors, shadow_mode, detailed_metric,
                 quota_mode, value_to_metric, share_threshold, metadata);
         }
         self
@@ -154,6 +162,10 @@ impl DescriptorLayer {
             key: node.key.flatten(),
             value: node.value.flatten(),
             rate_limit: node.rate_limit.flatten().map(RateLimitLayer::resolve),
+            rate_limits: node
+                .rate_limits
+                .flatten()
+                .map(|all| all.into_iter().map(RateLimitLayer::resolve).collect()),
             descriptors: resolve_all(node.descriptors),
             shadow_mode: node.shadow_mode.unwrap_or_default(),
             detailed_metric: node.detailed_metric.unwrap_or_default(),
@@ -169,12 +181,14 @@ fn resolve_all(nodes: Written<Vec<DescriptorLayer>>) -> Option<Vec<RawDescriptor
     nodes.flatten().map(|nodes| nodes.into_iter().map(DescriptorLayer::resolve).collect())
 }
 
-/// A `rate_limit` block, as written.
+/// A `rate_limit` block (or one entry of `rate_limits`), as written.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, expecting = "a rate_limit mapping")]
 struct RateLimitLayer {
     #[serde(default, deserialize_with = "present")]
     unit: Written<String>,
+    #[serde(default, deserialize_with = "present")]
+    unit_multiplier: Written<u64>,
     #[serde(default, deserialize_with = "present")]
     requests_per_unit: Written<u32>,
     #[serde(default, deserialize_with = "present")]
@@ -195,7 +209,8 @@ impl RateLimitLayer {
     fn flatten(mut self) -> Self {
         for base in std::mem::take(&mut self.merged).0 {
             let base = base.flatten();
-            fill!(self, base; unit, requests_per_unit, unlimited, name, replaces, algorithm, burst);
+            fill!(self, base; unit, unit_multiplier, requests_per_unit, unlimited, name, replaces, algorithm,
+                burst);
         }
         self
     }
@@ -204,6 +219,7 @@ impl RateLimitLayer {
         let limit = self.flatten();
         RawRateLimit {
             unit: limit.unit.flatten(),
+            unit_multiplier: limit.unit_multiplier.flatten(),
             requests_per_unit: limit.requests_per_unit.flatten(),
             unlimited: limit.unlimited.unwrap_or_default(),
             name: limit.name.flatten(),

@@ -2,8 +2,9 @@
 //!
 //! Layout: `raw` (the YAML's structs, `deny_unknown_fields`; YAML merge keys resolved by
 //! `merge_keys`, floats where strings belong refused by `floats`), `domains` (which files
-//! make which domain), `compile` (validation collecting every error, building the immutable
-//! `model`), `matcher` (hash-per-level tree walk), `loader` (the only part that touches the
+//! make which domain, and the domain-level fields), `compile` (validation collecting every
+//! error, building the immutable `model`; a node's `rate_limit` / `rate_limits` in
+//! `compile::limits`), `matcher` (hash-per-level tree walk), `loader` (the only part that touches the
 //! file system), `options` (the load-time switches). Everything but `loader` is pure.
 //! The request path only sees `model` types (`Snapshot`, `Domain::lookup`, `Rule`).
 

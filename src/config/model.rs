@@ -229,6 +229,11 @@ impl Limit {
         Limit { name: None, params, unit, multiplier: 1 }
     }
 
+    /// The window in words: `second`, `5 minutes` (see [`Unit::window`]).
+    pub fn window(&self) -> String {
+        self.unit.window(self.multiplier)
+    }
+
     /// The window in seconds (`unit × unit_multiplier`).
     pub fn window_seconds(&self) -> u64 {
         self.unit.seconds().saturating_mul(self.multiplier)
@@ -297,6 +302,15 @@ impl Unit {
             Unit::Week => 7 * 86_400,
             Unit::Month => 30 * 86_400,
             Unit::Year => 365 * 86_400,
+        }
+    }
+
+    /// A window of `multiplier` units in words, as `explain`, `/rlconfig` and config errors
+    /// write it: `second` for 1 (so "20 per second"), else `5 minutes`.
+    pub fn window(self, multiplier: u64) -> String {
+        match multiplier {
+            1 => self.as_str().to_owned(),
+            n => format!("{n} {}s", self.as_str()),
         }
     }
 

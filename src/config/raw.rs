@@ -23,8 +23,12 @@ use super::merge_keys::FileLayer;
 pub struct RawFile {
     /// Required and non-empty (checked by `compile`).
     pub domain: Option<String>,
-    /// `open` (default) or `closed`.
+    /// `open` (default), `closed` or `local`.
     pub failure_mode: Option<String>,
+    /// `per_descriptor` (default) or `all_or_nothing`.
+    pub charge: Option<String>,
+    /// `descriptor` (default) or `domain`.
+    pub hash_tag: Option<String>,
     /// `None` when absent or null.
     pub descriptors: Option<Vec<RawDescriptor>>,
 }
@@ -38,6 +42,9 @@ pub struct RawDescriptor {
     pub value: Option<String>,
     /// The limit of this node, if any.
     pub rate_limit: Option<RawRateLimit>,
+    /// Several named limits of this node (never together with `rate_limit`); each entry
+    /// has `rate_limit`'s fields, `name` required and `unlimited` refused (by `compile`).
+    pub rate_limits: Option<Vec<RawRateLimit>>,
     /// Nested nodes; `None` when absent or null.
     pub descriptors: Option<Vec<RawDescriptor>>,
     /// Evaluate and count, but always answer OK.
@@ -54,16 +61,18 @@ pub struct RawDescriptor {
     pub metadata: Option<serde_yaml::Mapping>,
 }
 
-/// A descriptor's `rate_limit` block.
+/// A descriptor's `rate_limit` block, or one entry of its `rate_limits`.
 #[derive(Debug, Default)]
 pub struct RawRateLimit {
     /// second … year, any case.
     pub unit: Option<String>,
+    /// The window is this many units; at least 1 (default 1).
+    pub unit_multiplier: Option<u64>,
     /// Required unless `unlimited`; 0 blocks everything.
     pub requests_per_unit: Option<u32>,
     /// Always OK, no bucket; excludes `unit`.
     pub unlimited: bool,
-    /// Name other rules' `replaces` refer to.
+    /// Name other rules' `replaces` refer to (required in `rate_limits`).
     pub name: Option<String>,
     /// Rules this one replaces when both match; non-empty when present.
     pub replaces: Option<Vec<RawReplaces>>,

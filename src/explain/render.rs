@@ -6,7 +6,7 @@
 use std::fmt::{self, Write as _};
 
 use crate::algorithm::Algorithm;
-use crate::config::{Rule, RuleLimit};
+use crate::config::{ChargeMode, HashTag, Rule, RuleLimit};
 use crate::escape::escape;
 
 use super::{Applied, DescriptorReport, Explanation, How, Verdict};
@@ -19,9 +19,17 @@ impl fmt::Display for Explanation<'_> {
             return writeln!(f, "→ every descriptor is answered OK and nothing is charged");
         };
         let files: Vec<String> = domain.files.iter().map(|file| file.display().to_string()).collect();
+        // The defaults go unsaid: only a domain that changes them says so.
+        let mut modes = String::new();
+        if domain.charge != ChargeMode::PerDescriptor {
+            modes.push_str(&format!(", charge {}", domain.charge.as_str()));
+        }
+        if domain.hash_tag != HashTag::Descriptor {
+            modes.push_str(&format!(", hash_tag {}", domain.hash_tag.as_str()));
+        }
         writeln!(
             f,
-            "domain {}: failure_mode {}, {} {}, config version {}",
+            "domain {}: failure_mode {}{modes}, {} {}, config version {}",
             domain.name,
             domain.failure_mode.as_str(),
             if files.len() > 1 { "files (merged)" } else { "file" },
@@ -116,11 +124,21 @@ fn misses(exact: usize, wildcards: &[String]) -> String {
 
 fn describe_rule(rule: &Rule, applied: &Applied<'_>, all: &[DescriptorReport<'_>]) -> String {
     let mut out = format!("  → rule {} (path {}", rule.label(), rule.path);
-    if rule.name.is_none() {
+    let several = rule.limits().iter().any(|limit| limit.name.is_some());
+    if several {
+        let _ = write!(out, ", rate_limits: metrics use {}/<name>", rule.path);
+    } else if rule.name.is_none() {
         out.push_str(", unnamed: metrics use the path");
     }
     out.push(')');
-    let _ = write!(out, "\n    limit: {}", describe_limit(rule));
+    if several {
+        out.push_str("\n    limits (a bucket each; the descriptor passes only if every one passes):");
+        for limit in rule.limits() {
+            let _ = write!(out, "\n      {}", describe_one(limit));
+        }
+    } else {
+        let _ = write!(out, "\n    limit: {}", describe_limit(rule));
+    }
     let _ = write!(out, "\n    flags: {}", describe_flags(rule));
     for name in &rule.replaces {
         let dropped: Vec<String> = all
@@ -141,9 +159,9 @@ fn describe_rule(rule: &Rule, applied: &Applied<'_>, all: &[DescriptorReport<'_>
         "\n    {}",
         match applied {
             Applied::Charged { key, others } if others.is_empty() => format!("bucket key: {key}"),
-            Applied::Charged { key, others } => {
-                let rest: Vec<String> = others.iter().map(|(name, key)| format!("{key} ({name})")).collect();
-                format!("bucket keys: {key}, {}", rest.join(", "))
+            Applied::Charged { others, .. } => {
+                let all: Vec<String> = others.iter().map(|(name, key)| format!("{name} {key}")).collect();
+                format!("bucket keys: {}", all.join(", "))
             }
             Applied::Unlimited => "unlimited: OK with remaining 4294967295, nothing charged".to_string(),
             Applied::ReplacedBy { rule: by, descriptor } => format!(
@@ -167,22 +185,22 @@ fn describe_limit(rule: &Rule) -> String {
 
 fn describe_one(limit: &crate::config::Limit) -> String {
     let params = limit.params;
-    let unit = match limit.multiplier {
-        1 => limit.unit.as_str().to_string(),
-        n => format!("{n} {}s", limit.unit.as_str()),
-    };
     let mut s = String::new();
     if let Some(name) = &limit.name {
         let _ = write!(s, "{name}: ");
     }
-    {
-        let _ = write!(s, "requests_per_unit {} per {} ({})", params.limit, unit, params.algorithm.as_str());
-        if params.algorithm == Algorithm::Gcra {
-            let _ = write!(s, ", burst {}", params.burst);
-        }
-        if params.limit == 0 {
-            s.push_str(": blocks everything");
-        }
+    let _ = write!(
+        s,
+        "requests_per_unit {} per {} ({})",
+        params.limit,
+        limit.window(),
+        params.algorithm.as_str()
+    );
+    if params.algorithm == Algorithm::Gcra {
+        let _ = write!(s, ", burst {}", params.burst);
+    }
+    if params.limit == 0 {
+        s.push_str(": blocks everything");
     }
     s
 }

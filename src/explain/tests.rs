@@ -240,3 +240,28 @@ proptest::proptest! {
         proptest::prop_assert_eq!(report.walk.len() <= entries.len(), true);
     }
 }
+
+#[test]
+fn text_lists_every_limit_of_rate_limits_with_its_window_and_the_domain_modes() {
+    let policy = r#"
+domain: api
+charge: all_or_nothing
+hash_tag: domain
+descriptors:
+  - key: api_key
+    rate_limits:
+      - { name: burst, unit: second, requests_per_unit: 20 }
+      - { name: five, unit: minute, unit_multiplier: 5, requests_per_unit: 7, algorithm: sliding_window }
+"#;
+    let snapshot = compile_sources(&[(PathBuf::from("api.yaml"), policy.to_string())]).expect("valid policy");
+    let text = explain(&snapshot, "api", &[arg("api_key=k")]).to_string();
+    for expected in [
+        "domain api: failure_mode open, charge all_or_nothing, hash_tag domain, file api.yaml",
+        "→ rule descriptors[0] (path descriptors[0], rate_limits: metrics use descriptors[0]/<name>)",
+        "limits (a bucket each; the descriptor passes only if every one passes):",
+        "      burst: requests_per_unit 20 per second (gcra), burst 20",
+        "      five: requests_per_unit 7 per 5 minutes (sliding_window)",
+    ] {
+        assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
+    }
+}

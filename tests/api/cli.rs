@@ -130,3 +130,81 @@ fn check_and_explain_accept_the_default_algorithm() {
     let (ok, _) = check("leaky_bucket");
     assert!(!ok, "an unknown algorithm is refused");
 }
+
+/// Each misuse of issue 14's fields, in a file of its own: `(file, YAML, expected
+/// `file:line: path: message` fragment)`.
+const MISUSES: &[(&str, &str, &str)] = &[
+    (
+        "both.yaml",
+        "domain: both\ndescriptors:\n  - key: k\n    rate_limit: { unit: second, requests_per_unit: 1 }\n    rate_limits:\n      - { name: a, unit: second, requests_per_unit: 1 }\n",
+        "both.yaml:5: descriptors[0].rate_limits: rate_limit and rate_limits on one descriptor",
+    ),
+    (
+        "missing_name.yaml",
+        "domain: missing_name\ndescriptors:\n  - key: k\n    rate_limits:\n      - unit: second\n        requests_per_unit: 1\n",
+        "missing_name.yaml:5: descriptors[0].rate_limits[0].name: missing name",
+    ),
+    (
+        "repeated_name.yaml",
+        "domain: repeated_name\ndescriptors:\n  - key: k\n    rate_limits:\n      - name: a\n        unit: second\n        requests_per_unit: 1\n      - name: a\n        unit: day\n        requests_per_unit: 9\n",
+        "repeated_name.yaml:8: descriptors[0].rate_limits[1].name: duplicate name \"a\"",
+    ),
+    (
+        "zero_multiplier.yaml",
+        "domain: zero_multiplier\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: minute\n      unit_multiplier: 0\n      requests_per_unit: 1\n",
+        "zero_multiplier.yaml:6: descriptors[0].rate_limit.unit_multiplier: unit_multiplier must be at least 1",
+    ),
+    (
+        "unknown_charge.yaml",
+        "domain: unknown_charge\ncharge: some\ndescriptors:\n  - key: k\n    rate_limit: { unit: second, requests_per_unit: 1 }\n",
+        "unknown_charge.yaml:2: charge: unknown charge \"some\" (expected per_descriptor or all_or_nothing)",
+    ),
+];
+
+#[test]
+fn check_rejects_each_misuse_of_several_limits_windows_and_charge_with_file_line_and_field() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for (name, yaml, _) in MISUSES {
+        std::fs::write(dir.path().join(name), yaml).expect("write");
+    }
+    let out = tollgate().arg("check").arg(dir.path()).output().expect("run tollgate");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    for (_, _, expected) in MISUSES {
+        assert!(err.contains(expected), "check lacks {expected:?}:\n{err}");
+    }
+}
+
+#[test]
+fn check_and_explain_accept_stop_charging_when_over_limit_and_the_domain_field_wins() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rule = "descriptors:\n  - key: k\n    rate_limits:\n      - { name: burst, unit: second, requests_per_unit: 20 }\n      - { name: five, unit: minute, unit_multiplier: 5, requests_per_unit: 7 }\n";
+    std::fs::write(dir.path().join("plain.yaml"), format!("domain: plain\n{rule}")).expect("write");
+    std::fs::write(dir.path().join("own.yaml"), format!("domain: own\ncharge: per_descriptor\n{rule}"))
+        .expect("write");
+    let explain = |domain: &str, extra: &[&str], env: Option<&str>| {
+        let mut command = tollgate();
+        command.arg("explain").arg(dir.path()).args(["--domain", domain, "--descriptor", "k=v"]).args(extra);
+        if let Some(value) = env {
+            command.env("TOLLGATE_STOP_CHARGING_WHEN_OVER_LIMIT", value);
+        }
+        let out = command.output().expect("run tollgate");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let plain = explain("plain", &[], None);
+    assert!(plain.contains("domain plain: failure_mode open, file") && !plain.contains("charge"), "{plain}");
+    assert!(plain.contains("five: requests_per_unit 7 per 5 minutes (gcra)"), "{plain}");
+    let flagged = explain("plain", &["--stop-charging-when-over-limit"], None);
+    assert!(flagged.contains("failure_mode open, charge all_or_nothing, file"), "{flagged}");
+    assert_eq!(explain("plain", &[], Some("true")), flagged, "the environment sets it too");
+    let own = explain("own", &["--stop-charging-when-over-limit"], None);
+    assert!(!own.contains("all_or_nothing"), "the domain's charge wins:\n{own}");
+
+    let check = |extra: &[&str]| {
+        let out = tollgate().arg("check").arg(dir.path()).args(extra).output().expect("run tollgate");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    assert_ne!(check(&[]), check(&["--stop-charging-when-over-limit"]), "the flag changes the version");
+}

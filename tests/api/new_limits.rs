@@ -75,7 +75,7 @@ pub async fn a_window_of_several_units_is_reported_in_a_standard_unit(store: Sto
     let denied = app.check(req).await;
     assert!(over(&denied));
     // The bucket refills one request per 15 s: the wait is at most that, rounded up.
-    let reset = denied.statuses[0].duration_until_reset.clone().expect("reset").seconds;
+    let reset = denied.statuses[0].duration_until_reset.expect("reset").seconds;
     assert!((1..=15).contains(&reset), "{reset}");
 }
 

@@ -105,10 +105,11 @@ async fn a_peek_at_exactly_the_limit_is_over_limit() {
     }
 }
 
-/// The peer's `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT` (Redis only) is missing: when one
-/// descriptor of a request is denied, Tollgate still charges the request's other
-/// descriptors (the peer's default). The denied descriptor itself consumes nothing, which
-/// the peer does not do even with the setting.
+/// By default (`charge: per_descriptor`, the peer's default without
+/// `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`), when one descriptor of a request is denied,
+/// Tollgate still charges the request's other descriptors; `charge: all_or_nothing` or
+/// `--stop-charging-when-over-limit` stop that. The denied descriptor itself consumes
+/// nothing, which the peer does not do even with the setting.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_denied_request_still_charges_its_other_descriptors() {
     let policy =

@@ -6,8 +6,11 @@ use std::path::PathBuf;
 use crate::config::{compile_sources, compile_sources_with, load_path_with, ConfigErrors, FailureMode};
 use crate::config::{LoadOptions, Lookup, Snapshot};
 
-const MERGE: LoadOptions =
-    LoadOptions { merge_domains: true, default_algorithm: crate::algorithm::Algorithm::Gcra };
+const MERGE: LoadOptions = LoadOptions {
+    merge_domains: true,
+    default_algorithm: crate::algorithm::Algorithm::Gcra,
+    stop_charging_when_over_limit: false,
+};
 
 fn sources(files: &[(&str, &str)]) -> Vec<(PathBuf, String)> {
     files.iter().map(|(name, yaml)| (PathBuf::from(name), yaml.to_string())).collect()

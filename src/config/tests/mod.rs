@@ -2,10 +2,12 @@
 //! Fixture-driven tests of every validation rule and of the directory loader live in
 //! `tests/config_fixtures.rs`.
 
+mod charge;
 mod default_algorithm;
 mod matching;
 mod merge;
 mod merge_keys;
+mod rate_limits;
 mod raw;
 mod rules;
 mod validation;
