@@ -66,7 +66,9 @@ async fn usage_counts_each_algorithm_and_reset_refills(options: Options) {
     assert_eq!(limit["requests_per_unit"], 60);
     assert_eq!((limit["unit"].as_str(), limit["unit_multiplier"].as_u64()), (Some("hour"), Some(1)));
     assert_eq!(limit["algorithm"], "gcra");
-    assert_eq!(limit["reset_seconds"], 180, "three emissions of 60 s until full");
+    // Three emissions of 60 s until full, less the time since the first request.
+    let reset = limit["reset_seconds"].as_u64().unwrap_or_default();
+    assert!((175..=180).contains(&reset), "{gcra}");
     assert_eq!(gcra["domain"], "api");
     assert_eq!(gcra["descriptor"], serde_json::json!([{ "key": "g", "value": "alice" }]));
     for (key, algorithm, rule) in
@@ -82,7 +84,7 @@ async fn usage_counts_each_algorithm_and_reset_refills(options: Options) {
     }
     // A usage charges nothing: the same answer twice, and the bucket still admits 1.
     let (_, again) = call(&app, "GET", &usage_path("g%3Dalice"), None).await;
-    assert_eq!(again, gcra);
+    assert_eq!(numbers(&again), numbers(&gcra));
 
     let (status, reset) = call(&app, "POST", &reset_path("g%3Dalice"), None).await;
     assert_eq!(status, 200, "{reset}");
@@ -158,7 +160,7 @@ async fn a_token_guards_both_and_reset_needs_one_unless_allowed() {
 }
 
 /// Two replicas on one Redis: A denies from its over-limit cache; a reset through B is
-/// seen by A within `MAX_LOCAL_DENIAL`.
+/// seen by A within `MAX_LOCAL_DENIAL` (polled every 20 ms; no sleep decides anything).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reset_through_one_replica_reaches_another_within_the_bound() {
     let policy = "domain: api\ndescriptors:\n  - key: user\n    rate_limit: { unit: hour, requests_per_unit: 2, algorithm: fixed_window }\n";
@@ -180,7 +182,8 @@ async fn a_reset_through_one_replica_reaches_another_within_the_bound() {
     let admitted = eventually(MAX_LOCAL_DENIAL * 3, || async { !over(&a.check(alice.clone()).await) }).await;
     let took = reset_at.elapsed();
     assert!(admitted, "A never admitted after the reset");
-    assert!(took <= MAX_LOCAL_DENIAL + Duration::from_millis(300), "A admitted after {took:?}");
+    // The margin covers the polling and a loaded machine, not the bound itself.
+    assert!(took <= MAX_LOCAL_DENIAL + Duration::from_millis(500), "A admitted after {took:?}");
 }
 
 /// EVALSHA calls the Redis server has run.
@@ -197,7 +200,6 @@ fn evalsha_calls(redis: &RedisServer) -> u64 {
 /// A rule with several limits: one bucket each, named, with its own window. (Charging
 /// them over gRPC needs the store's joint groups: `tests/api/new_limits.rs` covers that.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs `rate_limits` and `unit_multiplier` in the config parser (config item of issue 14)"]
 async fn usage_and_reset_cover_every_limit_of_a_rule() {
     let policy = "domain: api
 descriptors:
