@@ -4,7 +4,8 @@
 //! `scenarios` is `tests/api/scenarios.rs` itself — the scenario suite every store passes —
 //! run here with `StoreKind::Redis` meaning a cluster (see `support`). `scaling` covers
 //! what only a cluster shows; `faults` a cluster behind TCP fronts (`support/front.rs`)
-//! whose connections go silent; `sentinel` the Sentinel store; `cli` the flags.
+//! whose connections go silent; `sentinel` the Sentinel store; `joint` groups charged together on a cluster and on
+//! Sentinel; `cli` the flags.
 //!
 //! A missing `redis-server` or `redis-cli` is a loud failure (`make test` installs them).
 
@@ -22,6 +23,8 @@ mod sentinel_support;
 mod cli;
 #[path = "cluster/faults.rs"]
 mod faults;
+#[path = "cluster/joint.rs"]
+mod joint;
 #[path = "cluster/reset.rs"]
 mod reset;
 #[path = "cluster/scaling.rs"]

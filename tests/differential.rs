@@ -6,7 +6,9 @@
 //! where the emission interval is a fraction of a µs and the stored remainder decides, and
 //! its stored `"<tat>[:<rem>]"` must equal the Rust state after every step.
 //!
-//! The scripts get the fake clock through ARGV[6]. Redis expires keys on its real clock,
+//! `joint` does the same for groups charged together (`algorithm::joint`, `joint.lua`).
+//!
+//! The scripts get the fake clock through ARGV[6] (`joint.lua`: after its members). Redis expires keys on its real clock,
 //! so the fake clock starts a year ahead of real time and only moves forward: no key ever
 //! expires in Redis during a test, and the scripts must (and do) read stale state as
 //! absent, while the Rust side drops state at `expires_at` as the memory store does.
@@ -14,6 +16,9 @@
 #[allow(dead_code)]
 #[path = "support/redis.rs"]
 mod redis_support;
+
+#[path = "differential/joint.rs"]
+mod joint;
 
 use std::cell::{Cell, RefCell};
 use std::time::{SystemTime, UNIX_EPOCH};

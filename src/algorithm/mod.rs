@@ -6,10 +6,13 @@
 //! implement the same math for Redis, and a differential test keeps the two in step.
 //!
 //! Layout: `gcra.rs` (default), `sliding_window.rs` (two-epoch weighted counter),
-//! `fixed_window.rs` (epoch-aligned, as envoyproxy/ratelimit).
+//! `fixed_window.rs` (epoch-aligned, as envoyproxy/ratelimit); `joint.rs` decides a group
+//! of charges that stand or fall together (several limits of one descriptor, a domain
+//! charged all-or-nothing) with those three.
 
 pub mod fixed_window;
 pub mod gcra;
+pub mod joint;
 pub mod sliding_window;
 
 /// Which algorithm a rule uses. A closed set: the YAML `algorithm` field.

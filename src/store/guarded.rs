@@ -6,6 +6,15 @@
 //! from one abusive key does not load Redis); a request already past its deadline is not
 //! sent; a breaker, when configured, stops calling a Redis that keeps failing. The client
 //! itself only talks to Redis.
+//!
+//! Joint groups (`Groups`: charges that stand or fall together). A group with a member the
+//! over-limit cache denies is denied as a whole without Redis: that member answers its
+//! cached denial, the others [`NOT_EVALUATED`]. A group holding a refund always goes to
+//! Redis (refunds always do). The cache learns a denial only from the first member of a
+//! bucket in its group: a later one was decided after the earlier member's hits, which a
+//! denied group never applied, so its denial says nothing about the bucket alone. Refunds
+//! a client sent on its own (the cluster undoing the parts of a group that another part
+//! denied) are learned as refunds, so no denial they overtook is cached.
 
 use std::fmt;
 use std::future::Future;
@@ -15,22 +24,40 @@ use tokio::time::Instant;
 use crate::algorithm::{Decision, Hits};
 
 use super::breaker::{Breaker, BreakerSettings};
-use super::{Charge, OverLimitCache, StoreError};
+use super::{Charge, Groups, OverLimitCache, StoreError, NOT_EVALUATED};
 
 /// Buckets the over-limit cache of one Redis store may hold (≈ 100 bytes each).
 pub const OVER_LIMIT_CACHE_ENTRIES: usize = 100_000;
 
-/// A Redis client: charges a batch by a deadline, one result per charge, in order.
+/// A Redis client: charges a batch whose `groups` stand or fall together (see [`Groups`])
+/// by a deadline, one result per charge, in order.
 pub trait Remote {
     fn charge(
         &self,
         batch: &[Charge],
+        groups: &Groups,
         deadline: Instant,
-    ) -> impl Future<Output = Vec<Result<Decision, StoreError>>> + Send;
+    ) -> impl Future<Output = Charged> + Send;
 
     /// Replaces the client's connections by new ones, made in the background (the breaker
     /// opened: its probe must not ride a connection from before the outage).
     fn renew(&self) {}
+}
+
+/// What a client answers for a batch.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Charged {
+    /// One per charge, in order.
+    pub results: Vec<Result<Decision, StoreError>>,
+    /// Refunds the client sent on its own, with their answers (the cluster undoing the
+    /// applied parts of a denied group): the over-limit cache learns them like any refund.
+    pub refunds: Vec<(Charge, Result<Decision, StoreError>)>,
+}
+
+impl From<Vec<Result<Decision, StoreError>>> for Charged {
+    fn from(results: Vec<Result<Decision, StoreError>>) -> Charged {
+        Charged { results, refunds: Vec::new() }
+    }
 }
 
 /// A Redis client behind the over-limit cache, load shedding and (optionally) a breaker.
@@ -75,27 +102,35 @@ impl<C: Remote + Sync> Guarded<C> {
         &self.over_limit
     }
 
-    /// Charges the batch: charges of buckets known to be denied are answered locally, the
-    /// rest go to Redis together by `deadline`.
-    pub async fn charge(&self, batch: &[Charge], deadline: Instant) -> Vec<Result<Decision, StoreError>> {
+    /// Charges the batch: groups with a bucket known to be denied are answered locally (see
+    /// the module doc), the rest go to Redis together by `deadline`.
+    pub async fn charge(
+        &self,
+        batch: &[Charge],
+        groups: &Groups,
+        deadline: Instant,
+    ) -> Vec<Result<Decision, StoreError>> {
         if self.over_limit.is_empty() {
-            return self.remote(batch, deadline).await;
+            return self.remote(batch, groups, deadline).await;
         }
         let now = Instant::now();
-        let mut results: Vec<Option<Result<Decision, StoreError>>> = Vec::with_capacity(batch.len());
-        for charge in batch {
-            if let Hits::Refund(_) = charge.hits {
-                self.over_limit.forget(&charge.key);
+        let mut results: Vec<Option<Result<Decision, StoreError>>> = vec![None; batch.len()];
+        let mut missing: Vec<usize> = Vec::with_capacity(batch.len());
+        let mut ends = Vec::new();
+        for range in groups.ranges(batch.len()) {
+            if self.answer_locally(&batch[range.clone()], &mut results[range.clone()], now) {
+                continue;
             }
-            results.push(self.over_limit.answer(charge, now).map(Ok));
+            missing.extend(range);
+            ends.push(missing.len());
         }
-        let missing: Vec<usize> = (0..batch.len()).filter(|&i| results[i].is_none()).collect();
         if missing.len() == batch.len() {
-            return self.remote(batch, deadline).await;
+            return self.remote(batch, groups, deadline).await;
         }
         if !missing.is_empty() {
             let remote: Vec<Charge> = missing.iter().map(|&i| batch[i].clone()).collect();
-            for (i, result) in missing.into_iter().zip(self.remote(&remote, deadline).await) {
+            let answers = self.remote(&remote, &Groups::from_ends(ends), deadline).await;
+            for (i, result) in missing.into_iter().zip(answers) {
                 results[i] = Some(result);
             }
         }
@@ -103,9 +138,46 @@ impl<C: Remote + Sync> Guarded<C> {
         results.into_iter().map(|r| r.unwrap_or(Err(StoreError::Timeout))).collect()
     }
 
+    /// Answers `group` from the over-limit cache into `answers` if it can: a single charge
+    /// with a cached denial; a group without refunds, one of whose members has one (its
+    /// cached denial; the others [`NOT_EVALUATED`]). False: the group goes to Redis.
+    fn answer_locally(
+        &self,
+        group: &[Charge],
+        answers: &mut [Option<Result<Decision, StoreError>>],
+        now: Instant,
+    ) -> bool {
+        let refunds = group.iter().filter(|c| matches!(c.hits, Hits::Refund(_)));
+        let mut refunded = false;
+        for charge in refunds {
+            self.over_limit.forget(&charge.key);
+            refunded = true;
+        }
+        if refunded {
+            return false;
+        }
+        if let ([charge], [answer]) = (group, &mut *answers) {
+            *answer = self.over_limit.answer(charge, now).map(Ok);
+            return answer.is_some();
+        }
+        let cached: Vec<Option<Decision>> = group.iter().map(|c| self.over_limit.answer(c, now)).collect();
+        if cached.iter().all(Option::is_none) {
+            return false;
+        }
+        for (answer, cached) in answers.iter_mut().zip(cached) {
+            *answer = Some(Ok(cached.unwrap_or(NOT_EVALUATED)));
+        }
+        true
+    }
+
     /// One call to Redis (unless shed or stopped by the breaker), whose answers teach the
     /// over-limit cache.
-    async fn remote(&self, batch: &[Charge], deadline: Instant) -> Vec<Result<Decision, StoreError>> {
+    async fn remote(
+        &self,
+        batch: &[Charge],
+        groups: &Groups,
+        deadline: Instant,
+    ) -> Vec<Result<Decision, StoreError>> {
         let sent_at = Instant::now();
         let epoch = self.over_limit.epoch();
         // It waited longer than its grpc-timeout allows: answer by policy, don't queue.
@@ -122,7 +194,7 @@ impl<C: Remote + Sync> Guarded<C> {
             },
             None => None,
         };
-        let results = self.client.charge(batch, deadline).await;
+        let Charged { results, refunds } = self.client.charge(batch, groups, deadline).await;
         if let (Some(breaker), Some(call)) = (&self.breaker, call) {
             let opened = breaker.opened_total();
             call.record(unreachable(&results), Instant::now().into_std());
@@ -131,7 +203,19 @@ impl<C: Remote + Sync> Guarded<C> {
                 self.client.renew();
             }
         }
-        for (charge, result) in batch.iter().zip(&results) {
+        for range in groups.ranges(batch.len()) {
+            let (Some(group), Some(answers)) = (batch.get(range.clone()), results.get(range)) else {
+                continue;
+            };
+            for (j, (charge, result)) in group.iter().zip(answers).enumerate() {
+                let later = group[..j].iter().any(|c| c.key == charge.key);
+                if later && matches!(result, Ok(d) if !d.allowed) {
+                    continue;
+                }
+                self.over_limit.learn(charge, result, sent_at, epoch);
+            }
+        }
+        for (charge, result) in &refunds {
             self.over_limit.learn(charge, result, sent_at, epoch);
         }
         results
@@ -142,3 +226,6 @@ impl<C: Remote + Sync> Guarded<C> {
 fn unreachable(results: &[Result<Decision, StoreError>]) -> bool {
     !results.is_empty() && results.iter().all(|r| matches!(r, Err(e) if e.is_unreachable()))
 }
+
+#[cfg(test)]
+mod tests;

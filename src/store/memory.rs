@@ -17,20 +17,24 @@
 //!    refill time; such evictions are counted apart (`at_limit_evictions`).
 //!
 //! No awaits: a charge holds one shard lock for a few hundred nanoseconds; eviction ranks
-//! the sample with integer arithmetic only (no allocation).
+//! the sample with integer arithmetic only (no allocation). A joint group (`Groups`: charges
+//! that stand or fall together) holds the locks of every shard it touches, taken in
+//! ascending shard index, while `algorithm::joint` decides it: atomic with respect to every
+//! other charge, and deadlock-free (single charges hold one lock; groups lock in one order).
 
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use indexmap::IndexMap;
 use rand::Rng;
 
+use crate::algorithm::joint::{self, Member};
 use crate::algorithm::{self, Decision, Params, Standing, State, Write};
 
-use super::Charge;
+use super::{Charge, Groups};
 
 /// How many entries a full shard looks at to pick a victim.
 const EVICTION_SAMPLE: usize = 16;
@@ -60,6 +64,13 @@ struct Shard {
     /// No entry expires before this (a lower bound; exact right after a sweep).
     min_expiry: u64,
     last_sweep: u64,
+}
+
+impl Shard {
+    /// The state of `key` if it has not expired at `now`.
+    fn live(&self, key: &str, now: u64) -> Option<State> {
+        self.map.get(key).filter(|e| e.expires_at > now).map(|e| e.state)
+    }
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -112,31 +123,96 @@ impl MemoryStore {
 
     /// Charges one bucket at `now` (µs since the epoch). Public for deterministic tests.
     pub fn charge_at(&self, charge: &Charge, now: u64) -> Decision {
-        let index = (self.hasher.hash_one(charge.key.as_str()) % self.shards.len() as u64) as usize;
         // A poisoned shard only means another thread panicked mid-charge; the map itself is
         // still consistent (every mutation is a single insert/remove), so keep serving.
-        let mut shard = self.shards[index].lock().unwrap_or_else(|e| e.into_inner());
-        let stored = shard.map.get(charge.key.as_str()).filter(|e| e.expires_at > now).map(|e| e.state);
-        let outcome = algorithm::apply(stored, now, &charge.params, charge.hits);
-        match outcome.write {
+        let mut shard = self.shards[self.shard_of(&charge.key)].lock().unwrap_or_else(|e| e.into_inner());
+        let outcome = algorithm::apply(shard.live(&charge.key, now), now, &charge.params, charge.hits);
+        self.write(&mut shard, &charge.key, outcome.write, charge.params, now);
+        outcome.decision
+    }
+
+    /// Charges a batch whose `groups` stand or fall together (see [`Groups`]) with the
+    /// system clock.
+    pub fn charge_groups(&self, batch: &[Charge], groups: &Groups) -> Vec<Decision> {
+        if groups.is_each() {
+            return self.charge(batch);
+        }
+        self.charge_groups_at(batch, groups, now_us())
+    }
+
+    /// Charges a batch whose `groups` stand or fall together, at `now`: a group of one is
+    /// [`charge_at`](Self::charge_at); a larger one is decided by [`joint::apply`] with
+    /// every shard it touches locked (see [`Self::charge_joint`]). Also what a
+    /// `failure_mode: local` domain charges its groups with while Redis fails.
+    pub fn charge_groups_at(&self, batch: &[Charge], groups: &Groups, now: u64) -> Vec<Decision> {
+        let mut decisions = Vec::with_capacity(batch.len());
+        for range in groups.ranges(batch.len()) {
+            match &batch[range] {
+                [charge] => decisions.push(self.charge_at(charge, now)),
+                group => decisions.extend(self.charge_joint(group, now)),
+            }
+        }
+        decisions
+    }
+
+    /// One group, atomically with respect to every other charge: the shards of its keys
+    /// are locked in ascending index (deduplicated), the order every multi-shard lock
+    /// follows, and a single charge holds one shard only — so no two charges can wait on
+    /// each other. The group is decided on the states read under those locks and written
+    /// (or not) before they are released.
+    fn charge_joint(&self, group: &[Charge], now: u64) -> Vec<Decision> {
+        let mut keys: Vec<&str> = Vec::with_capacity(group.len());
+        let members: Vec<Member> = group
+            .iter()
+            .map(|c| {
+                let key = keys.iter().position(|k| *k == c.key).unwrap_or_else(|| {
+                    keys.push(&c.key);
+                    keys.len() - 1
+                });
+                Member { key, params: c.params, hits: c.hits }
+            })
+            .collect();
+        let shard_of: Vec<usize> = keys.iter().map(|k| self.shard_of(k)).collect();
+        let mut order = shard_of.clone();
+        order.sort_unstable();
+        order.dedup();
+        let mut locked: Vec<MutexGuard<'_, Shard>> =
+            order.iter().map(|&i| self.shards[i].lock().unwrap_or_else(|e| e.into_inner())).collect();
+        let guard = |i: usize| order.binary_search(&shard_of[i]).unwrap_or(0);
+        let stored: Vec<Option<State>> =
+            keys.iter().enumerate().map(|(i, k)| locked[guard(i)].live(k, now)).collect();
+        let outcome = joint::apply(&stored, now, &members);
+        for w in outcome.writes.iter().flatten() {
+            self.write(&mut locked[guard(w.key)], keys[w.key], w.write, w.params, now);
+        }
+        outcome.decisions
+    }
+
+    fn shard_of(&self, key: &str) -> usize {
+        (self.hasher.hash_one(key) % self.shards.len() as u64) as usize
+    }
+
+    /// Applies one write to a bucket of `shard` (locked by the caller), making room when a
+    /// new bucket meets a full shard.
+    fn write(&self, shard: &mut Shard, key: &str, write: Write, params: Params, now: u64) {
+        match write {
             Write::Keep => {}
             Write::Delete => {
-                shard.map.swap_remove(charge.key.as_str());
+                shard.map.swap_remove(key);
             }
             Write::Put { state, expires_at } => {
-                let entry = Entry { state, expires_at, params: charge.params };
-                if let Some(slot) = shard.map.get_mut(charge.key.as_str()) {
+                let entry = Entry { state, expires_at, params };
+                if let Some(slot) = shard.map.get_mut(key) {
                     *slot = entry;
                 } else {
                     if shard.map.len() >= self.shard_cap {
-                        self.make_room(&mut shard, now);
+                        self.make_room(shard, now);
                     }
-                    shard.map.insert(charge.key.as_str().into(), entry);
+                    shard.map.insert(key.into(), entry);
                 }
                 shard.min_expiry = shard.min_expiry.min(expires_at);
             }
         }
-        outcome.decision
     }
 
     /// Frees at least one slot in a full shard, by the order in the module doc.

@@ -27,7 +27,7 @@ use tokio::time::Instant;
 
 use crate::algorithm::{Decision, Hits, Params};
 
-pub use self::guarded::{Guarded, Remote};
+pub use self::guarded::{Charged, Guarded, Remote};
 pub use self::memory::MemoryStore;
 pub use self::overlimit::OverLimitCache;
 pub use self::redis::{RedisSettings, RedisStore};
@@ -156,31 +156,33 @@ pub enum Store {
 impl Store {
     /// Charges every bucket of one request together and answers in the same order.
     /// Never waits past `deadline`; a failure is a `StoreError` per charge, never a panic.
+    /// Each charge is decided alone: [`charge_groups`](Self::charge_groups) with
+    /// [`Groups::each`].
     pub async fn charge(&self, batch: &[Charge], deadline: Instant) -> Vec<Result<Decision, StoreError>> {
-        if batch.is_empty() {
-            return Vec::new();
-        }
-        match self {
-            Store::Memory(m) => m.charge(batch).into_iter().map(Ok).collect(),
-            Store::Redis(r) => r.charge(batch, deadline).await,
-            Store::Cluster(c) => c.charge(batch, deadline).await,
-            Store::Sentinel(s) => s.charge(batch, deadline).await,
-        }
+        self.charge_groups(batch, &Groups::each(), deadline).await
     }
 
     /// Charges a batch whose `groups` stand or fall together (see [`Groups`]); answers one
-    /// result per charge, in order, by `deadline`.
+    /// result per charge, in order, by `deadline`. Groups of one take exactly the path of
+    /// a single charge. Per store: memory locks every shard a group touches
+    /// (`memory`); one Redis node or Sentinel sends a group as one `joint.lua` call in the
+    /// request's pipeline; a cluster sends the part of a group on each slot as one call and
+    /// refunds the applied parts when another part is denied (`cluster`).
     pub async fn charge_groups(
         &self,
         batch: &[Charge],
         groups: &Groups,
         deadline: Instant,
     ) -> Vec<Result<Decision, StoreError>> {
-        if groups.is_each() {
-            return self.charge(batch, deadline).await;
+        if batch.is_empty() {
+            return Vec::new();
         }
-        // TODO(store helper): joint groups on every store.
-        unimplemented!("joint groups")
+        match self {
+            Store::Memory(m) => m.charge_groups(batch, groups).into_iter().map(Ok).collect(),
+            Store::Redis(r) => r.charge(batch, groups, deadline).await,
+            Store::Cluster(c) => c.charge(batch, groups, deadline).await,
+            Store::Sentinel(s) => s.charge(batch, groups, deadline).await,
+        }
     }
 
     /// `memory`, `redis`, `redis_cluster` or `redis_sentinel`: the `store` label of metrics.

@@ -6,6 +6,10 @@
 //! classifying client errors, and the `NOSCRIPT` rule: retry once, with `EVAL`, only the
 //! entries that failed that way. It holds no connection and never retries after a
 //! transport error or a timeout (the script may have run). Deadlines are the caller's.
+//!
+//! A pipeline entry is one script call: a single charge (its algorithm's script) or a
+//! *part* — charges of one joint group on one slot — sent as one `joint.lua` call, whose
+//! reply holds one decision per member. Groups of one always take the single scripts.
 
 use redis::{Cmd, Pipeline, RedisError, ServerErrorKind, Value};
 use tokio::time::Instant;
@@ -13,13 +17,15 @@ use tokio::time::Instant;
 use crate::algorithm::{Algorithm, Decision, Hits};
 
 use super::redis::link::Link;
-use super::{Charge, StoreError};
+use super::{Charge, Groups, StoreError};
 
 /// The script bodies as sent to Redis: the shared prelude, then the algorithm.
 pub const GCRA_LUA: &str = concat!(include_str!("lua/prelude.lua"), include_str!("lua/gcra.lua"));
 pub const SLIDING_LUA: &str =
     concat!(include_str!("lua/prelude.lua"), include_str!("lua/sliding_window.lua"));
 pub const FIXED_LUA: &str = concat!(include_str!("lua/prelude.lua"), include_str!("lua/fixed_window.lua"));
+/// A group of charges decided together (see `store::Groups`, `lua/README.md`).
+pub const JOINT_LUA: &str = concat!(include_str!("lua/prelude.lua"), include_str!("lua/joint.lua"));
 
 /// How a script is called: by SHA (the normal case) or with its source (after `NOSCRIPT`;
 /// `EVAL` also caches the script on that node).
@@ -42,12 +48,13 @@ impl Script {
     }
 }
 
-/// The three algorithm scripts (see `lua/README.md` for their contract).
+/// The three algorithm scripts and the joint one (see `lua/README.md` for their contract).
 #[derive(Debug)]
 pub struct Scripts {
     gcra: Script,
     sliding: Script,
     fixed: Script,
+    joint: Script,
 }
 
 impl Default for Scripts {
@@ -63,16 +70,8 @@ impl Scripts {
             gcra: Script::new(GCRA_LUA),
             sliding: Script::new(SLIDING_LUA),
             fixed: Script::new(FIXED_LUA),
+            joint: Script::new(JOINT_LUA),
         }
-    }
-
-    /// One `EVALSHA`/`EVAL` per charge, in order: one write, one round trip.
-    pub fn pipeline(&self, batch: &[Charge], call: Call) -> Pipeline {
-        let mut pipe = Pipeline::with_capacity(batch.len());
-        for charge in batch {
-            pipe.add_command(self.command(charge, call));
-        }
-        pipe
     }
 
     /// `EVALSHA <sha> 1 <key> <limit> <unit_us> <burst> <mode> <n>` (or `EVAL <source> …`).
@@ -87,15 +86,65 @@ impl Scripts {
             Call::Sha => ("EVALSHA", script.sha.as_str()),
             Call::Source => ("EVAL", script.source),
         };
-        let (mode, n) = match charge.hits {
-            Hits::Consume(n) => (0, n),
-            Hits::Peek => (1, 0),
-            Hits::Refund(n) => (2, n),
-        };
+        let (mode, n) = mode(charge.hits);
         let p = &charge.params;
         let mut cmd = redis::cmd(name);
         cmd.arg(body).arg(1).arg(&charge.key).arg(p.limit).arg(p.unit_us).arg(p.burst).arg(mode).arg(n);
         cmd
+    }
+
+    /// The script call of the charges `members` of `batch` (indices, in order; every key on
+    /// one slot): [`command`](Self::command) for one member, `joint.lua` for more.
+    pub fn part(&self, batch: &[Charge], members: &[usize], call: Call) -> Cmd {
+        match members {
+            [one] => self.command(&batch[*one], call),
+            _ => self.joint(members.iter().map(|&i| &batch[i]), call),
+        }
+    }
+
+    /// `EVALSHA <sha> <k> <key>… <m> (<key index> <algorithm> <limit> <unit_us> <burst>
+    /// <mode> <n>)×m`: the distinct keys in order of first use, then each member.
+    pub fn joint<'a>(&self, members: impl Iterator<Item = &'a Charge> + Clone, call: Call) -> Cmd {
+        let (name, body) = match call {
+            Call::Sha => ("EVALSHA", self.joint.sha.as_str()),
+            Call::Source => ("EVAL", self.joint.source),
+        };
+        let mut keys: Vec<&str> = Vec::new();
+        let mut args: Vec<(usize, &Charge)> = Vec::new();
+        for charge in members {
+            let index = keys.iter().position(|k| *k == charge.key).unwrap_or_else(|| {
+                keys.push(&charge.key);
+                keys.len() - 1
+            });
+            args.push((index + 1, charge));
+        }
+        let mut cmd = redis::cmd(name);
+        cmd.arg(body).arg(keys.len());
+        for key in &keys {
+            cmd.arg(*key);
+        }
+        cmd.arg(args.len());
+        for (index, charge) in args {
+            let p = &charge.params;
+            let (mode, n) = mode(charge.hits);
+            cmd.arg(index)
+                .arg(p.algorithm.as_str())
+                .arg(p.limit)
+                .arg(p.unit_us)
+                .arg(p.burst)
+                .arg(mode)
+                .arg(n);
+        }
+        cmd
+    }
+}
+
+/// The script's `mode` and `n` for `hits`.
+fn mode(hits: Hits) -> (u8, u64) {
+    match hits {
+        Hits::Consume(n) => (0, n),
+        Hits::Peek => (1, 0),
+        Hits::Refund(n) => (2, n),
     }
 }
 
@@ -110,35 +159,72 @@ pub async fn charge_pipelined(
     batch: &[Charge],
     deadline: Instant,
 ) -> Vec<Result<Decision, StoreError>> {
-    let values = match link.send(scripts.pipeline(batch, Call::Sha), batch.len(), deadline).await {
-        Ok(values) => values,
-        Err(e) => return vec![Err(e.into()); batch.len()],
+    let add = |pipe: &mut Pipeline, i: usize, call: Call| {
+        pipe.add_command(scripts.command(&batch[i], call));
     };
-    let mut missing = Vec::new();
-    let mut results: Vec<Result<Decision, StoreError>> = Vec::with_capacity(batch.len());
-    for (i, value) in values.into_iter().enumerate() {
-        if is_noscript(&value) {
-            missing.push(i);
-        }
-        results.push(parse(value));
+    let replies = send_entries(link, batch.len(), deadline, add).await;
+    replies.into_iter().map(|reply| reply.and_then(parse)).collect()
+}
+
+/// As [`charge_pipelined`], for a batch whose `groups` stand or fall together: each group
+/// is one pipeline entry (a group of one, its algorithm's script; a larger one, one
+/// `joint.lua` call), still one pipeline, one round trip. `Groups::each()` is exactly
+/// [`charge_pipelined`].
+pub async fn charge_groups_pipelined(
+    link: &Link,
+    scripts: &Scripts,
+    batch: &[Charge],
+    groups: &Groups,
+    deadline: Instant,
+) -> Vec<Result<Decision, StoreError>> {
+    if groups.is_each() {
+        return charge_pipelined(link, scripts, batch, deadline).await;
     }
+    let parts: Vec<Vec<usize>> = groups.ranges(batch.len()).map(Iterator::collect).collect();
+    let add = |pipe: &mut Pipeline, i: usize, call: Call| {
+        pipe.add_command(scripts.part(batch, &parts[i], call));
+    };
+    let replies = send_entries(link, parts.len(), deadline, add).await;
+    let mut results = Vec::with_capacity(batch.len());
+    for (part, reply) in parts.iter().zip(replies) {
+        results.extend(parse_part(reply, part.len()));
+    }
+    results
+}
+
+/// Sends `count` entries (`add` appends entry `i` called by `Call`) as one pipeline; the
+/// entries answered `NOSCRIPT` go again, once, as one `EVAL` pipeline. One reply per entry.
+async fn send_entries(
+    link: &Link,
+    count: usize,
+    deadline: Instant,
+    add: impl Fn(&mut Pipeline, usize, Call),
+) -> Vec<Result<Value, StoreError>> {
+    let mut pipe = Pipeline::with_capacity(count);
+    (0..count).for_each(|i| add(&mut pipe, i, Call::Sha));
+    let values = match link.send(pipe, count, deadline).await {
+        Ok(values) => values,
+        Err(e) => return vec![Err(e.into()); count],
+    };
+    let missing: Vec<usize> = (0..count).filter(|&i| values.get(i).is_some_and(is_noscript)).collect();
+    let mut replies: Vec<Result<Value, StoreError>> = values.into_iter().map(Ok).collect();
+    replies.resize_with(count, || Err(StoreError::Server("no reply for a pipeline entry".into())));
     if !missing.is_empty() {
-        let retry: Vec<Charge> = missing.iter().map(|&i| batch[i].clone()).collect();
-        match link.send(scripts.pipeline(&retry, Call::Source), retry.len(), deadline).await {
+        let mut retry = Pipeline::with_capacity(missing.len());
+        missing.iter().for_each(|&i| add(&mut retry, i, Call::Source));
+        match link.send(retry, missing.len(), deadline).await {
             Ok(values) => {
                 for (&i, value) in missing.iter().zip(values) {
-                    results[i] = parse(value);
+                    replies[i] = Ok(value);
                 }
             }
             Err(e) => {
                 let err = StoreError::from(e);
-                for &i in &missing {
-                    results[i] = Err(err.clone());
-                }
+                missing.iter().for_each(|&i| replies[i] = Err(err.clone()));
             }
         }
     }
-    results
+    replies
 }
 
 /// Whether a reply is `NOSCRIPT` (the node does not have the script cached).
@@ -186,6 +272,26 @@ pub fn parse(value: Value) -> Result<Decision, StoreError> {
     }
 }
 
+/// The reply of one script call of `members` charges (see [`Scripts::part`]): one result
+/// per member; an error (or a reply of the wrong shape) is every member's.
+pub fn parse_part(reply: Result<Value, StoreError>, members: usize) -> Vec<Result<Decision, StoreError>> {
+    let value = match reply {
+        Ok(value) => value,
+        Err(e) => return vec![Err(e); members],
+    };
+    if members == 1 {
+        return vec![parse(value)];
+    }
+    match value {
+        Value::Array(items) if items.len() == members => items.into_iter().map(parse).collect(),
+        Value::Array(items) => {
+            let e = StoreError::Server(format!("joint reply of {} decisions for {members}", items.len()));
+            vec![Err(e); members]
+        }
+        other => vec![parse(other).and(Err(StoreError::Server("unexpected joint reply".into()))); members],
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -218,6 +324,73 @@ mod tests {
         let eval = self::args(&scripts.command(&charge(Algorithm::FixedWindow, Hits::Peek), Call::Source));
         assert_eq!((eval[0].as_str(), eval[1].as_str()), ("EVAL", FIXED_LUA));
         assert_eq!(&eval[2..], ["1", "tg:k", "10", "1000000", "4", "1", "0"]);
+    }
+
+    #[test]
+    fn a_joint_call_names_each_key_once_and_every_member() {
+        let scripts = Scripts::new();
+        let mut other = charge(Algorithm::SlidingWindow, Hits::Consume(2));
+        other.key = "tg:o".into();
+        let batch = [charge(Algorithm::Gcra, Hits::Consume(1)), other, charge(Algorithm::Gcra, Hits::Peek)];
+        let args = args(&scripts.part(&batch, &[0, 1, 2], Call::Sha));
+        assert_eq!(args[0], "EVALSHA");
+        assert_eq!(args[1], redis::Script::new(JOINT_LUA).get_hash());
+        let expected = [
+            "2",
+            "tg:k",
+            "tg:o",
+            "3", // keys, then members
+            "1",
+            "gcra",
+            "10",
+            "1000000",
+            "4",
+            "0",
+            "1", //
+            "2",
+            "sliding_window",
+            "10",
+            "1000000",
+            "4",
+            "0",
+            "2", //
+            "1",
+            "gcra",
+            "10",
+            "1000000",
+            "4",
+            "1",
+            "0",
+        ];
+        assert_eq!(&args[2..], expected);
+        let single = self::args(&scripts.part(&batch, &[1], Call::Source));
+        assert_eq!(
+            (single[0].as_str(), single[1].as_str()),
+            ("EVAL", SLIDING_LUA),
+            "a part of one: its own script"
+        );
+    }
+
+    #[test]
+    fn a_joint_reply_is_one_decision_per_member_or_one_error_for_all() {
+        let decision = |a, r, t| Value::Array(vec![Value::Int(a), Value::Int(r), Value::Int(t)]);
+        let reply = Value::Array(vec![decision(1, 3, 10), decision(0, 0, 99)]);
+        assert_eq!(
+            parse_part(Ok(reply), 2),
+            [
+                Ok(Decision { allowed: true, remaining: 3, reset_us: 10 }),
+                Ok(Decision { allowed: false, remaining: 0, reset_us: 99 })
+            ]
+        );
+        // Three members whose reply looks like one decision is still read as three.
+        let three = Value::Array(vec![decision(1, 1, 1), decision(1, 2, 2), decision(1, 3, 3)]);
+        assert!(parse_part(Ok(three), 3).iter().all(Result::is_ok));
+        let short = parse_part(Ok(Value::Array(vec![decision(1, 1, 1)])), 2);
+        assert!(short.iter().all(|r| matches!(r, Err(StoreError::Server(_)))), "{short:?}");
+        assert_eq!(
+            parse_part(Err(StoreError::Timeout), 2),
+            [Err(StoreError::Timeout), Err(StoreError::Timeout)]
+        );
     }
 
     #[test]

@@ -6,6 +6,7 @@
 mod redis_support;
 
 mod cli;
+mod joint_store;
 mod migration;
 mod new_limits;
 mod ops;

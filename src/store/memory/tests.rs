@@ -168,3 +168,91 @@ fn a_mostly_exhausted_shard_still_evicts_only_buckets_below_their_limit() {
     assert!(stats.lossy_evictions > 9_500, "{stats:?}");
     assert_eq!(stats.at_limit_evictions, 0, "{stats:?}");
 }
+
+fn group_of(keys: &[&str], p: Params) -> Vec<Charge> {
+    keys.iter().map(|k| charge(k, p)).collect()
+}
+
+fn peek(store: &MemoryStore, key: &str, p: Params, now: u64) -> Decision {
+    store.charge_at(&Charge { key: key.into(), params: p, hits: Hits::Peek }, now)
+}
+
+#[test]
+fn a_group_with_one_member_over_its_limit_charges_none() {
+    let store = MemoryStore::new(64 * 1024);
+    let (roomy, tight) = (gcra(10, 60_000_000), gcra(1, 60_000_000));
+    assert!(store.charge_at(&charge("tight", tight), T0).allowed);
+    let batch = vec![charge("roomy", roomy), charge("tight", tight)];
+    let groups = Groups::from_ends(vec![2]);
+    let decisions = store.charge_groups_at(&batch, &groups, T0);
+    assert!(!decisions[1].allowed);
+    assert_eq!(decisions[0], Decision { allowed: true, remaining: 10, reset_us: 0 }, "described as stored");
+    assert_eq!(peek(&store, "roomy", roomy, T0).remaining, 10, "nothing charged");
+
+    let passing = vec![charge("roomy", roomy), charge("other", roomy)];
+    let decisions = store.charge_groups_at(&passing, &groups, T0);
+    assert!(decisions.iter().all(|d| d.allowed && d.remaining == 9), "{decisions:?}");
+    assert_eq!(peek(&store, "other", roomy, T0).remaining, 9);
+}
+
+#[test]
+fn groups_of_one_and_each_are_single_charges() {
+    let store = MemoryStore::new(1000);
+    let p = gcra(2, 60_000_000);
+    let batch = vec![charge("a", p), charge("a", p), charge("a", p)];
+    let each = store.charge_groups_at(&batch, &Groups::each(), T0);
+    assert_eq!(each.iter().map(|d| d.allowed).collect::<Vec<_>>(), [true, true, false]);
+    let mixed = store.charge_groups_at(
+        &[charge("b", p), charge("c", p), charge("c", p)],
+        &Groups::from_ends(vec![1, 3]),
+        T0,
+    );
+    assert!(mixed.iter().all(|d| d.allowed), "{mixed:?}");
+    assert_eq!(peek(&store, "c", p, T0).remaining, 0);
+}
+
+/// Threads charge overlapping groups (and single charges) on a store with many shards at
+/// one instant: every bucket ends exactly at its limit minus what was admitted on it, and
+/// never admits more than its limit. Deadlock would hang the test.
+#[test]
+fn concurrent_overlapping_groups_never_admit_past_the_limit() {
+    use std::sync::Arc;
+    const LIMIT: u64 = 300;
+    let store = Arc::new(MemoryStore::new(64 * 1024));
+    let p = Params { algorithm: Algorithm::FixedWindow, limit: LIMIT, unit_us: 3_600_000_000, burst: 0 };
+    let keys = ["k0", "k1", "k2", "k3"];
+    let threads: Vec<_> = (0..6)
+        .map(|t| {
+            let store = Arc::clone(&store);
+            std::thread::spawn(move || {
+                let mut admitted = [0u64; 4];
+                for i in 0..400usize {
+                    let a = (t + i) % 4;
+                    let b = (t + 2 * i + 1) % 4;
+                    if i % 5 == 0 {
+                        admitted[a] += u64::from(store.charge_at(&charge(keys[a], p), T0).allowed);
+                        continue;
+                    }
+                    let batch = group_of(&[keys[a], keys[b]], p);
+                    let decisions = store.charge_groups_at(&batch, &Groups::from_ends(vec![2]), T0);
+                    if decisions.iter().all(|d| d.allowed) {
+                        admitted[a] += 1;
+                        admitted[b] += 1;
+                    }
+                }
+                admitted
+            })
+        })
+        .collect();
+    let mut admitted = [0u64; 4];
+    for thread in threads {
+        for (total, n) in admitted.iter_mut().zip(thread.join().expect("no panic")) {
+            *total += n;
+        }
+    }
+    for (i, key) in keys.iter().enumerate() {
+        assert!(admitted[i] <= LIMIT, "{key}: {admitted:?}");
+        assert_eq!(peek(&store, key, p, T0).remaining, LIMIT - admitted[i], "{key}: {admitted:?}");
+    }
+    assert!(admitted.contains(&LIMIT), "the limit was reached: {admitted:?}");
+}

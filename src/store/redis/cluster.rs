@@ -1,7 +1,8 @@
 //! The Redis Cluster store: each charge is one `EVALSHA` on the master that owns its key,
 //! routed here — no client-side re-send that could charge twice.
 //!
-//! A bucket is one key, so every script call touches one slot. The slot map comes from
+//! A bucket is one key, so every script call touches one slot (a joint call, several keys
+//! of one slot). The slot map comes from
 //! `CLUSTER SLOTS` (asked of a known master or a seed, in a background task); each master
 //! is reached through its own connection lifecycle (`link`), so a silent or dead master
 //! costs only its own charges while the others are answered by their masters.
@@ -19,6 +20,14 @@
 //! redirected did not run and follows its redirect alone; the others are answered. (A
 //! whole-pipeline re-send, as redis-rs's cluster client does on a redirect, would charge
 //! the other entries twice.)
+//!
+//! Joint groups (`Groups`, `groups`): the charges of a group on one slot are one entry —
+//! one `joint.lua` call, atomic, redirected like any entry. A group whose keys span slots
+//! goes as one call per slot (in parallel); when a part is denied, the consumes of the
+//! parts that were applied are refunded. Between a part's charge and its refund (one round
+//! trip) other requests may see those tokens taken — under-admission by at most the
+//! group's hits, for one round trip — and a refund that fails leaves them taken until the
+//! bucket refills: never over-admission. `groups` says why this beats checking first.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -28,21 +37,25 @@ use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use futures_util::future::join_all;
-use rand::seq::SliceRandom;
 use redis::{ConnectionInfo, Pipeline, Value};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::algorithm::Decision;
 
-use super::super::scripts::{parse, Call, Scripts};
-use super::super::{Charge, StoreError};
-use super::link::{Link, LinkSettings, Replaced, SendError};
+use super::super::guarded::Charged;
+use super::super::scripts::{parse_part, Call, Scripts};
+use super::super::{Charge, Groups, StoreError};
+use super::link::{Link, LinkSettings, Replaced};
 use super::slots::{Node, Redirect, SlotMap};
-use super::{address, connect_to, connection_info, host_port, node_url, redact_url, with_address, Health};
+use super::{address, connect_to, connection_info, node_url, redact_url, with_address, Health};
+
+use self::groups::Parts;
 
 pub use super::slots::{hash_tag, key_slot, SLOTS};
 
+mod groups;
+mod refresh;
 mod reset;
 
 /// Redirects one charge may follow before it is a store error.
@@ -157,30 +170,18 @@ impl ClusterStore {
     /// Charges the batch: the charges of one master as one pipeline, every master's at
     /// once, each by `deadline`. Results are in batch order.
     pub async fn charge(&self, batch: &[Charge], deadline: Instant) -> Vec<Result<Decision, StoreError>> {
-        let shared = &self.shared;
-        let map = shared.map.load_full();
-        let mut groups: Vec<(Node, Vec<usize>)> = Vec::new();
-        let mut unrouted = Vec::new();
-        for (i, charge) in batch.iter().enumerate() {
-            match map.owner(key_slot(charge.key.as_bytes())) {
-                Some(node) => match groups.iter_mut().find(|(n, _)| n == node) {
-                    Some((_, members)) => members.push(i),
-                    None => groups.push((node.clone(), vec![i])),
-                },
-                None => unrouted.push(i),
-            }
-        }
-        let mut results: Vec<Result<Decision, StoreError>> = vec![Err(StoreError::Timeout); batch.len()];
-        let routed = groups.iter().map(|(node, members)| shared.charge_on(node, batch, members, deadline));
-        let alone = unrouted
-            .iter()
-            .map(|&i| async move { vec![(i, shared.charge_one(&batch[i], None, deadline).await)] });
-        let (routed, alone) = futures_util::future::join(join_all(routed), join_all(alone)).await;
-        for (i, result) in routed.into_iter().chain(alone).flatten() {
-            results[i] = result;
-        }
-        shared.health.record(&results);
-        results
+        self.charge_groups(batch, &Groups::each(), deadline).await.results
+    }
+
+    /// Charges a batch whose `groups` stand or fall together (see the module doc): each
+    /// group's part on one slot is one script call; a group denied by one part has its
+    /// other parts refunded (listed in [`Charged::refunds`]). Results are in batch order.
+    pub async fn charge_groups(&self, batch: &[Charge], groups: &Groups, deadline: Instant) -> Charged {
+        let parts = Parts::of(batch, groups);
+        let results = self.shared.charge_parts(batch, &parts, deadline).await;
+        let refunds = self.shared.undo_denied(batch, &parts, &results, deadline).await;
+        self.shared.health.record(&results);
+        Charged { results, refunds }
     }
 }
 
@@ -201,51 +202,94 @@ impl Shared {
         link
     }
 
-    /// The charges `members` of `batch`, owned by `node`, as one pipeline; a redirected
-    /// entry (it did not run) then follows its redirect alone.
+    /// Charges every part (see `groups::Parts`): the parts owned by one master as one
+    /// pipeline, every master's at once, by `deadline`. One result per charge of `batch`.
+    async fn charge_parts(
+        self: &Arc<Self>,
+        batch: &[Charge],
+        parts: &Parts,
+        deadline: Instant,
+    ) -> Vec<Result<Decision, StoreError>> {
+        let map = self.map.load_full();
+        let mut by_node: Vec<(Node, Vec<usize>)> = Vec::new();
+        let mut unrouted = Vec::new();
+        for p in 0..parts.len() {
+            let first = parts.members(p).first().map_or(&[][..], |&i| batch[i].key.as_bytes());
+            match map.owner(key_slot(first)) {
+                Some(node) => match by_node.iter_mut().find(|(n, _)| n == node) {
+                    Some((_, owned)) => owned.push(p),
+                    None => by_node.push((node.clone(), vec![p])),
+                },
+                None => unrouted.push(p),
+            }
+        }
+        let routed = by_node.iter().map(|(node, owned)| self.charge_on(node, batch, parts, owned, deadline));
+        let alone = unrouted.iter().map(|&p| async move {
+            let members = parts.members(p);
+            let results = self.charge_part(batch, members, None, deadline).await;
+            members.iter().copied().zip(results).collect::<Vec<_>>()
+        });
+        let (routed, alone) = futures_util::future::join(join_all(routed), join_all(alone)).await;
+        let mut results: Vec<Result<Decision, StoreError>> = vec![Err(StoreError::Timeout); batch.len()];
+        for (i, result) in routed.into_iter().flatten().chain(alone.into_iter().flatten()) {
+            results[i] = result;
+        }
+        results
+    }
+
+    /// The parts `owned` (indices into `parts`), owned by `node`, as one pipeline; a
+    /// redirected entry (it did not run) then follows its redirect alone.
     async fn charge_on(
         self: &Arc<Self>,
         node: &Node,
         batch: &[Charge],
-        members: &[usize],
+        parts: &Parts,
+        owned: &[usize],
         deadline: Instant,
     ) -> Vec<(usize, Result<Decision, StoreError>)> {
-        let mut pipe = Pipeline::with_capacity(members.len());
-        for &i in members {
-            pipe.add_command(self.scripts.command(&batch[i], Call::Sha));
+        let mut pipe = Pipeline::with_capacity(owned.len());
+        for &p in owned {
+            pipe.add_command(self.scripts.part(batch, parts.members(p), Call::Sha));
         }
-        let values = match self.link(node).send(pipe, members.len(), deadline).await {
+        let values = match self.link(node).send(pipe, owned.len(), deadline).await {
             Ok(values) => values,
             Err(e) => {
                 self.failed(&e);
                 let e = StoreError::from(e);
-                return members.iter().map(|&i| (i, Err(e.clone()))).collect();
+                return owned.iter().flat_map(|&p| parts.members(p)).map(|&i| (i, Err(e.clone()))).collect();
             }
         };
-        let answers = members.iter().zip(values).map(|(&i, value)| async move {
-            let result = match Redirect::of(&value, &node.0) {
-                None => parse(value),
-                Some(_) => self.charge_one(&batch[i], Some((node.clone(), value)), deadline).await,
+        let answers = owned.iter().zip(values).map(|(&p, value)| async move {
+            let members = parts.members(p);
+            let results = match Redirect::of(&value, &node.0) {
+                None => parse_part(Ok(value), members.len()),
+                Some(_) => self.charge_part(batch, members, Some((node.clone(), value)), deadline).await,
             };
-            (i, result)
+            members.iter().copied().zip(results).collect::<Vec<_>>()
         });
-        join_all(answers).await
+        join_all(answers).await.into_iter().flatten().collect()
     }
 
-    /// One charge, routed by its slot — or, with `reply`, starting from a reply `node`
-    /// already gave it — following redirects until a node runs it.
-    async fn charge_one(
+    /// One script call of the charges `members` of `batch` (one slot), routed by that slot
+    /// — or, with `reply`, starting from a reply `node` already gave it — following
+    /// redirects until a node runs it. One result per member.
+    async fn charge_part(
         self: &Arc<Self>,
-        charge: &Charge,
+        batch: &[Charge],
+        members: &[usize],
         mut reply: Option<(Node, Value)>,
         deadline: Instant,
-    ) -> Result<Decision, StoreError> {
-        let slot = key_slot(charge.key.as_bytes());
+    ) -> Vec<Result<Decision, StoreError>> {
+        let fail = |e: StoreError| vec![Err(e); members.len()];
+        let slot = members.first().map_or(0, |&i| key_slot(batch[i].key.as_bytes()));
         let mut node = match &reply {
             Some((node, _)) => node.clone(),
             None => match self.map.load().owner(slot) {
                 Some(node) => node.clone(),
-                None => self.refreshed_owner(slot, deadline).await?,
+                None => match self.refreshed_owner(slot, deadline).await {
+                    Ok(node) => node,
+                    Err(e) => return fail(e),
+                },
             },
         };
         let (mut asking, mut call) = (false, Call::Sha);
@@ -257,19 +301,19 @@ impl Shared {
                     if asking {
                         pipe.add_command(redis::cmd("ASKING"));
                     }
-                    pipe.add_command(self.scripts.command(charge, call));
+                    pipe.add_command(self.scripts.part(batch, members, call));
                     let count = 1 + usize::from(asking);
                     match self.link(&node).send(pipe, count, deadline).await {
                         Ok(mut values) => values.pop().unwrap_or(Value::Nil),
                         Err(e) => {
                             self.failed(&e);
-                            return Err(e.into());
+                            return fail(e.into());
                         }
                     }
                 }
             };
             match Redirect::of(&value, &node.0) {
-                None => return parse(value),
+                None => return parse_part(Ok(value), members.len()),
                 Some(Redirect::Moved { slot, node: to }) => {
                     self.map.store(Arc::new(self.map.load().with_owner(slot, to.clone())));
                     self.start_refresh(false);
@@ -279,87 +323,19 @@ impl Shared {
                 Some(Redirect::TryAgain) => {
                     let pause = Instant::now() + TRYAGAIN_PAUSE;
                     if pause >= deadline {
-                        return Err(StoreError::Timeout);
+                        return fail(StoreError::Timeout);
                     }
                     tokio::time::sleep_until(pause).await;
                 }
-                Some(Redirect::ReadOnly) => node = self.refreshed_owner(slot, deadline).await?,
+                Some(Redirect::ReadOnly) => match self.refreshed_owner(slot, deadline).await {
+                    Ok(owner) => node = owner,
+                    Err(e) => return fail(e),
+                },
                 Some(Redirect::NoScript) if call == Call::Sha => call = Call::Source,
-                Some(Redirect::NoScript) => return parse(value),
+                Some(Redirect::NoScript) => return parse_part(Ok(value), members.len()),
             }
         }
-        Err(StoreError::Server(format!("more than {MAX_REDIRECTS} cluster redirects for slot {slot}")))
-    }
-
-    /// A call failed: the master may have failed over, so learn the map again soon.
-    fn failed(self: &Arc<Self>, e: &SendError) {
-        if matches!(e, SendError::NotSent(_) | SendError::MaybeRan(StoreError::Unavailable(_))) {
-            self.start_refresh(false);
-        }
-    }
-
-    /// The owner of `slot` after a map refresh (waited for until `deadline`).
-    async fn refreshed_owner(self: &Arc<Self>, slot: u16, deadline: Instant) -> Result<Node, StoreError> {
-        let refreshed = self.refreshed.notified();
-        tokio::pin!(refreshed);
-        refreshed.as_mut().enable();
-        self.start_refresh(true);
-        if tokio::time::timeout_at(deadline, refreshed).await.is_err() {
-            return Err(StoreError::Timeout);
-        }
-        self.map
-            .load()
-            .owner(slot)
-            .cloned()
-            .ok_or_else(|| StoreError::Unavailable(format!("no redis cluster master known for slot {slot}")))
-    }
-
-    /// Starts a map refresh in a background task (never inside a request: a cancelled
-    /// request must not leave a refresh half done), unless one runs; `urgent` skips the
-    /// minimum gap between refreshes.
-    fn start_refresh(self: &Arc<Self>, urgent: bool) {
-        {
-            let mut state = self.refresh.lock().unwrap_or_else(|e| e.into_inner());
-            let recent = state.started.is_some_and(|t| t.elapsed() < REFRESH_GAP);
-            if state.running || (recent && !urgent) {
-                return;
-            }
-            state.running = true;
-            state.started = Some(Instant::now());
-        }
-        tokio::spawn(self.clone().refresh());
-    }
-
-    /// Asks the known masters (in random order), then the seeds, for `CLUSTER SLOTS`; the
-    /// first answer becomes the map, and lifecycles of nodes no longer masters are dropped.
-    async fn refresh(self: Arc<Self>) {
-        let mut candidates: Vec<Node> = self.map.load().nodes().to_vec();
-        candidates.shuffle(&mut rand::rng());
-        for seed in &self.seeds {
-            if let Some(node) = host_port(seed) {
-                candidates.push(node);
-            }
-        }
-        for node in candidates {
-            let mut pipe = Pipeline::with_capacity(1);
-            pipe.add_command(redis::cmd("CLUSTER").arg("SLOTS").to_owned());
-            let reply = self.link(&node).send(pipe, 1, Instant::now() + REFRESH_TIMEOUT).await;
-            let Ok(mut values) = reply else { continue };
-            let Some(map) = values.pop().and_then(|v| SlotMap::from_cluster_slots(&v, &node.0)) else {
-                continue;
-            };
-            if map.is_empty() {
-                continue;
-            }
-            if **self.map.load() != map {
-                tracing::info!(masters = map.nodes().len(), "redis cluster slot map updated");
-            }
-            self.links().retain(|node, _| map.nodes().contains(node));
-            self.map.store(Arc::new(map));
-            break;
-        }
-        self.refresh.lock().unwrap_or_else(|e| e.into_inner()).running = false;
-        self.refreshed.notify_waiters();
+        fail(StoreError::Server(format!("more than {MAX_REDIRECTS} cluster redirects for slot {slot}")))
     }
 }
 
@@ -368,8 +344,8 @@ fn redacted(nodes: &[String]) -> Vec<String> {
 }
 
 impl super::super::Remote for ClusterStore {
-    async fn charge(&self, batch: &[Charge], deadline: Instant) -> Vec<Result<Decision, StoreError>> {
-        ClusterStore::charge(self, batch, deadline).await
+    async fn charge(&self, batch: &[Charge], groups: &Groups, deadline: Instant) -> Charged {
+        ClusterStore::charge_groups(self, batch, groups, deadline).await
     }
 }
 

@@ -3,8 +3,9 @@
 //!
 //! Every connection of the lifecycle (`link`) is made to the address the sentinels give at
 //! that moment (the first sentinel that answers), with the credentials, database and TLS
-//! mode of `--redis-url`. Every request is one pipeline of `EVALSHA`, with the usual single
-//! `EVAL` retry of `NOSCRIPT` entries, by the request's deadline.
+//! mode of `--redis-url`. Every request is one pipeline of `EVALSHA` (a joint group is one
+//! `joint.lua` entry), with the usual single `EVAL` retry of `NOSCRIPT` entries, by the
+//! request's deadline.
 //!
 //! After a failover the old master may be gone (its connections close or fall silent: the
 //! lifecycle replaces them), a replica (`READONLY`: taken out for good), or — for the
@@ -25,8 +26,9 @@ use tokio::time::Instant;
 
 use crate::algorithm::Decision;
 
-use super::super::scripts::{charge_pipelined, Scripts};
-use super::super::{Charge, StoreError};
+use super::super::guarded::Charged;
+use super::super::scripts::{charge_groups_pipelined, Scripts};
+use super::super::{Charge, Groups, StoreError};
 use super::link::{Connect, Link, LinkSettings, Replaced};
 use super::{connection_info, node_url, redact_url, with_address, Health};
 
@@ -121,11 +123,22 @@ impl SentinelStore {
 
     /// Charges the batch in one round trip (two if some scripts were missing), by `deadline`.
     pub async fn charge(&self, batch: &[Charge], deadline: Instant) -> Vec<Result<Decision, StoreError>> {
+        self.charge_groups(batch, &Groups::each(), deadline).await
+    }
+
+    /// Charges a batch whose `groups` stand or fall together: one pipeline entry per group
+    /// (a joint group is one `joint.lua` call), one round trip, by `deadline`.
+    pub async fn charge_groups(
+        &self,
+        batch: &[Charge],
+        groups: &Groups,
+        deadline: Instant,
+    ) -> Vec<Result<Decision, StoreError>> {
         self.watching.call_once(|| {
             let link = Arc::downgrade(&self.link);
             tokio::spawn(watch_master(link, self.sentinels.clone(), self.master.clone()));
         });
-        let results = charge_pipelined(&self.link, &self.scripts, batch, deadline).await;
+        let results = charge_groups_pipelined(&self.link, &self.scripts, batch, groups, deadline).await;
         self.health.record(&results);
         results
     }
@@ -201,8 +214,8 @@ async fn ask_sentinels(
 }
 
 impl super::super::Remote for SentinelStore {
-    async fn charge(&self, batch: &[Charge], deadline: Instant) -> Vec<Result<Decision, StoreError>> {
-        SentinelStore::charge(self, batch, deadline).await
+    async fn charge(&self, batch: &[Charge], groups: &Groups, deadline: Instant) -> Charged {
+        SentinelStore::charge_groups(self, batch, groups, deadline).await.into()
     }
 
     fn renew(&self) {

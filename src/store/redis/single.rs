@@ -3,7 +3,8 @@
 //! a cloud "primary endpoint" whose address stays while the node behind it changes.
 //!
 //! Scripts are called by SHA (`scripts`); `NOSCRIPT` entries are sent again once with
-//! `EVAL`. Nothing else is re-sent: after a timeout or a failed connection the script may
+//! `EVAL`. A joint group (`Groups`) is one entry of that pipeline: one `joint.lua` call that
+//! charges all of its buckets or none, atomically (a script runs alone on the server). Nothing else is re-sent: after a timeout or a failed connection the script may
 //! have run, and a second send would charge the bucket twice. A connection the server
 //! closed is replaced before a request uses it (the lifecycle watches disconnects), so a
 //! Redis restart costs no request.
@@ -15,8 +16,9 @@ use tokio::time::Instant;
 
 use crate::algorithm::Decision;
 
-use super::super::scripts::{charge_pipelined, Scripts};
-use super::super::{Charge, StoreError};
+use super::super::guarded::Charged;
+use super::super::scripts::{charge_groups_pipelined, Scripts};
+use super::super::{Charge, Groups, StoreError};
 use super::link::{Link, Replaced};
 use super::{address, connect_to, connection_info, redact_url, Health, RedisSettings};
 
@@ -70,15 +72,26 @@ impl RedisStore {
 
     /// Charges the batch in one round trip (two if some scripts were missing), by `deadline`.
     pub async fn charge(&self, batch: &[Charge], deadline: Instant) -> Vec<Result<Decision, StoreError>> {
-        let results = charge_pipelined(&self.link, &self.scripts, batch, deadline).await;
+        self.charge_groups(batch, &Groups::each(), deadline).await
+    }
+
+    /// Charges a batch whose `groups` stand or fall together: one pipeline entry per group
+    /// (a joint group is one `joint.lua` call), one round trip, by `deadline`.
+    pub async fn charge_groups(
+        &self,
+        batch: &[Charge],
+        groups: &Groups,
+        deadline: Instant,
+    ) -> Vec<Result<Decision, StoreError>> {
+        let results = charge_groups_pipelined(&self.link, &self.scripts, batch, groups, deadline).await;
         self.health.record(&results);
         results
     }
 }
 
 impl super::super::Remote for RedisStore {
-    async fn charge(&self, batch: &[Charge], deadline: Instant) -> Vec<Result<Decision, StoreError>> {
-        RedisStore::charge(self, batch, deadline).await
+    async fn charge(&self, batch: &[Charge], groups: &Groups, deadline: Instant) -> Charged {
+        RedisStore::charge_groups(self, batch, groups, deadline).await.into()
     }
 
     fn renew(&self) {

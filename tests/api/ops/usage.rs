@@ -197,33 +197,39 @@ fn evalsha_calls(redis: &RedisServer) -> u64 {
         .unwrap_or(0)
 }
 
-/// A rule with several limits: one bucket each, named, with its own window. (Charging
-/// them over gRPC needs the store's joint groups: `tests/api/new_limits.rs` covers that.)
+/// A rule with several limits: one bucket each, named, with its own window.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn usage_and_reset_cover_every_limit_of_a_rule() {
     let policy = "domain: api
 descriptors:
   - key: api_key
     rate_limits:
-      - { name: burst, unit: second, unit_multiplier: 30, requests_per_unit: 3 }
+      - { name: burst, unit: second, unit_multiplier: 3600, requests_per_unit: 3, algorithm: sliding_window }
       - { name: daily, unit: day, requests_per_unit: 5, algorithm: fixed_window }
 ";
     let app = spawn_with(Options { store: StoreKind::Redis, ..allow_reset() }, &[("api.yaml", policy)]).await;
-    for (method, path) in [("GET", usage_path("api_key%3Dk")), ("POST", reset_path("api_key%3Dk"))] {
+    assert_eq!(app.allowed_of(2, &request("api", &[&[("api_key", "k")]])).await, 2);
+    for (method, path, consumed) in
+        [("GET", usage_path("api_key%3Dk"), 2), ("POST", reset_path("api_key%3Dk"), 0)]
+    {
         let (status, json) = call(&app, method, &path, None).await;
         assert_eq!(status, 200, "{json}");
         let limits = json["limits"].as_array().expect("limits");
         let names: Vec<&str> = limits.iter().filter_map(|l| l["name"].as_str()).collect();
         assert_eq!(names, ["burst", "daily"], "{json}");
         let field = |i: usize, f: &str| limits[i][f].as_u64();
+        assert_eq!((field(0, "unit_multiplier"), field(0, "capacity")), (Some(3600), Some(3)), "{json}");
+        assert_eq!((field(1, "unit_multiplier"), field(1, "capacity")), (Some(1), Some(5)), "{json}");
         assert_eq!(
-            (field(0, "unit_multiplier"), field(0, "capacity"), field(0, "remaining")),
-            (Some(30), Some(3), Some(3))
-        );
-        assert_eq!(
-            (field(1, "unit_multiplier"), field(1, "capacity"), field(1, "remaining")),
-            (Some(1), Some(5), Some(5))
+            (field(0, "consumed"), field(1, "consumed")),
+            (Some(consumed), Some(consumed)),
+            "{method}: {json}"
         );
         assert_eq!(limits[1]["algorithm"], "fixed_window");
     }
+    assert_eq!(
+        app.allowed_of(4, &request("api", &[&[("api_key", "k")]])).await,
+        3,
+        "the burst limit, full again"
+    );
 }

@@ -1,0 +1,157 @@
+//! Joint groups on a Redis Cluster: a group is cut into *parts*, one per slot its keys hash
+//! to, each part one script call (`joint.lua`, or the algorithm's script for one charge);
+//! a group one of whose parts is denied has the parts that were applied refunded.
+//!
+//! Why charge-then-refund rather than check-then-charge: the common case (every part
+//! passes) then costs one round trip, the same as a group on one slot; a check first would
+//! cost two on every request, and still race — another request can take the tokens
+//! between the check and the charge — so it would need the same refunds. The price is
+//! bounded and in the safe direction: between a part's charge and its refund (one round
+//! trip) other requests may see those tokens taken (under-admission by at most the group's
+//! hits, for one round trip); a refund that fails or times out leaves them taken until the
+//! bucket refills. Never over-admission.
+
+use std::ops::Range;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::algorithm::{Decision, Hits};
+
+use super::super::super::{Charge, Groups, StoreError};
+use super::{key_slot, Shared};
+
+/// How long the refunds of a denied group may take, whatever the request's deadline (they
+/// run in their own task: a request that gives up does not leave tokens taken).
+const REFUND_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// A batch cut into parts: runs of charges of one slot that go as one script call.
+#[derive(Debug)]
+pub(super) struct Parts {
+    /// Batch indices, part after part (each part's members in batch order).
+    order: Vec<usize>,
+    /// The exclusive end of each part in `order`.
+    ends: Vec<usize>,
+    /// The groups cut into more than one part: their parts (a range of part indices).
+    spanning: Vec<Range<usize>>,
+}
+
+impl Parts {
+    /// Every charge alone, or each group cut by slot (parts in order of their first
+    /// member; a group on one slot is one part).
+    pub(super) fn of(batch: &[Charge], groups: &Groups) -> Parts {
+        let len = batch.len();
+        if groups.is_each() {
+            return Parts { order: (0..len).collect(), ends: (1..=len).collect(), spanning: Vec::new() };
+        }
+        let mut parts = Parts { order: Vec::with_capacity(len), ends: Vec::new(), spanning: Vec::new() };
+        for range in groups.ranges(len) {
+            let first_part = parts.ends.len();
+            let slots: Vec<u16> = range.clone().map(|i| key_slot(batch[i].key.as_bytes())).collect();
+            for (j, slot) in slots.iter().enumerate() {
+                if slots[..j].contains(slot) {
+                    continue;
+                }
+                parts.order.extend(range.clone().zip(&slots).filter(|(_, s)| *s == slot).map(|(i, _)| i));
+                parts.ends.push(parts.order.len());
+            }
+            if parts.ends.len() - first_part > 1 {
+                parts.spanning.push(first_part..parts.ends.len());
+            }
+        }
+        parts
+    }
+
+    pub(super) fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    /// The batch indices of part `p`.
+    pub(super) fn members(&self, p: usize) -> &[usize] {
+        let start = if p == 0 { 0 } else { self.ends[p - 1] };
+        &self.order[start..self.ends[p]]
+    }
+}
+
+impl Shared {
+    /// For every group cut into several parts and denied by one: refunds each consume of
+    /// the parts that were applied (all their members allowed), in a task of its own,
+    /// waited for until `deadline`. The answers stay as they are (applied parts' members
+    /// allowed with their numbers, the denied part's as it answered). Returns the refunds
+    /// sent with their results (`Timeout` for those not answered by `deadline`).
+    pub(super) async fn undo_denied(
+        self: &Arc<Self>,
+        batch: &[Charge],
+        parts: &Parts,
+        results: &[Result<Decision, StoreError>],
+        deadline: Instant,
+    ) -> Vec<(Charge, Result<Decision, StoreError>)> {
+        let denied = |p: usize| parts.members(p).iter().any(|&i| matches!(results[i], Ok(d) if !d.allowed));
+        let applied = |p: usize| parts.members(p).iter().all(|&i| matches!(results[i], Ok(d) if d.allowed));
+        let mut refunds = Vec::new();
+        for group in &parts.spanning {
+            if !group.clone().any(denied) {
+                continue;
+            }
+            for p in group.clone().filter(|&p| applied(p)) {
+                for &i in parts.members(p) {
+                    if let Hits::Consume(n @ 1..) = batch[i].hits {
+                        refunds.push(Charge { hits: Hits::Refund(n), ..batch[i].clone() });
+                    }
+                }
+            }
+        }
+        if refunds.is_empty() {
+            return Vec::new();
+        }
+        let task = {
+            let (shared, refunds) = (self.clone(), refunds.clone());
+            tokio::spawn(async move {
+                let parts = Parts::of(&refunds, &Groups::each());
+                shared.charge_parts(&refunds, &parts, Instant::now() + REFUND_TIMEOUT).await
+            })
+        };
+        let results = match tokio::time::timeout_at(deadline, task).await {
+            Ok(Ok(results)) => results,
+            Ok(Err(join)) => {
+                vec![Err(StoreError::Unavailable(format!("cluster refund: {join}"))); refunds.len()]
+            }
+            Err(_) => vec![Err(StoreError::Timeout); refunds.len()],
+        };
+        refunds.into_iter().zip(results).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::algorithm::{Algorithm, Params};
+
+    fn batch(keys: &[&str]) -> Vec<Charge> {
+        let params = Params { algorithm: Algorithm::Gcra, limit: 5, unit_us: 1_000_000, burst: 5 };
+        keys.iter().map(|k| Charge { key: (*k).into(), params, hits: Hits::Consume(1) }).collect()
+    }
+
+    fn all(parts: &Parts) -> Vec<Vec<usize>> {
+        (0..parts.len()).map(|p| parts.members(p).to_vec()).collect()
+    }
+
+    #[test]
+    fn each_charge_is_its_own_part() {
+        let parts = Parts::of(&batch(&["a", "b", "c"]), &Groups::each());
+        assert_eq!(all(&parts), [[0], [1], [2]]);
+        assert!(parts.spanning.is_empty());
+    }
+
+    #[test]
+    fn a_group_is_cut_by_slot_in_order_of_first_member() {
+        // {x} keys share a slot; "a" and "b" hash elsewhere (and apart from each other).
+        let keys = ["{x}1", "a", "{x}2", "b", "solo", "{y}1", "{y}2"];
+        assert_ne!(key_slot(b"a"), key_slot(b"{x}1"));
+        assert_ne!(key_slot(b"a"), key_slot(b"b"));
+        let parts = Parts::of(&batch(&keys), &Groups::from_ends(vec![4, 5, 7]));
+        assert_eq!(all(&parts), [vec![0, 2], vec![1], vec![3], vec![4], vec![5, 6]]);
+        assert_eq!(parts.spanning, vec![Range { start: 0, end: 3 }], "only the first group spans slots");
+    }
+}
