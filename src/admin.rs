@@ -1,8 +1,11 @@
-//! The admin HTTP server: liveness, readiness, metrics (and, as operations grow, config).
+//! The admin HTTP server: liveness, readiness, metrics, config, reload, and a
+//! descriptor's usage and reset (`usage`).
 //!
 //! Loopback by default. With an admin token (`--admin-token-file`) every `POST` endpoint
-//! (`/reload`) requires `Authorization: Bearer <token>`; `/`, `/metrics`, `/rlconfig`,
-//! `/healthz` and `/readyz` never do. Readiness means "config loaded and gRPC serving"; it deliberately
+//! (`/reload`, `/v1/reset`) and `GET /v1/usage` require `Authorization: Bearer <token>`;
+//! `/`, `/metrics`, `/rlconfig`, `/healthz` and `/readyz` never do. Without a token,
+//! `/v1/reset` is refused (403) unless `--admin-allow-unauthenticated-reset`: it hands
+//! quota back, so an open admin port must not do it by default. Readiness means "config loaded and gRPC serving"; it deliberately
 //! does not follow Redis: failure policies handle a Redis outage, so Kubernetes must not
 //! pull every replica out of the Service when Redis blips.
 
@@ -19,6 +22,11 @@ use serde::Deserialize;
 
 use sha2::{Digest, Sha256};
 
+mod audit;
+pub mod client;
+pub mod query;
+pub mod usage;
+
 use crate::live::Live;
 use crate::metrics::Metrics;
 use crate::store::{MemoryStore, Store};
@@ -33,6 +41,19 @@ pub struct Admin {
     local: Arc<MemoryStore>,
     metrics: Arc<Metrics>,
     token: Option<Arc<AdminToken>>,
+    /// `--redis-key-prefix`: usage and reset compute the keys the request path charges.
+    key_prefix: Arc<str>,
+    /// `--admin-allow-unauthenticated-reset`: reset without a configured token.
+    allow_unauthenticated_reset: bool,
+}
+
+/// Who called a reset, for the audit line.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    /// The client's socket address (absent when the server runs without connect info).
+    pub client: Option<std::net::SocketAddr>,
+    /// The id of the token presented (`AdminToken::id`), `invalid` for a wrong one.
+    pub token: Option<String>,
 }
 
 /// The bearer token mutating admin endpoints require; never printed.
@@ -58,6 +79,12 @@ impl AdminToken {
         let digest = Sha256::digest(presented.as_bytes());
         self.0.iter().zip(digest.iter()).fold(0u8, |diff, (a, b)| diff | (a ^ b)) == 0
     }
+
+    /// A short id for audit logs: the first 8 hex digits of the token's SHA-256. Names
+    /// which token was used (after a rotation) without revealing it.
+    pub fn id(&self) -> String {
+        self.0.iter().take(4).map(|b| format!("{b:02x}")).collect()
+    }
 }
 
 impl Admin {
@@ -69,7 +96,56 @@ impl Admin {
         token: Option<AdminToken>,
     ) -> Admin {
         let token = token.map(Arc::new);
-        Admin { ready: Arc::new(AtomicBool::new(false)), live, store, local, metrics, token }
+        Admin {
+            ready: Arc::new(AtomicBool::new(false)),
+            live,
+            store,
+            local,
+            metrics,
+            token,
+            key_prefix: Arc::from(""),
+            allow_unauthenticated_reset: false,
+        }
+    }
+
+    /// With the server's `--redis-key-prefix` (usage and reset read the buckets the request
+    /// path charges) and `--admin-allow-unauthenticated-reset`.
+    pub fn with_buckets(mut self, key_prefix: &str, allow_unauthenticated_reset: bool) -> Admin {
+        self.key_prefix = Arc::from(key_prefix);
+        self.allow_unauthenticated_reset = allow_unauthenticated_reset;
+        self
+    }
+
+    /// `Ok` when `headers` may use a guarded endpoint, else the 401 refusal.
+    fn check_token(&self, headers: &HeaderMap) -> Result<(), usage::Refusal> {
+        if self.authorized(headers) {
+            return Ok(());
+        }
+        let message = "this endpoint requires Authorization: Bearer <admin token>";
+        Err(usage::Refusal::new(StatusCode::UNAUTHORIZED, message))
+    }
+
+    /// `Ok` when `headers` may reset (the token, or no token and the operator allowed it);
+    /// else the 401 or 403 answer. Fills in the caller's token id either way.
+    fn check_reset(&self, headers: &HeaderMap, caller: &mut Caller) -> Result<(), usage::Refusal> {
+        let Some(token) = &self.token else {
+            if self.allow_unauthenticated_reset {
+                return Ok(());
+            }
+            return Err(usage::Refusal::new(
+                StatusCode::FORBIDDEN,
+                "reset needs an admin token: start the server with --admin-token-file \
+                 (or, on a trusted network only, --admin-allow-unauthenticated-reset)",
+            ));
+        };
+        let presented = headers.contains_key(header::AUTHORIZATION);
+        let allowed = self.authorized(headers);
+        caller.token = match (presented, allowed) {
+            (_, true) => Some(token.id()),
+            (true, false) => Some("invalid".into()),
+            (false, false) => None,
+        };
+        self.check_token(headers)
     }
 
     /// Whether `headers` may use a mutating endpoint: no token is configured, or they carry
@@ -110,6 +186,8 @@ impl Admin {
             .route("/metrics", get(metrics))
             .route("/rlconfig", get(rlconfig))
             .route("/reload", post(reload))
+            .route("/v1/usage", get(usage::usage))
+            .route("/v1/reset", post(usage::reset))
             .with_state(self.clone())
     }
 }
@@ -225,5 +303,9 @@ mod tests {
         assert!(!token.matches("s3cret-token2") && !token.matches("") && !token.matches("S3cret-token"));
         assert!(AdminToken::new(" \n").is_none(), "an empty file is no token");
         assert!(!format!("{token:?}").contains("s3cret"));
+        // sha256("s3cret-token") starts with these 4 bytes.
+        let id = token.id();
+        assert_eq!(id.len(), 8);
+        assert_eq!(id, format!("{:x}", Sha256::digest(b"s3cret-token"))[..8]);
     }
 }

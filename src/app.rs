@@ -112,8 +112,11 @@ pub struct ServeSettings {
     pub tls: Option<TlsFiles>,
     /// Watch the config location and reload on change.
     pub watch_config: bool,
-    /// A file holding the bearer token `POST` admin endpoints require (none: open).
+    /// A file holding the bearer token `POST` admin endpoints and `/v1/usage` require
+    /// (none: open, and `/v1/reset` refused).
     pub admin_token_file: Option<PathBuf>,
+    /// `/v1/reset` without a token (`--admin-allow-unauthenticated-reset`).
+    pub admin_allow_unauthenticated_reset: bool,
 }
 
 impl ServeSettings {
@@ -142,6 +145,7 @@ impl ServeSettings {
             tls: None,
             watch_config: true,
             admin_token_file: None,
+            admin_allow_unauthenticated_reset: false,
         }
     }
 }
@@ -230,7 +234,8 @@ pub async fn spawn(settings: ServeSettings) -> anyhow::Result<Running> {
         limiter.local_store(),
         metrics.clone(),
         admin_token(&settings)?,
-    );
+    )
+    .with_buckets(&settings.redis_key_prefix, settings.admin_allow_unauthenticated_reset);
     let (health, health_service) = tonic_health::server::health_reporter();
 
     let mut builder = tonic::transport::Server::builder();
@@ -247,8 +252,10 @@ pub async fn spawn(settings: ServeSettings) -> anyhow::Result<Running> {
             TcpIncoming::from(grpc_listener).with_nodelay(Some(true)),
             stopped(signal.clone()),
         );
+    // With connect info: the reset audit line names the client's address.
+    let admin_service = admin.router().into_make_service_with_connect_info::<SocketAddr>();
     let admin_server =
-        axum::serve(admin_listener, admin.router()).with_graceful_shutdown(stopped(signal.clone()));
+        axum::serve(admin_listener, admin_service).with_graceful_shutdown(stopped(signal.clone()));
     let mut tasks = vec![
         tokio::spawn(async move { grpc.await.context("gRPC server failed") }),
         tokio::spawn(async move { admin_server.await.context("admin server failed") }),

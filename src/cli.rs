@@ -44,6 +44,29 @@ pub enum Command {
     },
     /// Show which rule each descriptor matches and why (the path walked, the limit, the key).
     Explain(Explain),
+    /// Ask a running server how much of a descriptor's quota is left (GET /v1/usage).
+    Usage(AdminCall),
+    /// Reset a descriptor's buckets to full on a running server (POST /v1/reset).
+    Reset(AdminCall),
+}
+
+/// `tollgate usage|reset [--admin ADDR] --domain D --descriptor k=v[,k=v…] [--token-file F]`:
+/// prints the server's JSON; exits non-zero with the server's message on an HTTP error.
+#[derive(Debug, Args)]
+pub struct AdminCall {
+    /// The server's admin address: `host:port` or `http://host:port` (plain HTTP only).
+    #[arg(long, env = "TOLLGATE_ADMIN_URL", default_value = "127.0.0.1:9102")]
+    pub admin: String,
+    /// The descriptor's domain.
+    #[arg(long)]
+    pub domain: String,
+    /// The descriptor as `key=value,key=value`, as `explain` takes it (`\,` for a comma,
+    /// `\=` for an equals sign, `\xNN` for a byte).
+    #[arg(long)]
+    pub descriptor: crate::explain::DescriptorArg,
+    /// A file holding the server's admin token (sent as `Authorization: Bearer`).
+    #[arg(long, env = "TOLLGATE_ADMIN_TOKEN_FILE")]
+    pub token_file: Option<PathBuf>,
 }
 
 /// `tollgate explain PATH --domain D --descriptor k=v[,k=v…]...`
@@ -256,10 +279,14 @@ pub struct Serve {
     /// PEM CA bundle: require and verify client certificates (mTLS).
     #[arg(long, env = "TOLLGATE_GRPC_CLIENT_CA", requires = "grpc_tls_cert")]
     pub grpc_client_ca: Option<PathBuf>,
-    /// File holding a bearer token: with it, every POST admin endpoint (/reload) requires
-    /// `Authorization: Bearer <token>`; read endpoints never do.
+    /// File holding a bearer token: with it, every POST admin endpoint (/reload, /v1/reset)
+    /// and GET /v1/usage require `Authorization: Bearer <token>`; other read endpoints never do.
     #[arg(long, env = "TOLLGATE_ADMIN_TOKEN_FILE")]
     pub admin_token_file: Option<PathBuf>,
+    /// Allow `POST /v1/reset` without --admin-token-file (refused by default: anyone who
+    /// reaches the admin port could hand quota back). Only on a trusted network.
+    #[arg(long, env = "TOLLGATE_ADMIN_ALLOW_UNAUTHENTICATED_RESET")]
+    pub admin_allow_unauthenticated_reset: bool,
     /// Do not watch the config for changes (SIGHUP and POST /reload still reload).
     #[arg(long, env = "TOLLGATE_NO_WATCH")]
     pub no_watch: bool,
@@ -388,6 +415,7 @@ impl Serve {
             },
             watch_config: !self.no_watch,
             admin_token_file: self.admin_token_file.clone(),
+            admin_allow_unauthenticated_reset: self.admin_allow_unauthenticated_reset,
         }
     }
 }

@@ -63,6 +63,12 @@ async fn run(cli: Cli) -> ExitCode {
                 }
             }
         }
+        Command::Usage(call) => {
+            tollgate::admin::client::run(tollgate::admin::client::Verb::Usage, &call).await
+        }
+        Command::Reset(call) => {
+            tollgate::admin::client::run(tollgate::admin::client::Verb::Reset, &call).await
+        }
         Command::Serve(serve) => {
             match tollgate::app::run(serve.settings(), tollgate::app::shutdown_signal()).await {
                 Ok(()) => ExitCode::SUCCESS,

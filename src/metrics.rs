@@ -92,6 +92,7 @@ pub struct Metrics {
     connections_replaced: Family<ReplacedLabels, Counter>,
     shadow_overrides: Family<DomainLabel, Counter>,
     series_dropped: Family<DomainLabel, Counter>,
+    admin_resets: Family<DomainLabel, Counter>,
     limits: SeriesLimits,
     installed: series::Installed,
 }
@@ -203,6 +204,12 @@ impl Metrics {
             "Answers whose OVER_LIMIT overall code --shadow-mode turned into OK, by domain",
             shadow_overrides.clone(),
         );
+        let admin_resets = Family::<DomainLabel, Counter>::default();
+        registry.register(
+            "tollgate_admin_resets",
+            "Descriptors reset through POST /v1/reset, by (configured) domain",
+            admin_resets.clone(),
+        );
         let series_dropped = Family::<DomainLabel, Counter>::default();
         registry.register(
             "tollgate_metric_series_dropped",
@@ -303,6 +310,7 @@ impl Metrics {
             connections_replaced,
             shadow_overrides,
             series_dropped,
+            admin_resets,
             limits,
             installed: series::Installed::default(),
         }
@@ -382,6 +390,12 @@ impl Metrics {
     /// are counted (an unknown domain is never OVER_LIMIT), so the label stays bounded.
     pub fn shadow_override(&self, domain: &str) {
         self.shadow_overrides.get_or_create(&DomainLabel { domain: domain.to_string() }).inc();
+    }
+
+    /// One reset through the admin port. Only configured domains are counted (an unknown
+    /// one is refused), so the label stays bounded.
+    pub fn admin_reset(&self, domain: &str) {
+        self.admin_resets.get_or_create(&DomainLabel { domain: domain.to_string() }).inc();
     }
 
     /// Connection replacement counts of a Redis store, refreshed before each scrape.

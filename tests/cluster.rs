@@ -27,6 +27,8 @@ mod faults;
 mod joint;
 #[path = "api/new_limits.rs"]
 mod new_limits;
+#[path = "cluster/reset.rs"]
+mod reset;
 #[path = "cluster/scaling.rs"]
 mod scaling;
 #[path = "api/scenarios.rs"]

@@ -273,3 +273,64 @@ async fn redis_passwords_never_show_in_logs_or_endpoints() {
     }
     drop(redis);
 }
+
+/// `tollgate usage` / `tollgate reset` against the running binary, with its audit lines.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn usage_and_reset_verbs_call_the_admin_port_and_resets_are_audited() {
+    use sha2::Digest;
+    let tokens = tempfile::tempdir().expect("tempdir");
+    let token_file = tokens.path().join("token");
+    std::fs::write(&token_file, "s3cret-admin\n").expect("write token");
+    let token_file = token_file.to_str().expect("utf-8 path").to_string();
+    let server = Server::start(&user_policy(3), &["--admin-token-file", &token_file]).await;
+    let client = RateLimitServiceClient::new(server.channel().await);
+    for _ in 0..2 {
+        client.clone().should_rate_limit(request("api", &[&[("user", "a,b")]])).await.expect("grpc");
+    }
+    let admin = format!("http://{}", server.admin);
+    let verb = |verb: &str, extra: &[&str]| {
+        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_tollgate"));
+        command.args([verb, "--admin", &admin, "--domain", "api", "--descriptor", r"user=a\,b"]).args(extra);
+        command.env_remove("TOLLGATE_ADMIN_TOKEN_FILE").env_remove("TOLLGATE_ADMIN_URL");
+        command
+    };
+    let with_token = ["--token-file", token_file.as_str()];
+
+    let out = verb("usage", &with_token).output().await.expect("run usage");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("usage prints JSON");
+    assert_eq!(json["descriptor"], serde_json::json!([{ "key": "user", "value": "a,b" }]));
+    assert_eq!(
+        (json["limits"][0]["consumed"].as_u64(), json["limits"][0]["remaining"].as_u64()),
+        (Some(2), Some(1))
+    );
+
+    let out = verb("reset", &[]).output().await.expect("run reset");
+    assert!(!out.status.success(), "a reset without the token fails");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("HTTP 401"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let out = verb("reset", &with_token).output().await.expect("run reset");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("reset prints JSON");
+    assert_eq!(json["limits"][0]["consumed"].as_u64(), Some(0));
+
+    let id = &format!("{:x}", sha2::Sha256::digest(b"s3cret-admin"))[..8];
+    let log = server.log();
+    let audit: Vec<&str> = log.lines().filter(|l| l.contains("tollgate::audit")).collect();
+    assert_eq!(audit.len(), 2, "one line per reset, refused or not:\n{log}");
+    assert!(audit[0].contains("result=\"refused\"") && audit[0].contains("status=401"), "{}", audit[0]);
+    for part in [
+        "client=127.0.0.1:",
+        &format!("token=\"{id}\""),
+        r#"domain="api""#,
+        r#"descriptor="user=a,b""#,
+        "buckets=1",
+    ] {
+        assert!(audit[1].contains(part), "{part:?} missing in {}", audit[1]);
+    }
+    assert!(!log.contains("s3cret-admin"), "the token must never be logged");
+}

@@ -236,6 +236,14 @@ impl MemoryStore {
         }
     }
 
+    /// Forgets the bucket of `key` (an operator's reset): its next charge finds it full.
+    /// Whether it held one.
+    pub fn remove(&self, key: &str) -> bool {
+        let index = (self.hasher.hash_one(key) % self.shards.len() as u64) as usize;
+        let mut shard = self.shards[index].lock().unwrap_or_else(|e| e.into_inner());
+        shard.map.swap_remove(key).is_some()
+    }
+
     /// Removes every expired bucket now (called periodically by the server).
     pub fn sweep_expired(&self, now: u64) -> usize {
         let mut total = 0;

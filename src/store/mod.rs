@@ -16,6 +16,7 @@ pub mod key;
 pub mod memory;
 pub mod overlimit;
 pub mod redis;
+pub mod reset;
 pub(crate) mod scripts;
 
 pub use self::redis::{cluster, sentinel};

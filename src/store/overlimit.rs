@@ -16,8 +16,11 @@
 //! - a refund (`is_negative_hits`) always goes to Redis and drops the entry, before and
 //!   after the call; any allowed answer from Redis drops it too;
 //! - a denial that a refund may have overtaken is never learned (below);
-//! - an entry lives at most `MAX_LOCAL_DENIAL`, which bounds how long a refund made through
-//!   *another* Tollgate instance can go unseen.
+//! - an entry lives at most `MAX_LOCAL_DENIAL` (1 s), which bounds how long a refund or an
+//!   admin reset (`POST /v1/reset`) made through *another* Tollgate instance can go unseen.
+//!   One second, not the denial's full length: an operator who resets a customer's bucket
+//!   expects every replica to admit within a moment, while a flood still costs Redis one
+//!   call per key per second at most.
 //!
 //! Refunds racing denials. Replies come back on several connections and are learned by
 //! several tasks, so a denial computed *before* a refund ran can be learned *after* the
@@ -65,8 +68,9 @@ use crate::algorithm::{Decision, Hits, Params};
 
 use super::{Charge, StoreError};
 
-/// The longest a denial is answered locally before Redis is asked again.
-pub const MAX_LOCAL_DENIAL: Duration = Duration::from_secs(60);
+/// The longest a denial is answered locally before Redis is asked again: the bound on how
+/// long another instance's refund or admin reset can go unseen by this one.
+pub const MAX_LOCAL_DENIAL: Duration = Duration::from_secs(1);
 /// How many entries a full shard looks at to pick a victim.
 const EVICTION_SAMPLE: usize = 8;
 const SHARDS: usize = 16;

@@ -10,6 +10,7 @@ mod lifecycle;
 mod metrics;
 mod reload;
 mod tls;
+mod usage;
 
 use crate::support::*;
 

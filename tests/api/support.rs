@@ -49,6 +49,8 @@ pub struct Options {
     pub redis_connections: usize,
     /// `--admin-token-file`.
     pub admin_token_file: Option<PathBuf>,
+    /// `--admin-allow-unauthenticated-reset`.
+    pub admin_allow_unauthenticated_reset: bool,
     /// `--merge-domains`, `--default-algorithm`.
     pub config_options: tollgate::config::LoadOptions,
 }
@@ -74,6 +76,7 @@ impl Options {
             max_inflight: tollgate::store::redis::DEFAULT_MAX_INFLIGHT,
             redis_connections: 2,
             admin_token_file: None,
+            admin_allow_unauthenticated_reset: false,
             config_options: Default::default(),
         }
     }
@@ -111,6 +114,7 @@ pub async fn spawn_in(options: Options, config_dir: tempfile::TempDir) -> TestAp
     settings.redis.max_inflight = options.max_inflight;
     settings.redis.connections = options.redis_connections;
     settings.admin_token_file = options.admin_token_file;
+    settings.admin_allow_unauthenticated_reset = options.admin_allow_unauthenticated_reset;
     settings.config_options = options.config_options;
     settings.redis_key_prefix = options.key_prefix;
     settings.store_timeout = options.store_timeout;

@@ -35,12 +35,12 @@ fn a_denied_consume_is_answered_locally_until_its_reset() {
     let c = charge("k", Hits::Consume(1));
     let sent = Instant::now();
     assert_eq!(cache.answer(&c, sent), None);
-    cache.learn(&c, &denied(12_000_000), sent, cache.epoch());
+    cache.learn(&c, &denied(800_000), sent, cache.epoch());
     assert_eq!(cache.len(), 1);
-    let later = sent + Duration::from_secs(2);
+    let later = sent + Duration::from_millis(200);
     let d = cache.answer(&c, later).expect("answered locally");
-    assert_eq!(d, Decision { allowed: false, remaining: 0, reset_us: 10_000_000 });
-    assert_eq!(cache.answer(&c, sent + Duration::from_secs(12)), None, "expired");
+    assert_eq!(d, Decision { allowed: false, remaining: 0, reset_us: 600_000 });
+    assert_eq!(cache.answer(&c, sent + Duration::from_millis(800)), None, "expired");
     assert!(cache.is_empty(), "an expired entry is dropped when seen");
     assert_eq!(cache.local_answers(), 1);
 }
@@ -83,8 +83,8 @@ fn long_denials_are_capped_and_never_overflow() {
     let sent = Instant::now();
     let c = charge("k", Hits::Consume(1));
     cache.learn(&c, &denied(3_600_000_000), sent, cache.epoch());
-    let d = cache.answer(&c, sent + Duration::from_secs(59)).expect("still cached");
-    assert_eq!(d.reset_us, 3_541_000_000, "the reported reset is Redis's, not the cap");
+    let d = cache.answer(&c, sent + Duration::from_millis(900)).expect("still cached");
+    assert_eq!(d.reset_us, 3_599_100_000, "the reported reset is Redis's, not the cap");
     assert_eq!(cache.answer(&c, sent + MAX_LOCAL_DENIAL), None);
     // The largest reset cannot overflow the clock: it is cached, capped like the others.
     cache.learn(&c, &denied(u64::MAX), sent, cache.epoch());
@@ -181,7 +181,7 @@ fn a_failed_refund_keeps_its_stripe_from_learning_for_the_cap() {
     let a = charge("k", Hits::Consume(1));
     // The refund timed out: Redis may run it later than any reply we see.
     cache.learn(&charge("k", Hits::Refund(1)), &Err(StoreError::Timeout), sent, cache.epoch());
-    let later = sent + Duration::from_secs(1);
+    let later = sent + Duration::from_millis(500);
     cache.learn(&a, &denied(30_000_000), later, cache.epoch());
     assert_eq!(cache.answer(&a, later), None);
     let much_later = sent + MAX_LOCAL_DENIAL;

@@ -56,6 +56,7 @@ pub use super::slots::{hash_tag, key_slot, SLOTS};
 
 mod groups;
 mod refresh;
+mod reset;
 
 /// Redirects one charge may follow before it is a store error.
 const MAX_REDIRECTS: usize = 5;

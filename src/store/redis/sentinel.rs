@@ -116,6 +116,11 @@ impl SentinelStore {
         self.link.replaced()
     }
 
+    /// The master's connections (for commands other than charges: `reset`).
+    pub(crate) fn link(&self) -> &Link {
+        &self.link
+    }
+
     /// Charges the batch in one round trip (two if some scripts were missing), by `deadline`.
     pub async fn charge(&self, batch: &[Charge], deadline: Instant) -> Vec<Result<Decision, StoreError>> {
         self.charge_groups(batch, &Groups::each(), deadline).await

@@ -65,6 +65,11 @@ impl RedisStore {
         self.link.replaced()
     }
 
+    /// The connections (for commands other than charges: `reset`).
+    pub(crate) fn link(&self) -> &Link {
+        &self.link
+    }
+
     /// Charges the batch in one round trip (two if some scripts were missing), by `deadline`.
     pub async fn charge(&self, batch: &[Charge], deadline: Instant) -> Vec<Result<Decision, StoreError>> {
         self.charge_groups(batch, &Groups::each(), deadline).await

@@ -1,0 +1,74 @@
+//! The audit log of resets: one line per `POST /v1/reset`, accepted or refused, on the
+//! `tollgate::audit` target.
+//!
+//! Who: the client's socket address and the token's id (`AdminToken::id`: 8 hex digits of
+//! the token's SHA-256, never the token), `none` without a token, `invalid` for a wrong
+//! one. What: the domain and the descriptor, escaped like `explain` shows them (`escape`),
+//! and the number of buckets. The line is `info` when the reset ran and `warn` when it was
+//! refused or failed, e.g.
+//! `INFO tollgate::audit: admin reset client=127.0.0.1:51234 token="3f2a9c1e" domain="api"
+//! descriptor="user=alice" buckets=2 result="reset"`.
+
+use axum::http::StatusCode;
+
+use crate::escape::escape;
+use crate::store::StoreError;
+
+use super::query::Target;
+use super::Caller;
+
+/// The audit line of a reset that ran.
+pub fn reset(caller: &Caller, target: &Target, buckets: usize) {
+    tracing::info!(
+        target: "tollgate::audit",
+        client = %client(caller),
+        token = caller.token.as_deref().unwrap_or("none"),
+        domain = ?escape(&target.domain),
+        descriptor = ?descriptor(target),
+        buckets,
+        result = "reset",
+        "admin reset"
+    );
+}
+
+/// The audit line of a reset refused with `status` (`target`: what it asked for, when
+/// the request could be read).
+pub fn refused(caller: &Caller, target: Option<&Target>, status: StatusCode) {
+    tracing::warn!(
+        target: "tollgate::audit",
+        client = %client(caller),
+        token = caller.token.as_deref().unwrap_or("none"),
+        domain = ?target.map(|t| escape(&t.domain).into_owned()).unwrap_or_default(),
+        descriptor = ?target.map(descriptor).unwrap_or_default(),
+        buckets = 0,
+        result = "refused",
+        status = status.as_u16(),
+        "admin reset"
+    );
+}
+
+/// The audit line of a reset the store failed.
+pub fn failed(caller: &Caller, target: &Target, buckets: usize, error: &StoreError) {
+    tracing::warn!(
+        target: "tollgate::audit",
+        client = %client(caller),
+        token = caller.token.as_deref().unwrap_or("none"),
+        domain = ?escape(&target.domain),
+        descriptor = ?descriptor(target),
+        buckets,
+        result = "failed",
+        %error,
+        "admin reset"
+    );
+}
+
+fn client(caller: &Caller) -> String {
+    caller.client.map_or_else(|| "unknown".to_string(), |a| a.to_string())
+}
+
+/// `k=v,k2=v2`, each key and value escaped.
+fn descriptor(target: &Target) -> String {
+    let parts: Vec<String> =
+        target.entries.iter().map(|(k, v)| format!("{}={}", escape(k), escape(v))).collect();
+    parts.join(",")
+}

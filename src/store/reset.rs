@@ -1,0 +1,134 @@
+//! Resetting buckets: an operator's `POST /v1/reset` deletes bucket keys in the store.
+//!
+//! A deleted bucket is a full one: every algorithm treats a missing key as a fresh bucket.
+//! Memory: the keys are removed from this process (one instance only: other instances
+//! keep their own memory). Single Redis and Sentinel: one `DEL` with every key over the
+//! store's connections. Cluster: one `DEL` per key on the master of its slot, following
+//! redirects (`redis::cluster` routes it). A `DEL` that timed out may still run: that is
+//! harmless (deleting twice is deleting once), so unlike a charge it is safe to try again.
+//!
+//! In front of Redis the over-limit cache forgets the keys before and after the `DEL`:
+//! after, because a denial computed before the delete but learned after it would otherwise
+//! answer "denied" for a bucket Redis now holds full (the refund path's guard, see
+//! `overlimit`). The breaker is not consulted nor taught: a reset is an operator's call,
+//! not traffic. Other instances' over-limit caches learn nothing: their entries end within
+//! `overlimit::MAX_LOCAL_DENIAL`.
+
+use std::future::Future;
+
+use redis::{Pipeline, Value};
+use tokio::time::Instant;
+
+use super::guarded::{Guarded, Remote};
+use super::redis::link::Link;
+use super::{Store, StoreError};
+
+/// A Redis client that can delete bucket keys.
+pub trait Reset {
+    /// Deletes `keys` (never empty) by `deadline`.
+    fn reset(
+        &self,
+        keys: &[String],
+        deadline: Instant,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+}
+
+impl Store {
+    /// Deletes the buckets of `keys`: their next charge finds them full. `Ok` once the
+    /// store has deleted them (keys that held no bucket included).
+    pub async fn reset(&self, keys: &[String], deadline: Instant) -> Result<(), StoreError> {
+        if keys.is_empty() {
+            return Ok(());
+        }
+        match self {
+            Store::Memory(memory) => {
+                for key in keys {
+                    memory.remove(key);
+                }
+                Ok(())
+            }
+            Store::Redis(redis) => redis.reset(keys, deadline).await,
+            Store::Cluster(cluster) => cluster.reset(keys, deadline).await,
+            Store::Sentinel(sentinel) => sentinel.reset(keys, deadline).await,
+        }
+    }
+}
+
+impl<C: Remote + Reset + Sync> Guarded<C> {
+    /// Deletes `keys` in Redis, with the over-limit cache forgetting them before and after.
+    pub async fn reset(&self, keys: &[String], deadline: Instant) -> Result<(), StoreError> {
+        for key in keys {
+            self.over_limit().forget(key);
+        }
+        let result = self.client().reset(keys, deadline).await;
+        for key in keys {
+            self.over_limit().forget(key);
+        }
+        result
+    }
+}
+
+/// One `DEL` with every key, on `link` (single Redis, the Sentinel master).
+pub(crate) async fn del_on(link: &Link, keys: &[String], deadline: Instant) -> Result<(), StoreError> {
+    let mut pipe = Pipeline::with_capacity(1);
+    pipe.add_command(redis::cmd("DEL").arg(keys).to_owned());
+    let mut values = link.send(pipe, 1, deadline).await?;
+    deleted(values.pop().unwrap_or(Value::Nil))
+}
+
+/// The reply of a `DEL`: a count, or the server's error.
+pub(crate) fn deleted(value: Value) -> Result<(), StoreError> {
+    match value {
+        Value::Int(_) => Ok(()),
+        Value::ServerError(e) => Err(StoreError::Server(format!("DEL: {e:?}"))),
+        other => Err(StoreError::Server(format!("DEL: unexpected reply {other:?}"))),
+    }
+}
+
+impl Reset for super::RedisStore {
+    async fn reset(&self, keys: &[String], deadline: Instant) -> Result<(), StoreError> {
+        del_on(self.link(), keys, deadline).await
+    }
+}
+
+impl Reset for super::sentinel::SentinelStore {
+    async fn reset(&self, keys: &[String], deadline: Instant) -> Result<(), StoreError> {
+        del_on(self.link(), keys, deadline).await
+    }
+}
+
+impl Reset for super::cluster::ClusterStore {
+    async fn reset(&self, keys: &[String], deadline: Instant) -> Result<(), StoreError> {
+        self.delete(keys, deadline).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::algorithm::{Algorithm, Hits, Params};
+    use crate::store::{Charge, MemoryStore};
+
+    const PARAMS: Params =
+        Params { algorithm: Algorithm::FixedWindow, limit: 2, unit_us: 60_000_000, burst: 2 };
+
+    fn charge(key: &str, hits: Hits) -> Charge {
+        Charge { key: key.into(), params: PARAMS, hits }
+    }
+
+    #[tokio::test]
+    async fn a_memory_reset_returns_only_its_buckets_to_full() {
+        let store = Store::Memory(MemoryStore::new(100));
+        let deadline = Instant::now() + std::time::Duration::from_secs(1);
+        let batch = [charge("a", Hits::Consume(2)), charge("b", Hits::Consume(2))];
+        assert!(store.charge(&batch, deadline).await.iter().all(|r| r.as_ref().is_ok_and(|d| d.allowed)));
+        let peek = [charge("a", Hits::Peek), charge("b", Hits::Peek)];
+        let remaining = |r: &[Result<crate::algorithm::Decision, StoreError>]| -> Vec<u64> {
+            r.iter().map(|d| d.as_ref().map_or(99, |d| d.remaining)).collect()
+        };
+        assert_eq!(remaining(&store.charge(&peek, deadline).await), [0, 0]);
+        store.reset(&["a".to_string(), "missing".to_string()], deadline).await.expect("reset");
+        assert_eq!(remaining(&store.charge(&peek, deadline).await), [2, 0], "a is full, b untouched");
+        assert_eq!(store.reset(&[], deadline).await, Ok(()));
+    }
+}
