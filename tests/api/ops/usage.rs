@@ -2,7 +2,6 @@
 //! nothing charged by a usage, a reset back to full, the token rules, the metric, and a
 //! reset through one replica seen by another within `MAX_LOCAL_DENIAL`.
 
-use std::time::Duration;
 
 use serde_json::Value;
 use tollgate::app::StoreKind;
@@ -54,6 +53,7 @@ fn allow_reset() -> Options {
 
 async fn usage_counts_each_algorithm_and_reset_refills(options: Options) {
     let app = spawn_with(options, &[("api.yaml", POLICY)]).await;
+    let started = tokio::time::Instant::now();
     for key in ["g", "s", "f"] {
         assert_eq!(app.allowed_of(3, &request("api", &[&[(key, "alice")]])).await, 3);
     }
@@ -68,7 +68,8 @@ async fn usage_counts_each_algorithm_and_reset_refills(options: Options) {
     assert_eq!(limit["algorithm"], "gcra");
     // Three emissions of 60 s until full, less the time since the first request.
     let reset = limit["reset_seconds"].as_u64().unwrap_or_default();
-    assert!((175..=180).contains(&reset), "{gcra}");
+    let since_first = started.elapsed().as_secs() + 1;
+    assert!((180 - since_first..=180).contains(&reset), "{gcra} ({since_first} s since the first)");
     assert_eq!(gcra["domain"], "api");
     assert_eq!(gcra["descriptor"], serde_json::json!([{ "key": "g", "value": "alice" }]));
     for (key, algorithm, rule) in
@@ -170,11 +171,20 @@ async fn a_reset_through_one_replica_reaches_another_within_the_bound() {
     let b = spawn_with(b_options, &[("api.yaml", policy)]).await;
     let alice = request("api", &[&[("user", "alice")]]);
     assert_eq!(a.allowed_of(3, &alice).await, 2, "the limit, then a denial Redis answered");
-    // The next denial is A's own: Redis sees no call for it.
+    // A denial answered by A's own cache: Redis sees no call for it. (A cached denial lives
+    // at most MAX_LOCAL_DENIAL from its Redis call; on a loaded machine the next request may
+    // come later than that and ask Redis again, which learns the denial anew: try again.)
     let calls = |app: &TestApp| evalsha_calls(app.redis.as_ref().expect("redis"));
-    let before = calls(&a);
-    assert!(over(&a.check(alice.clone()).await));
-    assert_eq!(calls(&a), before, "answered by A's over-limit cache");
+    let mut cached = false;
+    for _ in 0..20 {
+        let before = calls(&a);
+        assert!(over(&a.check(alice.clone()).await));
+        if calls(&a) == before {
+            cached = true;
+            break;
+        }
+    }
+    assert!(cached, "A never answered a denial from its over-limit cache");
 
     let (status, json) = call(&b, "POST", "/v1/reset?domain=api&descriptor=user%3Dalice", None).await;
     assert_eq!(status, 200, "{json}");
@@ -183,7 +193,7 @@ async fn a_reset_through_one_replica_reaches_another_within_the_bound() {
     let took = reset_at.elapsed();
     assert!(admitted, "A never admitted after the reset");
     // The margin covers the polling and a loaded machine, not the bound itself.
-    assert!(took <= MAX_LOCAL_DENIAL + Duration::from_millis(500), "A admitted after {took:?}");
+    assert!(took <= MAX_LOCAL_DENIAL * 2, "A admitted after {took:?}");
 }
 
 /// EVALSHA calls the Redis server has run.
