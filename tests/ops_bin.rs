@@ -251,7 +251,13 @@ async fn redis_passwords_never_show_in_logs_or_endpoints() {
     let policy = "domain: api\nfailure_mode: closed\ndescriptors:\n  - key: user\n    rate_limit: { unit: hour, requests_per_unit: 2 }\n";
     for (url, secret, reachable) in cases {
         let server =
-            Server::start(policy, &["--store", "redis", "--redis-url", &url, "--log-format", "json"]).await;
+            // A store timeout of 2 s: under load the first request may wait for the first
+            // connection, and a 10 ms budget would answer it by `failure_mode: closed`.
+            Server::start(
+                policy,
+                &["--store", "redis", "--redis-url", &url, "--log-format", "json", "--store-timeout-ms", "2000"],
+            )
+            .await;
         let mut client = RateLimitServiceClient::new(server.channel().await);
         let mut allowed = 0;
         for _ in 0..3 {

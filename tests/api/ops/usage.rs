@@ -2,7 +2,6 @@
 //! nothing charged by a usage, a reset back to full, the token rules, the metric, and a
 //! reset through one replica seen by another within `MAX_LOCAL_DENIAL`.
 
-
 use serde_json::Value;
 use tollgate::app::StoreKind;
 use tollgate::store::overlimit::MAX_LOCAL_DENIAL;
