@@ -4,6 +4,7 @@
 //! Signals are not sent here (that would hit the test process): SIGHUP and SIGTERM are
 //! tested against the real binary in `tests/ops_bin.rs`.
 
+mod deploy;
 mod domains;
 mod lifecycle;
 mod metrics;
