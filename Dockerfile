@@ -6,6 +6,8 @@
 # Used by examples/compose/docker-compose.yml and envoy/istio/tollgate.yaml.
 
 # --- build: the toolchain named by Cargo.toml's rust-version, on the runtime's Debian ---
+# The release profile strips the binary (Cargo.toml); `--profile profiling` keeps symbols
+# for perf, outside the image.
 FROM rust:1.88-bookworm AS build
 WORKDIR /src
 COPY . .

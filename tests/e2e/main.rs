@@ -7,6 +7,7 @@
 //!   `failure_mode_deny`).
 //! - `shipped`: `envoy/envoy.yaml`, the compose demo and the Dockerfile, without Docker.
 //! - `istio`: the manifests in `envoy/istio/`, without Kubernetes.
+//! - `demo`: `make demo` (`deploy/demo/run.sh`) through Envoy, then Ctrl-C.
 //!
 //! Each end-to-end test starts its own redis-server, Tollgate, upstream and Envoy on free
 //! loopback ports (`harness::topology`) and kills them when it ends. A missing `envoy` or
@@ -18,6 +19,7 @@ mod redis_support;
 
 mod harness;
 
+mod demo;
 mod failures;
 mod istio;
 mod limits;

@@ -99,6 +99,13 @@ fn the_dockerfile_builds_in_stages_and_runs_as_non_root() {
         .map(|v| v.trim_matches('"'))
         .expect("rust-version");
     assert!(lines[froms[0]].starts_with(&format!("FROM rust:{rust_version}")), "toolchain != {rust_version}");
+    // The image ships the stripped release build; symbols live in the `profiling` profile.
+    assert!(lines.iter().any(|l| l.contains("cargo build --release")), "the image builds --release");
+    let release = manifest.split("[profile.release]").nth(1).expect("[profile.release]");
+    let release = release.split("\n[").next().unwrap_or(release);
+    assert!(release.contains("strip = \"symbols\""), "release is not stripped:{release}");
+    assert!(!release.contains("debug ="), "release keeps debug info:{release}");
+    assert!(manifest.contains("[profile.profiling]"), "no profiling profile");
     let ignore = std::fs::read_to_string(repo_path(".dockerignore")).expect(".dockerignore");
     assert!(ignore.lines().any(|l| l.trim().trim_start_matches('/') == "target/"), "target/ not ignored");
 }
