@@ -111,3 +111,26 @@ async fn every_result_is_counted_exactly() {
     assert_eq!(json["store"]["healthy"], serde_json::Value::Bool(false), "redis is down");
     assert_eq!(app.admin("GET", "/readyz").await.status, 200, "readiness does not follow redis");
 }
+
+/// A rule with `rate_limits` counts each decision under the limit that decided it,
+/// labelled `<rule path>/<name>`; the limits' series exist from the start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_limit_of_a_rule_has_its_own_series() {
+    let policy =
+        "domain: several\ndescriptors:\n  - key: key\n    rate_limits:\n      - { name: burst, unit: hour, \
+                  requests_per_unit: 2 }\n      - { name: daily, unit: day, requests_per_unit: 100 }\n";
+    let app = spawn_app(StoreKind::Memory, &[("several.yaml", policy)]).await;
+    let req = request("several", &[&[("key", "k")]]);
+    assert_eq!(app.allowed_of(3, &req).await, 2);
+    let text = app.metrics().await;
+    let series = |rule: &str, result: &str| {
+        let name =
+            format!("tollgate_decisions_total{{domain=\"several\",rule=\"{rule}\",result=\"{result}\"}}");
+        metric(&text, &name)
+    };
+    // burst decides all three: 1 of 2 left (50 %) beats 99 of 100; then 0 left; then denied.
+    assert_eq!(series("descriptors[0]/burst", "within_limit"), Some(1.0), "{text}");
+    assert_eq!(series("descriptors[0]/burst", "near_limit"), Some(1.0), "{text}");
+    assert_eq!(series("descriptors[0]/burst", "over_limit"), Some(1.0), "{text}");
+    assert_eq!(series("descriptors[0]/daily", "within_limit"), Some(0.0), "the series exists: {text}");
+}
