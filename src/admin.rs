@@ -1,8 +1,8 @@
 //! The admin HTTP server: liveness, readiness, metrics (and, as operations grow, config).
 //!
 //! Loopback by default. With an admin token (`--admin-token-file`) every `POST` endpoint
-//! (`/reload`) requires `Authorization: Bearer <token>`; `/`, `/metrics`, `/rlconfig`,
-//! `/healthz` and `/readyz` never do. Readiness means "config loaded and gRPC serving"; it deliberately
+//! (`/reload`) requires `Authorization: Bearer <token>`; `/` and `/v1/status` (the status
+//! page, `status`), `/metrics`, `/rlconfig`, `/healthz` and `/readyz` never do. Readiness means "config loaded and gRPC serving"; it deliberately
 //! does not follow Redis: failure policies handle a Redis outage, so Kubernetes must not
 //! pull every replica out of the Service when Redis blips.
 
@@ -105,6 +105,8 @@ impl Admin {
     /// The admin routes.
     pub fn router(&self) -> Router {
         Router::new()
+            .route("/", get(status_page))
+            .route("/v1/status", get(status_json))
             .route("/healthz", get(|| async { "ok\n" }))
             .route("/readyz", get(readyz))
             .route("/metrics", get(metrics))
@@ -112,6 +114,15 @@ impl Admin {
             .route("/reload", post(reload))
             .with_state(self.clone())
     }
+}
+
+async fn status_page(State(admin): State<Admin>) -> axum::response::Html<String> {
+    let status = crate::status::Status::gather(&admin.live, &admin.store, &admin.metrics);
+    axum::response::Html(crate::status::page::render(&status))
+}
+
+async fn status_json(State(admin): State<Admin>) -> axum::Json<crate::status::Status> {
+    axum::Json(crate::status::Status::gather(&admin.live, &admin.store, &admin.metrics))
 }
 
 async fn readyz(State(admin): State<Admin>) -> (StatusCode, &'static str) {
