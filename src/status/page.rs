@@ -35,6 +35,7 @@ const STYLE: &str = "body{font:14px/1.4 system-ui,sans-serif;margin:1.5em;color:
 h1{font-size:1.5em;margin:0 0 .6em}h2{font-size:1.15em;margin:1.4em 0 .3em}\
 dl{display:grid;grid-template-columns:max-content auto;gap:.15em 1em;margin:0}dt{color:#5a6472}dd{margin:0}\
 .cards{display:flex;gap:1.5em;flex-wrap:wrap}.card{border:1px solid #d6dbe1;border-radius:6px;padding:.7em 1em}\
+.card h2{margin:0 0 .4em}\
 table{border-collapse:collapse;min-width:60%}th,td{border-bottom:1px solid #e3e7ec;padding:.3em .8em;text-align:left;vertical-align:middle}\
 th{color:#5a6472;font-weight:600}td.n{text-align:right;font-variant-numeric:tabular-nums}\
 .ok{color:#1a7f37}.over{color:#c62828}.fail{color:#b26a00}.bad{color:#c62828;font-weight:600}\
