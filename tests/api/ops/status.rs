@@ -34,6 +34,15 @@ descriptors:
     rate_limit: { name: per-path, unit: hour, requests_per_unit: 1000000, algorithm: sliding_window }
 "#;
 
+/// A domain whose store failures are limited in process memory: counted as failure policy.
+const EDGE: &str = r#"
+domain: edge
+failure_mode: local
+descriptors:
+  - key: ip
+    rate_limit: { name: per-ip, unit: minute, requests_per_unit: 100 }
+"#;
+
 /// `/v1/status` as JSON.
 async fn v1_status(app: &TestApp) -> Value {
     let response = app.admin("GET", "/v1/status").await;
@@ -74,7 +83,7 @@ async fn drive_until(app: &TestApp, done: impl Fn(&Value) -> bool) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn v1_status_shows_rates_store_and_config_from_real_traffic() {
-    let mut app = spawn_app(StoreKind::Redis, &[("shop.yaml", SHOP)]).await;
+    let mut app = spawn_app(StoreKind::Redis, &[("shop.yaml", SHOP), ("edge.yaml", EDGE)]).await;
     let status = drive_until(&app, |s| rate(s, "per-user", "over_limit") > 0.0).await;
     assert_eq!(status["version"], env!("CARGO_PKG_VERSION"));
     assert_eq!(status["config"]["version"].as_str().map(str::len), Some(16), "{status}");
@@ -84,7 +93,7 @@ async fn v1_status_shows_rates_store_and_config_from_real_traffic() {
     assert_eq!((store["kind"].as_str(), store["healthy"].as_bool()), (Some("redis"), Some(true)), "{store}");
     assert_eq!(store["breaker"], "closed");
     assert!(store["p99_ms"].as_f64().is_some_and(|ms| ms > 0.0), "{store}");
-    let shop = &status["domains"][0];
+    let shop = domain(&status, "shop");
     assert_eq!((shop["name"].as_str(), shop["failure_mode"].as_str()), (Some("shop"), Some("open")));
     assert!(rate(&status, "per-user", "ok") > 0.0, "{status}");
     assert!(rate(&status, "per-path", "ok") > 0.0, "{status}");
@@ -94,10 +103,20 @@ async fn v1_status_shows_rates_store_and_config_from_real_traffic() {
     assert_eq!((per_path["limit"].as_u64(), per_path["unit"].as_str()), (Some(1_000_000), Some("hour")));
     assert_eq!(per_path["algorithm"], "sliding_window");
 
-    // Redis gone: the fail-open answers count as failure policy.
+    // Redis gone: the fail-open answers, and the local limiter's, count as failure policy.
+    let edge = request("edge", &[&[("ip", "192.0.2.9")]]);
+    app.check(edge.clone()).await;
     app.redis().stop();
-    let status = drive_until(&app, |s| rate(s, "per-user", "failure") > 0.0).await;
+    for _ in 0..3 {
+        assert!(!over(&app.check(edge.clone()).await), "the local limiter admits these");
+    }
+    let edge_rate = |s: &Value, class: &str| domain(s, "edge")["rules"][0]["per_second"][class].as_f64();
+    let status =
+        drive_until(&app, |s| rate(s, "per-user", "failure") > 0.0 && edge_rate(s, "failure") > Some(0.0))
+            .await;
     assert!(rate(&status, "per-path", "failure") > 0.0, "{status}");
+    assert_eq!(edge_rate(&status, "failure"), Some(0.05), "3 local decisions in the minute: {status}");
+    assert_eq!(edge_rate(&status, "ok"), Some(0.017), "1 decided by Redis: {status}");
 
     // A reload that fails shows its error; the config keeps serving.
     std::fs::write(
