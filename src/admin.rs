@@ -3,8 +3,9 @@
 //! Loopback by default. With an admin token (`--admin-token-file`) every `POST` endpoint
 //! (`/reload`) requires `Authorization: Bearer <token>`; `/` and `/v1/status` (the status
 //! page, `status`), `/metrics`, `/rlconfig`, `/healthz` and `/readyz` never do. Readiness
-//! means "config loaded and gRPC serving"; it deliberately does not follow Redis: failure policies handle a Redis outage, so Kubernetes must not
-//! pull every replica out of the Service when Redis blips.
+//! means "config loaded and gRPC serving"; it deliberately does not follow Redis: failure
+//! policies handle a Redis outage, so Kubernetes must not pull every replica out of the
+//! Service when Redis blips.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
