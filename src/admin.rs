@@ -3,9 +3,10 @@
 //!
 //! Loopback by default. With an admin token (`--admin-token-file`) every `POST` endpoint
 //! (`/reload`, `/v1/reset`) and `GET /v1/usage` require `Authorization: Bearer <token>`;
-//! `/`, `/metrics`, `/rlconfig`, `/healthz` and `/readyz` never do. Without a token,
-//! `/v1/reset` is refused (403) unless `--admin-allow-unauthenticated-reset`: it hands
-//! quota back, so an open admin port must not do it by default. Readiness means "config loaded and gRPC serving"; it deliberately
+//! `/` and `/v1/status` (the status page, `status`), `/metrics`, `/rlconfig`, `/healthz`
+//! and `/readyz` never do. Without a token, `/v1/reset` is refused (403) unless
+//! `--admin-allow-unauthenticated-reset`: it hands quota back, so an open admin port must
+//! not do it by default. Readiness means "config loaded and gRPC serving"; it deliberately
 //! does not follow Redis: failure policies handle a Redis outage, so Kubernetes must not
 //! pull every replica out of the Service when Redis blips.
 
@@ -181,6 +182,8 @@ impl Admin {
     /// The admin routes.
     pub fn router(&self) -> Router {
         Router::new()
+            .route("/", get(status_page))
+            .route("/v1/status", get(status_json))
             .route("/healthz", get(|| async { "ok\n" }))
             .route("/readyz", get(readyz))
             .route("/metrics", get(metrics))
@@ -190,6 +193,15 @@ impl Admin {
             .route("/v1/reset", post(usage::reset))
             .with_state(self.clone())
     }
+}
+
+async fn status_page(State(admin): State<Admin>) -> axum::response::Html<String> {
+    let status = crate::status::Status::gather(&admin.live, &admin.store, &admin.metrics);
+    axum::response::Html(crate::status::page::render(&status))
+}
+
+async fn status_json(State(admin): State<Admin>) -> axum::Json<crate::status::Status> {
+    axum::Json(crate::status::Status::gather(&admin.live, &admin.store, &admin.metrics))
 }
 
 async fn readyz(State(admin): State<Admin>) -> (StatusCode, &'static str) {

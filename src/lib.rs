@@ -2,7 +2,8 @@
 //!
 //! Layout: `config` (policies: model, matcher, loading) and `algorithm` (pure math) form the
 //! core and do no network I/O; `store` keeps buckets (memory or Redis); `service` is the
-//! gRPC request path; `admin` the HTTP admin; `app` wires them; `cli` parses flags.
+//! gRPC request path; `admin` the HTTP admin (`status` its status page); `app` wires them;
+//! `cli` parses flags.
 #![forbid(unsafe_code)]
 
 pub mod admin;
@@ -17,4 +18,5 @@ pub mod metrics;
 pub mod reload;
 pub mod rlconfig;
 pub mod service;
+pub mod status;
 pub mod store;

@@ -6,18 +6,37 @@
 //! (file watcher, SIGHUP, `POST /reload`) goes through this one function.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::SystemTime;
 
 use arc_swap::ArcSwap;
 
 use crate::config::{self, ConfigErrors, LoadOptions, Snapshot};
 use crate::metrics::{Metrics, SnapshotCounters};
+use crate::status::history::SnapshotHistory;
 
 /// A compiled snapshot and the metric handles of its rules.
 #[derive(Debug)]
 pub struct Active {
     pub snapshot: Snapshot,
     pub counters: SnapshotCounters,
+    /// The one-minute history rings of its rules (for the status page).
+    pub history: SnapshotHistory,
+}
+
+impl Active {
+    fn new(snapshot: Snapshot, metrics: &Metrics) -> Active {
+        let counters = metrics.counters_for(&snapshot);
+        let history = metrics.history().for_snapshot(&snapshot);
+        Active { snapshot, counters, history }
+    }
+}
+
+/// A reload that failed: when, and its errors as text.
+#[derive(Debug, Clone)]
+pub struct ReloadFailure {
+    pub at: SystemTime,
+    pub message: String,
 }
 
 /// The config a server is serving, and where it comes from.
@@ -30,6 +49,8 @@ pub struct Live {
     metrics: Arc<Metrics>,
     /// Serialises reloads: two triggers at once must not interleave their swaps.
     reloading: Mutex<()>,
+    /// The latest reload attempt, if it failed (cleared by a successful one).
+    last_error: Mutex<Option<ReloadFailure>>,
 }
 
 impl Live {
@@ -46,14 +67,14 @@ impl Live {
         metrics: Arc<Metrics>,
     ) -> Result<Live, ConfigErrors> {
         let snapshot = config::load_path_with(path, &options)?;
-        let counters = metrics.counters_for(&snapshot);
         metrics.serving(&snapshot.version);
         Ok(Live {
             path: path.to_path_buf(),
             options,
-            current: ArcSwap::from_pointee(Active { snapshot, counters }),
+            current: ArcSwap::from_pointee(Active::new(snapshot, &metrics)),
             metrics,
             reloading: Mutex::new(()),
+            last_error: Mutex::new(None),
         })
     }
 
@@ -67,6 +88,11 @@ impl Live {
         &self.path
     }
 
+    /// The latest reload attempt if it failed; `None` after a successful one (or none).
+    pub fn last_error(&self) -> Option<ReloadFailure> {
+        self.last_error.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
     /// Rebuilds the snapshot from disk and swaps it in. On error the current snapshot
     /// keeps serving, and the errors are logged, counted and returned.
     /// Returns the version now serving and whether it changed.
@@ -78,17 +104,19 @@ impl Live {
                 let version = snapshot.version.clone();
                 let changed = previous != version;
                 if changed {
-                    let counters = self.metrics.counters_for(&snapshot);
                     let rules = snapshot.rule_count();
-                    self.current.store(Arc::new(Active { snapshot, counters }));
+                    self.current.store(Arc::new(Active::new(snapshot, &self.metrics)));
                     self.metrics.serving(&version);
                     tracing::info!(%version, %previous, rules, "config reloaded");
                 }
                 self.metrics.reload(true);
+                *self.last_error.lock().unwrap_or_else(PoisonError::into_inner) = None;
                 Ok((version, changed))
             }
             Err(errors) => {
                 self.metrics.reload(false);
+                let failure = ReloadFailure { at: SystemTime::now(), message: errors.to_string() };
+                *self.last_error.lock().unwrap_or_else(PoisonError::into_inner) = Some(failure);
                 tracing::error!(path = %self.path.display(), "config reload failed, previous config keeps serving:\n{errors}");
                 Err(errors)
             }

@@ -100,6 +100,8 @@ pub struct Metrics {
     config_last_success: Gauge<f64, AtomicU64>,
     limits: SeriesLimits,
     installed: series::Installed,
+    /// The status page's one-minute history (not exported to Prometheus).
+    history: crate::status::history::History,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -372,6 +374,7 @@ impl Metrics {
             config_last_success,
             limits,
             installed: series::Installed::default(),
+            history: crate::status::history::History::new(),
         }
     }
 
@@ -405,6 +408,12 @@ impl Metrics {
     pub fn observe_store(&self, store: &'static str, outcome: &'static str, seconds: f64) {
         self.store_requests.get_or_create(&StoreLabels { store, outcome }).inc();
         self.store_duration.get_or_create(&StoreName { store }).observe(seconds);
+        self.history.observe_store(seconds);
+    }
+
+    /// The one-minute history of decisions and store latency the status page shows.
+    pub fn history(&self) -> &crate::status::history::History {
+        &self.history
     }
 
     pub fn unknown_domain(&self) {

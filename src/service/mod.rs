@@ -144,12 +144,14 @@ impl RateLimiter {
         let (plans, charges, groups) =
             plan::plan(domain, &request.descriptors, request.hits_addend, &self.settings.key_prefix);
         let mut results = self.charge(&charges, &groups, deadline).await;
-        if domain.failure_mode == FailureMode::Local {
-            self.charge_locally(&domain.name, &charges, &groups, &mut results);
-        }
+        let local = if domain.failure_mode == FailureMode::Local {
+            self.charge_locally(&domain.name, &charges, &groups, &mut results)
+        } else {
+            Vec::new()
+        };
         let (response, verdicts) =
             respond::respond(&plans, &results, domain.failure_mode, self.settings.near_limit_ratio);
-        record::record(&self.metrics, &active, domain, request, &plans, &charges, &verdicts);
+        record::record(&self.metrics, &active, domain, request, &plans, &charges, &verdicts, &local);
         let metadata = if self.settings.response_dynamic_metadata {
             dynamic_metadata::passed(&plans, &response.statuses)
         } else {
@@ -179,24 +181,29 @@ impl RateLimiter {
     /// `failure_mode: local`: a group any of whose charges failed in the store goes, whole,
     /// to this instance's memory (on a Redis Cluster, a part of a group spread over several
     /// masters may have been charged there as well: counted twice, never freed early).
+    /// Returns which charges were decided here (empty when none was).
     fn charge_locally(
         &self,
         domain: &str,
         charges: &[Charge],
         groups: &Groups,
         results: &mut [Result<Decision, StoreError>],
-    ) {
+    ) -> Vec<bool> {
         let now = crate::store::memory::now_us();
+        let mut local = Vec::new();
         for range in groups.ranges(charges.len()) {
             if results[range.clone()].iter().all(Result::is_ok) {
                 continue;
             }
+            local.resize(charges.len(), false);
+            local[range.clone()].fill(true);
             let decisions = self.local.charge_group_at(&charges[range.clone()], now);
             for (result, decision) in results[range].iter_mut().zip(decisions) {
                 *result = Ok(decision);
                 self.metrics.local_decision(domain);
             }
         }
+        local
     }
 
     /// The instant by which the store must have answered a request that arrived `now`.

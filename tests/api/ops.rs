@@ -1,5 +1,6 @@
 //! Operations, end to end on the in-process server: hot reload by every trigger, exact
-//! metrics, `/rlconfig`, gRPC health and graceful stop, TLS and mTLS.
+//! metrics, `/rlconfig`, the status page (`/`, `/v1/status`, in a real browser too), gRPC
+//! health and graceful stop, TLS and mTLS.
 //!
 //! Signals are not sent here (that would hit the test process): SIGHUP and SIGTERM are
 //! tested against the real binary in `tests/ops_bin.rs`.
@@ -10,6 +11,7 @@ mod domains;
 mod lifecycle;
 mod metrics;
 mod reload;
+mod status;
 mod tls;
 mod usage;
 

@@ -1,0 +1,243 @@
+//! The status page of the admin port: `GET /` (HTML) and `GET /v1/status` (JSON), one view.
+//!
+//! Layout: `history` (the server's own one-minute history: decisions per second of each
+//! rule, store latency; fed by the request path), this file (`Status`: gathers the serving
+//! config, the store's state and the history into one value, serialised as the JSON
+//! contract), `page` (renders that value as a self-contained HTML page). Neither endpoint
+//! shows request values, so neither needs the admin token. Must not be on the request path:
+//! gathering takes a lock (the reload error) and walks every rule.
+
+pub mod history;
+pub mod page;
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde::Serialize;
+
+use crate::config::{Domain, Limit, Rule, RuleLimit};
+use crate::live::Live;
+use crate::metrics::Metrics;
+use crate::store::breaker::{Breaker, BreakerState};
+use crate::store::Store;
+
+use self::history::{Minute, Rates};
+
+/// Everything the status page shows. Field names are the `/v1/status` contract.
+#[derive(Debug, Clone, Serialize)]
+pub struct Status {
+    /// The crate version of this binary.
+    pub version: &'static str,
+    pub config: ConfigStatus,
+    pub store: StoreStatus,
+    /// Sorted by name.
+    pub domains: Vec<DomainStatus>,
+    /// Unix seconds when this view was gathered.
+    pub generated_at: u64,
+    // Hot keys: when the hot-key view exists, its (hashed) entries join here as
+    // `hot_keys` and `page::render` gets a section for them.
+}
+
+/// The serving config and the latest reload.
+#[derive(Debug, Clone, Serialize)]
+pub struct ConfigStatus {
+    /// Content hash of the serving config (as in `/rlconfig` and `tollgate_config_info`).
+    pub version: String,
+    /// Unix seconds when the serving config was loaded.
+    pub loaded_at: u64,
+    /// The errors of the latest reload attempt if it failed (the previous config keeps
+    /// serving); `null` once a reload succeeds.
+    pub last_error: Option<String>,
+    /// Unix seconds of that failed attempt.
+    pub last_error_at: Option<u64>,
+}
+
+/// The store's state.
+#[derive(Debug, Clone, Serialize)]
+pub struct StoreStatus {
+    /// `memory`, `redis`, `redis_cluster` or `redis_sentinel` (the metrics' `store` label).
+    pub kind: &'static str,
+    pub healthy: bool,
+    /// `closed`, `open` or `half_open`; `null` for a store without a breaker (memory,
+    /// Redis Cluster).
+    pub breaker: Option<&'static str>,
+    /// 99th percentile of store call latency over the last minute, in milliseconds (the
+    /// upper bound of its histogram bucket: at most 25 % high); `null` without a call.
+    pub p99_ms: Option<f64>,
+    /// Redacted URL(s) for Redis, key count for memory (as `/rlconfig` shows).
+    pub detail: String,
+}
+
+/// One domain's policy and traffic.
+#[derive(Debug, Clone, Serialize)]
+pub struct DomainStatus {
+    pub name: String,
+    /// `open`, `closed` or `local`.
+    pub failure_mode: &'static str,
+    /// `per_descriptor` or `all_or_nothing`.
+    pub charge: &'static str,
+    /// In file order.
+    pub rules: Vec<RuleStatus>,
+}
+
+/// One rule: its first limit's numbers at the top level, and its decisions per second.
+#[derive(Debug, Clone, Serialize)]
+pub struct RuleStatus {
+    /// The rule's label, as in metrics: its `name`, else its config path.
+    pub rule: String,
+    /// `requests_per_unit` of the first limit; `null` for `unlimited`.
+    pub limit: Option<u64>,
+    /// The first limit's unit; `null` for `unlimited`.
+    pub unit: Option<&'static str>,
+    /// The first limit's `unit_multiplier` (1 when absent); `null` for `unlimited`.
+    pub unit_multiplier: Option<u64>,
+    /// The first limit's effective algorithm; `null` for `unlimited`.
+    pub algorithm: Option<&'static str>,
+    pub unlimited: bool,
+    pub shadow_mode: bool,
+    /// Every limit, only for a rule with several (`rate_limits`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub limits: Vec<LimitStatus>,
+    /// Decisions per second over the last minute (each decided descriptor once, whichever
+    /// of its limits decided it).
+    pub per_second: PerSecond,
+    /// Per-second counts of the last minute, oldest first (for the page's chart).
+    #[serde(skip)]
+    pub minute: Minute,
+}
+
+/// One limit of a rule with several.
+#[derive(Debug, Clone, Serialize)]
+pub struct LimitStatus {
+    /// Its label in metrics (`<path>/<name>`).
+    pub label: String,
+    pub name: Option<String>,
+    pub limit: u64,
+    pub unit: &'static str,
+    pub unit_multiplier: u64,
+    pub algorithm: &'static str,
+}
+
+/// Decisions per second split by how they were decided, rounded to thousandths.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq)]
+pub struct PerSecond {
+    /// Within or near the limit, shadow mode, unlimited.
+    pub ok: f64,
+    pub over_limit: f64,
+    /// By the failure policy: failure_open, failure_closed, or the local fallback.
+    pub failure: f64,
+}
+
+impl From<Rates> for PerSecond {
+    fn from(rates: Rates) -> Self {
+        let round = |x: f64| (x * 1000.0).round() / 1000.0;
+        PerSecond { ok: round(rates.ok), over_limit: round(rates.over_limit), failure: round(rates.failure) }
+    }
+}
+
+impl Status {
+    /// The view now.
+    pub fn gather(live: &Live, store: &Store, metrics: &Metrics) -> Status {
+        Status::gather_at(live, store, metrics, metrics.history().now())
+    }
+
+    /// The view with the history's minute ending before second `now` (`History::now`).
+    pub fn gather_at(live: &Live, store: &Store, metrics: &Metrics, now: u64) -> Status {
+        let active = live.load();
+        let snapshot = &active.snapshot;
+        let history = metrics.history();
+        let mut domains: Vec<&Domain> = snapshot.domains.values().collect();
+        domains.sort_by(|a, b| a.name.cmp(&b.name));
+        let domains = domains
+            .into_iter()
+            .map(|domain| {
+                let rings = active.history.domain(&domain.name).unwrap_or_default();
+                let rules = domain
+                    .rules
+                    .iter()
+                    .map(|rule| {
+                        let minute = rings.get(rule.id.0).map_or_else(Minute::empty, |ring| ring.minute(now));
+                        rule_status(rule, minute)
+                    })
+                    .collect();
+                DomainStatus {
+                    name: domain.name.clone(),
+                    failure_mode: domain.failure_mode.as_str(),
+                    charge: domain.charge.as_str(),
+                    rules,
+                }
+            })
+            .collect();
+        let last_error = live.last_error();
+        Status {
+            version: env!("CARGO_PKG_VERSION"),
+            config: ConfigStatus {
+                version: snapshot.version.clone(),
+                loaded_at: unix(snapshot.loaded_at),
+                last_error_at: last_error.as_ref().map(|e| unix(e.at)),
+                last_error: last_error.map(|e| e.message),
+            },
+            store: store_status(store, history.store_p99_ms_at(now)),
+            domains,
+            generated_at: unix(SystemTime::now()),
+        }
+    }
+}
+
+fn rule_status(rule: &Rule, minute: Minute) -> RuleStatus {
+    let first = rule.limits().first();
+    let limits = match rule.limits() {
+        [] | [_] => Vec::new(),
+        several => several
+            .iter()
+            .map(|limit| LimitStatus {
+                label: rule.limit_label(limit),
+                name: limit.name.clone(),
+                limit: limit.params.limit,
+                unit: limit.unit.as_str(),
+                unit_multiplier: limit.multiplier,
+                algorithm: limit.params.algorithm.as_str(),
+            })
+            .collect(),
+    };
+    RuleStatus {
+        rule: rule.label().to_string(),
+        limit: first.map(|l| l.params.limit),
+        unit: first.map(|l| l.unit.as_str()),
+        unit_multiplier: first.map(|l: &Limit| l.multiplier),
+        algorithm: first.map(|l| l.params.algorithm.as_str()),
+        unlimited: matches!(rule.limit, RuleLimit::Unlimited),
+        shadow_mode: rule.shadow_mode,
+        limits,
+        per_second: minute.per_second().into(),
+        minute,
+    }
+}
+
+fn store_status(store: &Store, p99_ms: Option<f64>) -> StoreStatus {
+    let (healthy, breaker, detail) = match store {
+        Store::Memory(memory) => (true, None, format!("{} keys", memory.stats().keys)),
+        Store::Redis(redis) => (redis.client().is_healthy(), redis.breaker(), redis.client().redacted_url()),
+        Store::Cluster(cluster) => {
+            (cluster.client().is_healthy(), cluster.breaker(), cluster.client().redacted_nodes())
+        }
+        Store::Sentinel(sentinel) => {
+            (sentinel.client().is_healthy(), sentinel.breaker(), sentinel.client().description())
+        }
+    };
+    StoreStatus { kind: store.name(), healthy, breaker: breaker.map(breaker_state), p99_ms, detail }
+}
+
+fn breaker_state(breaker: &Breaker) -> &'static str {
+    match breaker.state() {
+        BreakerState::Closed => "closed",
+        BreakerState::Open => "open",
+        BreakerState::HalfOpen => "half_open",
+    }
+}
+
+fn unix(at: SystemTime) -> u64 {
+    at.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+#[cfg(test)]
+mod tests;
