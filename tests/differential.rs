@@ -6,7 +6,8 @@
 //! where the emission interval is a fraction of a µs and the stored remainder decides, and
 //! its stored `"<tat>[:<rem>]"` must equal the Rust state after every step.
 //!
-//! `joint` does the same for groups charged together (`algorithm::joint`, `joint.lua`).
+//! `joint` does the same for groups charged together (`algorithm::joint`, `joint.lua`), and
+//! for coalesced batches of independent charges (`apply_each`, `joint.lua`'s `each` mode).
 //!
 //! The scripts get the fake clock through ARGV[6] (`joint.lua`: after its members). Redis expires keys on its real clock,
 //! so the fake clock starts a year ahead of real time and only moves forward: no key ever

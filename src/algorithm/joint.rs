@@ -13,6 +13,11 @@
 //! - any member denied (a consume that does not fit, a peek on an exhausted bucket) →
 //!   nothing is written; each denied member answers its own denial, every other member
 //!   answers [`describe`] of its bucket as stored: allowed, nothing charged.
+//!
+//! [`apply_each`] is the same walk without the veto, for a *coalesced batch* (independent
+//! charges that met in one script call): each member is applied if it fits, a denied one
+//! writes nothing, and the others are applied all the same — the answers single charges
+//! would get in that order at that instant (`joint.lua` with its `each` argument).
 
 use super::{apply as apply_one, Decision, Hits, Params, State, Write};
 
@@ -58,6 +63,28 @@ impl Joint {
 /// never seen or expired). A member whose `key` is out of range sees no state and writes
 /// nothing (callers never build one).
 pub fn apply(stored: &[Option<State>], now: u64, members: &[Member]) -> Joint {
+    let (mut decisions, writes) = walk(stored, now, members);
+    if decisions.iter().all(|d| d.allowed) {
+        return Joint { decisions, writes: Some(writes) };
+    }
+    for (decision, member) in decisions.iter_mut().zip(members) {
+        if decision.allowed {
+            *decision = describe(stored.get(member.key).copied().flatten(), now, &member.params);
+        }
+    }
+    Joint { decisions, writes: None }
+}
+
+/// Decides independent members at `now` on `stored`, in order: each is applied if it fits
+/// (a denied member writes nothing and vetoes no other). The writes are always `Some`.
+pub fn apply_each(stored: &[Option<State>], now: u64, members: &[Member]) -> Joint {
+    let (decisions, writes) = walk(stored, now, members);
+    Joint { decisions, writes: Some(writes) }
+}
+
+/// Every member's own decision in order over a scratch copy of `stored`, and the final
+/// write of each bucket a member changed (by ascending key index).
+fn walk(stored: &[Option<State>], now: u64, members: &[Member]) -> (Vec<Decision>, Vec<KeyWrite>) {
     let mut scratch = stored.to_vec();
     let mut last: Vec<Option<(Write, Params)>> = vec![None; stored.len()];
     let mut decisions = Vec::with_capacity(members.len());
@@ -75,20 +102,12 @@ pub fn apply(stored: &[Option<State>], now: u64, members: &[Member]) -> Joint {
         }
         decisions.push(outcome.decision);
     }
-    if decisions.iter().all(|d| d.allowed) {
-        let writes = last
-            .into_iter()
-            .enumerate()
-            .filter_map(|(key, w)| w.map(|(write, params)| KeyWrite { key, write, params }))
-            .collect();
-        return Joint { decisions, writes: Some(writes) };
-    }
-    for (decision, member) in decisions.iter_mut().zip(members) {
-        if decision.allowed {
-            *decision = describe(stored.get(member.key).copied().flatten(), now, &member.params);
-        }
-    }
-    Joint { decisions, writes: None }
+    let writes = last
+        .into_iter()
+        .enumerate()
+        .filter_map(|(key, w)| w.map(|(write, params)| KeyWrite { key, write, params }))
+        .collect();
+    (decisions, writes)
 }
 
 /// The answer of a member of a denied group that was not itself denied: its bucket as

@@ -3,12 +3,16 @@
 //! refunds mixed) in random sequences on the fake clock, against a real redis-server. Every
 //! step compares every member's reply, and every key Rust holds state for must hold the
 //! same state in Redis.
+//!
+//! `each` does the same for coalesced batches (`algorithm::joint::apply_each`, `joint.lua`
+//! with its `each` argument): independent charges, mostly on one key, where a denial vetoes
+//! nothing.
 
 use std::cell::{Cell, RefCell};
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
-use tollgate::algorithm::joint::{apply, Member};
+use tollgate::algorithm::joint::{apply, apply_each, Member};
 use tollgate::algorithm::{Algorithm, Hits, Params, State, Write, MAX_VALUE};
 
 use super::redis_support::RedisServer;
@@ -35,12 +39,25 @@ fn arb_joint_case() -> impl Strategy<Value = Case> {
     (prop::collection::vec(params, 1..5), 0..DAY_US, steps)
 }
 
+/// As [`arb_joint_case`], for coalesced batches: one key (two now and then), 1 to 12
+/// members, small limits most of the time so that members get denied mid-batch.
+fn arb_each_case() -> impl Strategy<Value = Case> {
+    let small =
+        (arb_algorithm(), 0u64..8, prop::sample::select(vec![1_000_000u64, 60_000_000, DAY_US]), 0u64..8)
+            .prop_map(|(algorithm, limit, unit_us, burst)| Params { algorithm, limit, unit_us, burst });
+    let params = prop_oneof![3 => small, 1 => arb_algorithm().prop_flat_map(arb_params)];
+    let member = (prop_oneof![4 => Just(0usize), 1 => Just(1usize)], arb_hits());
+    let steps = prop::collection::vec((arb_tick(), prop::collection::vec(member, 1..13)), 1..30);
+    (prop::collection::vec(params, 1..3), 0..DAY_US, steps)
+}
+
 fn eval_joint(
     con: &mut redis::Connection,
     sha: &str,
     keys: &[String],
     members: &[Member],
     now: u64,
+    each: bool,
 ) -> redis::RedisResult<Vec<Vec<i64>>> {
     let mut cmd = redis::cmd("EVALSHA");
     cmd.arg(sha).arg(keys.len());
@@ -63,7 +80,11 @@ fn eval_joint(
             .arg(mode)
             .arg(n);
     }
-    cmd.arg(now).query(con)
+    cmd.arg(now);
+    if each {
+        cmd.arg("1");
+    }
+    cmd.query(con)
 }
 
 /// What Redis must hold for a Rust state.
@@ -89,6 +110,7 @@ fn run_joint_case(
     sha: &str,
     serial: u64,
     (keys, offset, steps): Case,
+    each: bool,
 ) -> Result<(), TestCaseError> {
     let names: Vec<String> = (0..keys.len()).map(|k| format!("diff:joint:{serial}:{k}")).collect();
     let mut stored: Vec<Option<(State, u64)>> = vec![None; keys.len()];
@@ -111,7 +133,7 @@ fn run_joint_case(
         // As the memory store: state past its expiry is no state.
         let states: Vec<Option<State>> =
             used.iter().map(|&k| stored[k].filter(|&(_, exp)| exp > now).map(|(s, _)| s)).collect();
-        let joint = apply(&states, now, &members);
+        let joint = if each { apply_each(&states, now, &members) } else { apply(&states, now, &members) };
         for w in joint.writes.iter().flatten() {
             stored[used[w.key]] = match w.write {
                 Write::Put { state, expires_at } => Some((state, expires_at)),
@@ -125,7 +147,7 @@ fn run_joint_case(
             .map(|d| vec![i64::from(d.allowed), as_i64(d.remaining), as_i64(d.reset_us)])
             .collect();
         let group_keys: Vec<String> = used.iter().map(|&k| names[k].clone()).collect();
-        let lua = eval_joint(con, sha, &group_keys, &members, now)
+        let lua = eval_joint(con, sha, &group_keys, &members, now, each)
             .map_err(|e| TestCaseError::fail(format!("step {step}: joint.lua failed: {e}")))?;
         prop_assert_eq!(
             &rust,
@@ -159,10 +181,31 @@ fn joint_rust_and_lua_agree() {
     let mut runner = TestRunner::new(Config { cases, failure_persistence: None, ..Config::default() });
     let result = runner.run(&arb_joint_case(), |case| {
         serial.set(serial.get() + 1);
-        run_joint_case(&mut con.borrow_mut(), &sha, serial.get(), case)
+        run_joint_case(&mut con.borrow_mut(), &sha, serial.get(), case, false)
     });
     if let Err(e) = result {
         panic!("algorithm::joint differs from joint.lua: {e}");
+    }
+}
+
+#[test]
+fn each_rust_and_lua_agree() {
+    let server = RedisServer::start();
+    let con = RefCell::new(server.client());
+    let sha: String = redis::cmd("SCRIPT")
+        .arg("LOAD")
+        .arg(JOINT_LUA)
+        .query(&mut *con.borrow_mut())
+        .expect("joint.lua loads");
+    let serial = Cell::new(0u64);
+    let cases = std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(400);
+    let mut runner = TestRunner::new(Config { cases, failure_persistence: None, ..Config::default() });
+    let result = runner.run(&arb_each_case(), |case| {
+        serial.set(serial.get() + 1);
+        run_joint_case(&mut con.borrow_mut(), &sha, serial.get(), case, true)
+    });
+    if let Err(e) = result {
+        panic!("algorithm::joint::apply_each differs from joint.lua's each mode: {e}");
     }
 }
 

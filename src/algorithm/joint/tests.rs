@@ -163,6 +163,10 @@ proptest! {
             }
             decisions.push(out.decision);
         }
+        // Without the veto: exactly the single charges in order, whatever was denied.
+        let each = apply_each(&stored, NOW, &members);
+        prop_assert_eq!(&each.decisions, &decisions);
+        prop_assert_eq!(written(&stored, &each), sequential.clone());
         if decisions.iter().all(|d| d.allowed) {
             prop_assert_eq!(&joint.decisions, &decisions);
             prop_assert_eq!(written(&stored, &joint), sequential);

@@ -6,7 +6,9 @@
 -- KEYS: the group's distinct buckets (one slot in a cluster).
 -- ARGV[1] = m, the number of members; then 7 per member: key index (1-based into KEYS),
 -- algorithm (gcra | sliding_window | fixed_window), limit, unit_us, burst, mode, n; then,
--- tests only, now_us (ARGV[2 + 7m]).
+-- tests only, now_us (ARGV[2 + 7m]; '' in production when the next argument follows);
+-- then, optional, ARGV[3 + 7m] = '1': the members are independent (a coalesced batch on
+-- one key): each is applied if it fits, and a denial vetoes no other member.
 -- Reply: one {allowed 0|1, remaining, reset_us} per member, in order.
 
 -- (prelude.lua, prepended at build time: MAX, int, add, mul, div, muldiv, clock, str,
@@ -191,6 +193,9 @@ else
   now = int(t[1]) * 1000000 + int(t[2])
 end
 
+-- Independent members (a coalesced batch): no all-or-nothing.
+local each = ARGV[3 + 7 * m] == '1'
+
 -- Read each key once, as the algorithm of its first member stores it (the key's tag names
 -- the algorithm: one key never holds two). Anything unreadable is no state, as in the
 -- single scripts.
@@ -214,7 +219,9 @@ for _, member in ipairs(members) do
   end
 end
 
--- Decide in order over a scratch copy: a key met twice sees the earlier member.
+-- Decide in order over a scratch copy: a key met twice sees the earlier member. A denied
+-- member writes nothing, so with independent members the next one sees the key as if the
+-- denied one had not come: the answers of single calls in this order at this instant.
 local scratch, writes = {}, {}
 for k, st in pairs(stored) do scratch[k] = st end
 local replies, passed = {}, true
@@ -229,7 +236,7 @@ for i, member in ipairs(members) do
   replies[i] = reply
 end
 
-if not passed then
+if not passed and not each then
   -- Nothing is written: the others describe their bucket as stored, allowed.
   for i, member in ipairs(members) do
     if replies[i][1] == 1 then
