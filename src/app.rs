@@ -350,10 +350,13 @@ fn build_redis(settings: &ServeSettings) -> anyhow::Result<Store> {
     let link = settings.redis.link(settings.store_timeout);
     let ca_file = settings.redis.ca_file.clone();
     Ok(match &settings.redis_topology {
-        RedisTopology::Single => Store::Redis(Guarded::new(
-            RedisStore::new(&settings.redis, settings.store_timeout).context("redis store")?,
-            Some(settings.redis.breaker),
-        )),
+        RedisTopology::Single => Store::Redis(
+            Guarded::new(
+                RedisStore::new(&settings.redis, settings.store_timeout).context("redis store")?,
+                Some(settings.redis.breaker),
+            )
+            .coalescing(settings.redis.coalesce),
+        ),
         RedisTopology::Cluster { nodes } => {
             if let Some(tag) = crate::store::cluster::hash_tag(settings.redis_key_prefix.as_bytes()) {
                 tracing::warn!(
@@ -362,7 +365,8 @@ fn build_redis(settings: &ServeSettings) -> anyhow::Result<Store> {
                 );
             }
             let cluster = ClusterSettings { nodes: nodes.clone(), ca_file, link };
-            Store::Cluster(Guarded::new(ClusterStore::new(&cluster).context("redis cluster store")?, None))
+            let client = ClusterStore::new(&cluster).context("redis cluster store")?;
+            Store::Cluster(Guarded::new(client, None).coalescing(settings.redis.coalesce))
         }
         RedisTopology::Sentinel { master, sentinels } => {
             let sentinel = SentinelSettings {
@@ -372,10 +376,13 @@ fn build_redis(settings: &ServeSettings) -> anyhow::Result<Store> {
                 ca_file,
                 link,
             };
-            Store::Sentinel(Guarded::new(
-                SentinelStore::new(&sentinel).context("redis sentinel store")?,
-                Some(settings.redis.breaker),
-            ))
+            Store::Sentinel(
+                Guarded::new(
+                    SentinelStore::new(&sentinel).context("redis sentinel store")?,
+                    Some(settings.redis.breaker),
+                )
+                .coalescing(settings.redis.coalesce),
+            )
         }
     })
 }

@@ -198,6 +198,10 @@ pub struct Serve {
     /// replaced (default: 3 × --store-timeout-ms, at least 100).
     #[arg(long, env = "TOLLGATE_REDIS_REPLY_TIMEOUT_MS", value_parser = clap::value_parser!(u64).range(1..))]
     pub redis_reply_timeout_ms: Option<u64>,
+    /// Do not coalesce: every charge sends its own script call, even while a call for the
+    /// same bucket is in flight (see README, "Coalescing").
+    #[arg(long, env = "TOLLGATE_NO_COALESCE")]
+    pub no_coalesce: bool,
     /// Tokio worker threads serving gRPC, admin and store I/O (default: one per core).
     #[arg(long, env = "TOLLGATE_WORKER_THREADS", value_parser = clap::value_parser!(u16).range(1..))]
     pub worker_threads: Option<u16>,
@@ -381,6 +385,7 @@ impl Serve {
                 },
                 reply_timeout: self.redis_reply_timeout_ms.map(Duration::from_millis),
                 max_inflight: self.redis_max_inflight as usize,
+                coalesce: !self.no_coalesce,
             },
             redis_topology: self.redis_topology(),
             redis_key_prefix: self.redis_key_prefix.clone(),

@@ -15,15 +15,21 @@
 //! denied group never applied, so its denial says nothing about the bucket alone. Refunds
 //! a client sent on its own (the cluster undoing the parts of a group that another part
 //! denied) are learned as refunds, so no denial they overtook is cached.
+//!
+//! Coalescing (`coalesce`, on unless `--no-coalesce`) sits between the guards and the
+//! client: a charge that passed them waits for a call in flight on its key and rides the
+//! next one. The breaker records such a call once (see [`Charged::shared`]).
 
 use std::fmt;
 use std::future::Future;
+use std::sync::Arc;
 
 use tokio::time::Instant;
 
 use crate::algorithm::{Decision, Hits};
 
 use super::breaker::{Breaker, BreakerSettings};
+use super::coalesce::{self, Coalescer};
 use super::{Charge, Groups, OverLimitCache, StoreError, NOT_EVALUATED};
 
 /// Buckets the over-limit cache of one Redis store may hold (≈ 100 bytes each).
@@ -52,19 +58,26 @@ pub struct Charged {
     /// Refunds the client sent on its own, with their answers (the cluster undoing the
     /// applied parts of a denied group): the over-limit cache learns them like any refund.
     pub refunds: Vec<(Charge, Result<Decision, StoreError>)>,
+    /// Every result came from coalesced calls whose first member was another request's
+    /// charge: that request records the call for the breaker, so this one does not (a
+    /// coalesced call counts once, like any call). False for a client's own answers.
+    pub shared: bool,
 }
 
 impl From<Vec<Result<Decision, StoreError>>> for Charged {
     fn from(results: Vec<Result<Decision, StoreError>>) -> Charged {
-        Charged { results, refunds: Vec::new() }
+        Charged { results, refunds: Vec::new(), shared: false }
     }
 }
 
 /// A Redis client behind the over-limit cache, load shedding and (optionally) a breaker.
 pub struct Guarded<C> {
-    client: C,
+    /// Shared with the tasks that send coalesced batches.
+    client: Arc<C>,
     over_limit: OverLimitCache,
     breaker: Option<Breaker>,
+    /// `None`: `--no-coalesce`.
+    coalescer: Option<Arc<Coalescer>>,
 }
 
 impl<C: fmt::Debug> fmt::Debug for Guarded<C> {
@@ -73,18 +86,32 @@ impl<C: fmt::Debug> fmt::Debug for Guarded<C> {
             .field("client", &self.client)
             .field("over_limit_entries", &self.over_limit.len())
             .field("breaker", &self.breaker.as_ref().map(Breaker::state))
+            .field("coalescing", &self.coalescer.is_some())
             .finish()
     }
 }
 
-impl<C: Remote + Sync> Guarded<C> {
+impl<C: Remote + Send + Sync + 'static> Guarded<C> {
     /// `breaker: None` for topologies where one breaker would stop healthy nodes too.
+    /// Coalescing is off; see [`coalescing`](Self::coalescing).
     pub fn new(client: C, breaker: Option<BreakerSettings>) -> Guarded<C> {
         Guarded {
-            client,
+            client: Arc::new(client),
             over_limit: OverLimitCache::new(OVER_LIMIT_CACHE_ENTRIES),
             breaker: breaker.filter(|b| b.failures > 0).map(Breaker::new),
+            coalescer: None,
         }
+    }
+
+    /// The store with per-key coalescing on (`on`) or off (`--no-coalesce`); see `coalesce`.
+    pub fn coalescing(mut self, on: bool) -> Guarded<C> {
+        self.coalescer = on.then(|| Arc::new(Coalescer::new()));
+        self
+    }
+
+    /// The coalescer, when coalescing is on (for tests).
+    pub fn coalescer(&self) -> Option<&Coalescer> {
+        self.coalescer.as_deref()
     }
 
     /// The Redis client (health and description for operators).
@@ -194,7 +221,13 @@ impl<C: Remote + Sync> Guarded<C> {
             },
             None => None,
         };
-        let Charged { results, refunds } = self.client.charge(batch, groups, deadline).await;
+        let Charged { results, refunds, shared } = match &self.coalescer {
+            Some(table) => coalesce::charge(table, &self.client, batch, groups, deadline).await,
+            None => self.client.charge(batch, groups, deadline).await,
+        };
+        // A coalesced call another request counts: this one's `Call` counts for nothing
+        // (dropped unrecorded), unless it is the probe, which must decide.
+        let call = call.filter(|c| !shared || c.is_probe());
         if let (Some(breaker), Some(call)) = (&self.breaker, call) {
             let opened = breaker.opened_total();
             call.record(unreachable(&results), Instant::now().into_std());

@@ -11,6 +11,7 @@
 //! shedding and the circuit breaker (`breaker`).
 
 pub mod breaker;
+pub mod coalesce;
 pub mod guarded;
 pub mod key;
 pub mod memory;
@@ -55,6 +56,8 @@ pub struct Charge {
 pub struct Groups {
     /// The exclusive end of each group, increasing; empty: every charge alone.
     ends: Vec<usize>,
+    /// Each group is a coalesced batch (see [`Groups::coalesced`]), not a joint group.
+    coalesced: bool,
 }
 
 impl Groups {
@@ -70,7 +73,21 @@ impl Groups {
         if ends.iter().enumerate().all(|(i, &end)| end == i + 1) {
             return Groups::each();
         }
-        Groups { ends }
+        Groups { ends, coalesced: false }
+    }
+
+    /// A coalesced batch (`coalesce`): each group, ending (exclusive) at each of `ends`, is
+    /// a run of *independent* charges of one bucket sent as one script call (`joint.lua`'s
+    /// `each` mode): each is applied if it fits, in order, and a denial vetoes no other.
+    /// Never built for requests: only the coalescer sends these.
+    pub fn coalesced(ends: Vec<usize>) -> Groups {
+        debug_assert!(ends.windows(2).all(|w| w[0] < w[1]), "group ends must increase");
+        Groups { ends, coalesced: true }
+    }
+
+    /// Whether the groups are coalesced batches (independent members), not joint groups.
+    pub fn is_coalesced(&self) -> bool {
+        self.coalesced
     }
 
     /// Whether every charge is alone (no group of two or more).

@@ -54,7 +54,7 @@ impl Store {
     }
 }
 
-impl<C: Remote + Reset + Sync> Guarded<C> {
+impl<C: Remote + Reset + Send + Sync + 'static> Guarded<C> {
     /// Deletes `keys` in Redis, with the over-limit cache forgetting them before and after.
     pub async fn reset(&self, keys: &[String], deadline: Instant) -> Result<(), StoreError> {
         for key in keys {

@@ -94,11 +94,19 @@ impl Scripts {
     }
 
     /// The script call of the charges `members` of `batch` (indices, in order; every key on
-    /// one slot): [`command`](Self::command) for one member, `joint.lua` for more.
-    pub fn part(&self, batch: &[Charge], members: &[usize], call: Call) -> Cmd {
+    /// one slot): [`command`](Self::command) for one member, `joint.lua` for more — in its
+    /// `each` mode when `coalesced` (independent members, see `Groups::coalesced`).
+    pub fn part(&self, batch: &[Charge], members: &[usize], coalesced: bool, call: Call) -> Cmd {
         match members {
             [one] => self.command(&batch[*one], call),
-            _ => self.joint(members.iter().map(|&i| &batch[i]), call),
+            _ => {
+                let mut cmd = self.joint(members.iter().map(|&i| &batch[i]), call);
+                if coalesced {
+                    // No test clock (`''`: the server's TIME), then the `each` flag.
+                    cmd.arg("").arg(1);
+                }
+                cmd
+            }
         }
     }
 
@@ -181,8 +189,9 @@ pub async fn charge_groups_pipelined(
         return charge_pipelined(link, scripts, batch, deadline).await;
     }
     let parts: Vec<Vec<usize>> = groups.ranges(batch.len()).map(Iterator::collect).collect();
+    let coalesced = groups.is_coalesced();
     let add = |pipe: &mut Pipeline, i: usize, call: Call| {
-        pipe.add_command(scripts.part(batch, &parts[i], call));
+        pipe.add_command(scripts.part(batch, &parts[i], coalesced, call));
     };
     let replies = send_entries(link, parts.len(), deadline, add).await;
     let mut results = Vec::with_capacity(batch.len());
@@ -332,7 +341,7 @@ mod tests {
         let mut other = charge(Algorithm::SlidingWindow, Hits::Consume(2));
         other.key = "tg:o".into();
         let batch = [charge(Algorithm::Gcra, Hits::Consume(1)), other, charge(Algorithm::Gcra, Hits::Peek)];
-        let args = args(&scripts.part(&batch, &[0, 1, 2], Call::Sha));
+        let args = args(&scripts.part(&batch, &[0, 1, 2], false, Call::Sha));
         assert_eq!(args[0], "EVALSHA");
         assert_eq!(args[1], redis::Script::new(JOINT_LUA).get_hash());
         let expected = [
@@ -363,7 +372,9 @@ mod tests {
             "0",
         ];
         assert_eq!(&args[2..], expected);
-        let single = self::args(&scripts.part(&batch, &[1], Call::Source));
+        let single = self::args(&scripts.part(&batch, &[1], false, Call::Source));
+        let each = self::args(&scripts.part(&batch, &[0, 2], true, Call::Sha));
+        assert_eq!(each[each.len() - 2..], ["", "1"], "a coalesced batch: no clock, then each");
         assert_eq!(
             (single[0].as_str(), single[1].as_str()),
             ("EVAL", SLIDING_LUA),

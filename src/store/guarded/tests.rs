@@ -29,7 +29,7 @@ impl Remote for Fake {
                 Ok(if over || self.deny.contains(&i) { DENIED } else { ALLOWED })
             })
             .collect();
-        Charged { results, refunds: self.refunds.clone() }
+        Charged { results, refunds: self.refunds.clone(), shared: false }
     }
 }
 

@@ -181,7 +181,7 @@ impl ClusterStore {
         let results = self.shared.charge_parts(batch, &parts, deadline).await;
         let refunds = self.shared.undo_denied(batch, &parts, &results, deadline).await;
         self.shared.health.record(&results);
-        Charged { results, refunds }
+        Charged { results, refunds, shared: false }
     }
 }
 
@@ -226,7 +226,7 @@ impl Shared {
         let routed = by_node.iter().map(|(node, owned)| self.charge_on(node, batch, parts, owned, deadline));
         let alone = unrouted.iter().map(|&p| async move {
             let members = parts.members(p);
-            let results = self.charge_part(batch, members, None, deadline).await;
+            let results = self.charge_part(batch, members, parts.coalesced, None, deadline).await;
             members.iter().copied().zip(results).collect::<Vec<_>>()
         });
         let (routed, alone) = futures_util::future::join(join_all(routed), join_all(alone)).await;
@@ -249,7 +249,7 @@ impl Shared {
     ) -> Vec<(usize, Result<Decision, StoreError>)> {
         let mut pipe = Pipeline::with_capacity(owned.len());
         for &p in owned {
-            pipe.add_command(self.scripts.part(batch, parts.members(p), Call::Sha));
+            pipe.add_command(self.scripts.part(batch, parts.members(p), parts.coalesced, Call::Sha));
         }
         let values = match self.link(node).send(pipe, owned.len(), deadline).await {
             Ok(values) => values,
@@ -263,7 +263,10 @@ impl Shared {
             let members = parts.members(p);
             let results = match Redirect::of(&value, &node.0) {
                 None => parse_part(Ok(value), members.len()),
-                Some(_) => self.charge_part(batch, members, Some((node.clone(), value)), deadline).await,
+                Some(_) => {
+                    let first = Some((node.clone(), value));
+                    self.charge_part(batch, members, parts.coalesced, first, deadline).await
+                }
             };
             members.iter().copied().zip(results).collect::<Vec<_>>()
         });
@@ -272,11 +275,13 @@ impl Shared {
 
     /// One script call of the charges `members` of `batch` (one slot), routed by that slot
     /// — or, with `reply`, starting from a reply `node` already gave it — following
-    /// redirects until a node runs it. One result per member.
+    /// redirects until a node runs it. One result per member. `coalesced`: the members are
+    /// a coalesced batch (see `Groups::coalesced`).
     async fn charge_part(
         self: &Arc<Self>,
         batch: &[Charge],
         members: &[usize],
+        coalesced: bool,
         mut reply: Option<(Node, Value)>,
         deadline: Instant,
     ) -> Vec<Result<Decision, StoreError>> {
@@ -301,7 +306,7 @@ impl Shared {
                     if asking {
                         pipe.add_command(redis::cmd("ASKING"));
                     }
-                    pipe.add_command(self.scripts.part(batch, members, call));
+                    pipe.add_command(self.scripts.part(batch, members, coalesced, call));
                     let count = 1 + usize::from(asking);
                     match self.link(&node).send(pipe, count, deadline).await {
                         Ok(mut values) => values.pop().unwrap_or(Value::Nil),

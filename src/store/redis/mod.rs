@@ -31,6 +31,8 @@ pub use self::single::RedisStore;
 
 /// Commands outstanding per connection by default (see `LinkSettings::max_inflight`).
 pub const DEFAULT_MAX_INFLIGHT: usize = 1024;
+/// Whether charges coalesce by default (see `store::coalesce`, `--no-coalesce`).
+pub const DEFAULT_COALESCE: bool = true;
 /// The shortest silence that replaces a connection, whatever the store timeout.
 pub const MIN_REPLY_TIMEOUT: Duration = Duration::from_millis(100);
 
@@ -49,6 +51,8 @@ pub struct RedisSettings {
     pub reply_timeout: Option<Duration>,
     /// Commands outstanding per connection past which a charge fails at once.
     pub max_inflight: usize,
+    /// Per-key coalescing (`store::coalesce`); false: `--no-coalesce`.
+    pub coalesce: bool,
 }
 
 impl RedisSettings {
@@ -61,6 +65,7 @@ impl RedisSettings {
             breaker: BreakerSettings::default(),
             reply_timeout: None,
             max_inflight: DEFAULT_MAX_INFLIGHT,
+            coalesce: DEFAULT_COALESCE,
         }
     }
 
@@ -83,6 +88,7 @@ impl fmt::Debug for RedisSettings {
             .field("breaker", &self.breaker)
             .field("reply_timeout", &self.reply_timeout)
             .field("max_inflight", &self.max_inflight)
+            .field("coalesce", &self.coalesce)
             .finish()
     }
 }

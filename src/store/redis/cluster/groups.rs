@@ -35,6 +35,9 @@ pub(super) struct Parts {
     ends: Vec<usize>,
     /// The groups cut into more than one part: their parts (a range of part indices).
     spanning: Vec<Range<usize>>,
+    /// The groups are coalesced batches (`Groups::coalesced`): each part is a `joint.lua`
+    /// call in its `each` mode. Their members share one key, so they never span slots.
+    pub(super) coalesced: bool,
 }
 
 impl Parts {
@@ -43,9 +46,19 @@ impl Parts {
     pub(super) fn of(batch: &[Charge], groups: &Groups) -> Parts {
         let len = batch.len();
         if groups.is_each() {
-            return Parts { order: (0..len).collect(), ends: (1..=len).collect(), spanning: Vec::new() };
+            return Parts {
+                order: (0..len).collect(),
+                ends: (1..=len).collect(),
+                spanning: Vec::new(),
+                coalesced: false,
+            };
         }
-        let mut parts = Parts { order: Vec::with_capacity(len), ends: Vec::new(), spanning: Vec::new() };
+        let mut parts = Parts {
+            order: Vec::with_capacity(len),
+            ends: Vec::new(),
+            spanning: Vec::new(),
+            coalesced: groups.is_coalesced(),
+        };
         for range in groups.ranges(len) {
             let first_part = parts.ends.len();
             let slots: Vec<u16> = range.clone().map(|i| key_slot(batch[i].key.as_bytes())).collect();
@@ -56,7 +69,7 @@ impl Parts {
                 parts.order.extend(range.clone().zip(&slots).filter(|(_, s)| *s == slot).map(|(i, _)| i));
                 parts.ends.push(parts.order.len());
             }
-            if parts.ends.len() - first_part > 1 {
+            if !parts.coalesced && parts.ends.len() - first_part > 1 {
                 parts.spanning.push(first_part..parts.ends.len());
             }
         }
