@@ -61,10 +61,13 @@ struct Waiter {
     answer: oneshot::Sender<Answer>,
 }
 
+/// One lock shard: key hash → the charges waiting for the call in flight on that key.
+type Shard = HashMap<u64, Vec<Waiter>, BuildHasherDefault<Spread>>;
+
 /// Which keys have a call in flight, and who waits for each.
 pub struct Coalescer {
     hasher: RandomState,
-    shards: Box<[Mutex<HashMap<u64, Vec<Waiter>, BuildHasherDefault<Spread>>>]>,
+    shards: Box<[Mutex<Shard>]>,
 }
 
 impl std::fmt::Debug for Coalescer {
@@ -99,7 +102,12 @@ impl Coalescer {
         self.shards.iter().map(|s| lock(s).len()).sum()
     }
 
-    fn shard(&self, hash: u64) -> MutexGuard<'_, HashMap<u64, Vec<Waiter>, BuildHasherDefault<Spread>>> {
+    /// Charges waiting for a call in flight now (for tests).
+    pub fn waiting(&self) -> usize {
+        self.shards.iter().map(|s| lock(s).values().map(Vec::len).sum::<usize>()).sum()
+    }
+
+    fn shard(&self, hash: u64) -> MutexGuard<'_, Shard> {
         // The high bits pick the shard; the map uses the whole hash.
         lock(&self.shards[(hash >> 58) as usize % SHARDS])
     }

@@ -73,7 +73,7 @@ impl Fixture {
     }
 
     fn waiting(&self) -> usize {
-        self.table.shards.iter().map(|s| lock(s).values().map(Vec::len).sum::<usize>()).sum()
+        self.table.waiting()
     }
 }
 
