@@ -5,7 +5,9 @@
 //! previous one is answered. With `--rate R` the loop is open instead: the tasks together
 //! send R requests/s on a fixed schedule, and a send that falls more than 2 ms behind its
 //! schedule is timed from the *scheduled* time (no coordinated omission). Every request
-//! carries `--descriptors` descriptors of one entry `(--key, k<random below --keys>)`.
+//! carries `--descriptors` descriptors of one entry `(--key, k<random below --keys>)`:
+//! uniform, or with `--zipf S` Zipf-distributed (value `k<r>` has weight `1/(r+1)^S`, so
+//! `k0` is the hottest; each task's generator is seeded by its index: runs repeat).
 //! After `--warmup` seconds unrecorded, it measures for `--seconds` and prints requests/s,
 //! p50/p99/p99.9/max latency and the OK / OVER_LIMIT / error split (one line of
 //! `key=value`, or JSON with `--json`). `--prefill` first touches every key once.
@@ -48,6 +50,9 @@ struct Args {
     /// Distinct values the entry takes (random, uniform).
     #[arg(long, default_value_t = 10_000)]
     keys: u64,
+    /// Skew of the values: Zipf with exponent S over the `--keys` range (default: uniform).
+    #[arg(long)]
+    zipf: Option<f64>,
     /// Descriptors per request (each its own random value).
     #[arg(long, default_value_t = 1)]
     descriptors: usize,
@@ -133,6 +138,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         channels.push(Endpoint::from_shared(uri.clone())?.tcp_nodelay(true).connect().await?);
     }
     let args = Arc::new(args);
+    let zipf = args.zipf.map(|s| Arc::new(Zipf::new(args.keys, s)));
     probe(&channels, &args).await?;
     if args.prefill {
         prefill(&channels, &args).await?;
@@ -148,7 +154,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
     for i in 0..args.concurrency {
         let client = RateLimitServiceClient::new(channels[i % channels.len()].clone());
         let offset = window.period.map_or(Duration::ZERO, |p| p.mul_f64(i as f64 / args.concurrency as f64));
-        tasks.push(tokio::spawn(task(client, args.clone(), window, start + offset, i as u64)));
+        let values = Values { keys: args.keys, zipf: zipf.clone() };
+        tasks.push(tokio::spawn(task(client, args.clone(), values, window, start + offset, i as u64)));
     }
     let mut total = Tally::default();
     for t in tasks {
@@ -162,6 +169,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
 async fn task(
     mut client: RateLimitServiceClient<Channel>,
     args: Arc<Args>,
+    values: Values,
     window: Window,
     first: Instant,
     seed: u64,
@@ -183,7 +191,7 @@ async fn task(
         if scheduled >= window.end {
             return tally;
         }
-        let mut request = tonic::Request::new(build(&args, &mut rng));
+        let mut request = tonic::Request::new(build(&args, &values, &mut rng));
         if let Some(ms) = args.timeout_ms {
             request.set_timeout(Duration::from_millis(ms));
         }
@@ -252,8 +260,48 @@ async fn prefill(channels: &[Channel], args: &Arc<Args>) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn build(args: &Args, rng: &mut SmallRng) -> RateLimitRequest {
-    request(args, (0..args.descriptors).map(|_| format!("k{}", rng.random_range(0..args.keys))))
+fn build(args: &Args, values: &Values, rng: &mut SmallRng) -> RateLimitRequest {
+    request(args, (0..args.descriptors).map(|_| format!("k{}", values.pick(rng))))
+}
+
+/// How a task picks values: uniform below `keys`, or Zipf.
+#[derive(Clone)]
+struct Values {
+    keys: u64,
+    zipf: Option<Arc<Zipf>>,
+}
+
+impl Values {
+    fn pick(&self, rng: &mut SmallRng) -> u64 {
+        match &self.zipf {
+            Some(zipf) => zipf.sample(rng),
+            None => rng.random_range(0..self.keys),
+        }
+    }
+}
+
+/// Zipf over ranks `0..n` with exponent `s`: the cumulative weights, sampled by bisection.
+struct Zipf {
+    cumulative: Vec<f64>,
+}
+
+impl Zipf {
+    fn new(n: u64, s: f64) -> Zipf {
+        let mut total = 0.0;
+        let cumulative = (1..=n)
+            .map(|r| {
+                total += (r as f64).powf(-s);
+                total
+            })
+            .collect();
+        Zipf { cumulative }
+    }
+
+    fn sample(&self, rng: &mut SmallRng) -> u64 {
+        let total = self.cumulative.last().copied().unwrap_or(0.0);
+        let u = rng.random::<f64>() * total;
+        self.cumulative.partition_point(|&c| c <= u).min(self.cumulative.len().saturating_sub(1)) as u64
+    }
 }
 
 /// A request with one single-entry descriptor per value.
