@@ -11,6 +11,8 @@
 //! After `--warmup` seconds unrecorded, it measures for `--seconds` and prints requests/s,
 //! p50/p99/p99.9/max latency and the OK / OVER_LIMIT / error split (one line of
 //! `key=value`, or JSON with `--json`). `--prefill` first touches every key once.
+//! `--redis-url` adds `script_calls_per_request`: the `EVALSHA` + `EVAL` calls that Redis
+//! counted (`INFO commandstats`) during the measured window, divided by the requests.
 //!
 //! ```sh
 //! cargo run --release --example loadgen -- --addr 127.0.0.1:8081 --domain bench \
@@ -84,6 +86,9 @@ struct Args {
     /// buckets, not the share a short run happens to reach).
     #[arg(long)]
     prefill: bool,
+    /// The Redis the server uses: print its script calls per request in the window.
+    #[arg(long)]
+    redis_url: Option<String>,
     /// Print one JSON object instead of `key=value`.
     #[arg(long)]
     json: bool,
@@ -157,12 +162,39 @@ async fn run(args: Args) -> anyhow::Result<()> {
         let values = Values { keys: args.keys, zipf: zipf.clone() };
         tasks.push(tokio::spawn(task(client, args.clone(), values, window, start + offset, i as u64)));
     }
+    let calls = args.redis_url.clone().map(|url| tokio::spawn(script_calls_in(url, window)));
     let mut total = Tally::default();
     for t in tasks {
         total.merge(t.await?);
     }
-    report(&args, total);
+    let calls = match calls {
+        Some(task) => Some(task.await??),
+        None => None,
+    };
+    report(&args, total, calls);
     Ok(())
+}
+
+/// The script calls Redis ran between `window.measure_from` and `window.end`.
+async fn script_calls_in(url: String, window: Window) -> anyhow::Result<u64> {
+    let mut con = redis::Client::open(url)?.get_multiplexed_async_connection().await?;
+    tokio::time::sleep_until(window.measure_from).await;
+    let before = script_calls(&mut con).await?;
+    tokio::time::sleep_until(window.end).await;
+    Ok(script_calls(&mut con).await?.saturating_sub(before))
+}
+
+/// `EVALSHA` + `EVAL` calls since Redis started (`INFO commandstats`).
+async fn script_calls(con: &mut redis::aio::MultiplexedConnection) -> anyhow::Result<u64> {
+    let info: String = redis::cmd("INFO").arg("commandstats").query_async(con).await?;
+    let calls = |name: &str| {
+        info.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|rest| rest.split(',').next())
+            .and_then(|n| n.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    Ok(calls("cmdstat_evalsha:calls=") + calls("cmdstat_eval:calls="))
 }
 
 /// One sender: closed loop, or every `window.period` from `first` (open loop).
@@ -324,7 +356,7 @@ fn quantile(sorted: &[u32], q: f64) -> u32 {
     sorted[rank - 1]
 }
 
-fn report(args: &Args, mut total: Tally) {
+fn report(args: &Args, mut total: Tally, script_calls: Option<u64>) {
     total.latencies_us.sort_unstable();
     let l = &total.latencies_us;
     let requests = l.len() as u64;
@@ -333,7 +365,7 @@ fn report(args: &Args, mut total: Tally) {
     let max = l.last().copied().unwrap_or(0);
     let mode = args.rate.map_or_else(|| "closed".to_string(), |r| format!("rate={r}"));
     // One list of fields for both formats; `true` marks the strings JSON must quote.
-    let fields: [(&str, String, bool); 17] = [
+    let mut fields: Vec<(&str, String, bool)> = vec![
         ("addr", args.addr.clone(), true),
         ("mode", mode, true),
         ("keys", args.keys.to_string(), false),
@@ -352,6 +384,14 @@ fn report(args: &Args, mut total: Tally) {
         ("other_code", total.other_code.to_string(), false),
         ("errors", total.errors.to_string(), false),
     ];
+    if let Some(zipf) = args.zipf {
+        fields.insert(3, ("zipf", zipf.to_string(), false));
+    }
+    if let Some(calls) = script_calls {
+        let per_request = if requests == 0 { 0.0 } else { calls as f64 / requests as f64 };
+        fields.push(("script_calls", calls.to_string(), false));
+        fields.push(("script_calls_per_request", format!("{per_request:.3}"), false));
+    }
     let line: Vec<String> = if args.json {
         fields
             .iter()
