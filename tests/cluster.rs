@@ -21,6 +21,8 @@ mod sentinel_support;
 
 #[path = "cluster/cli.rs"]
 mod cli;
+#[path = "cluster/coalesce.rs"]
+mod coalesce;
 #[path = "cluster/faults.rs"]
 mod faults;
 #[path = "cluster/joint.rs"]
