@@ -355,7 +355,7 @@ fn build_redis(settings: &ServeSettings) -> anyhow::Result<Store> {
                 RedisStore::new(&settings.redis, settings.store_timeout).context("redis store")?,
                 Some(settings.redis.breaker),
             )
-            .coalescing(settings.redis.coalesce),
+            .coalescing(settings.redis.coalesce.then_some(settings.redis.max_inflight)),
         ),
         RedisTopology::Cluster { nodes } => {
             if let Some(tag) = crate::store::cluster::hash_tag(settings.redis_key_prefix.as_bytes()) {
@@ -366,7 +366,10 @@ fn build_redis(settings: &ServeSettings) -> anyhow::Result<Store> {
             }
             let cluster = ClusterSettings { nodes: nodes.clone(), ca_file, link };
             let client = ClusterStore::new(&cluster).context("redis cluster store")?;
-            Store::Cluster(Guarded::new(client, None).coalescing(settings.redis.coalesce))
+            Store::Cluster(
+                Guarded::new(client, None)
+                    .coalescing(settings.redis.coalesce.then_some(settings.redis.max_inflight)),
+            )
         }
         RedisTopology::Sentinel { master, sentinels } => {
             let sentinel = SentinelSettings {
@@ -381,7 +384,7 @@ fn build_redis(settings: &ServeSettings) -> anyhow::Result<Store> {
                     SentinelStore::new(&sentinel).context("redis sentinel store")?,
                     Some(settings.redis.breaker),
                 )
-                .coalescing(settings.redis.coalesce),
+                .coalescing(settings.redis.coalesce.then_some(settings.redis.max_inflight)),
             )
         }
     })

@@ -24,6 +24,7 @@ use support::*;
 use tokio::time::Instant;
 use tollgate::algorithm::{Algorithm, Hits, Params};
 use tollgate::app::StoreKind;
+use tollgate::store::redis::DEFAULT_MAX_INFLIGHT;
 use tollgate::store::{Charge, Groups, Guarded, RedisSettings, RedisStore, StoreError};
 
 /// A fail-closed domain: a store failure would deny, so the admitted count is Redis's alone.
@@ -126,7 +127,7 @@ async fn cancelled_and_late_waiters_are_not_charged_and_the_others_are_answered(
     front.delay_first_bytes(Duration::from_secs(2));
     let settings = RedisSettings::new(front.url());
     let client = RedisStore::new(&settings, Duration::from_secs(10)).expect("store");
-    let store = Arc::new(Guarded::new(client, None).coalescing(true));
+    let store = Arc::new(Guarded::new(client, None).coalescing(Some(DEFAULT_MAX_INFLIGHT)));
     let far = Instant::now() + Duration::from_secs(10);
     let charge = |deadline: Instant| {
         let store = store.clone();
@@ -164,7 +165,7 @@ async fn a_cancelled_lead_strands_none_of_its_waiters() {
     let front = Front::to_port(redis.port());
     front.delay_first_bytes(Duration::from_secs(1));
     let client = RedisStore::new(&RedisSettings::new(front.url()), Duration::from_secs(10)).expect("store");
-    let store = Arc::new(Guarded::new(client, None).coalescing(true));
+    let store = Arc::new(Guarded::new(client, None).coalescing(Some(DEFAULT_MAX_INFLIGHT)));
     let far = Instant::now() + Duration::from_secs(10);
     let charge = || {
         let store = store.clone();

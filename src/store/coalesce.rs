@@ -9,7 +9,10 @@
 //! Where it sits: inside `Guarded`, after the over-limit cache and the breaker's admission,
 //! in front of the client (`Remote`). Every request still passes both guards itself; the
 //! breaker records a coalesced call once (by its first member, see [`Charged::shared`]).
-//! A batch is one pipeline entry on a connection: one command against `--redis-max-inflight`.
+//! A batch is one command on the wire, but counts as the charges it carries against
+//! `--redis-max-inflight` (`Link::send_weighted`), and holds at most that many (the rest
+//! wait for the next call): the charges a stalled Redis may run for requests already
+//! answered stay within the cap, as without coalescing.
 //!
 //! Only charges decided alone (`Groups::each`) coalesce; a request with joint groups
 //! (several limits of one descriptor, `all_or_nothing`) goes as it is, as whole calls.
@@ -67,18 +70,14 @@ type Shard = HashMap<u64, Vec<Waiter>, BuildHasherDefault<Spread>>;
 /// Which keys have a call in flight, and who waits for each.
 pub struct Coalescer {
     hasher: RandomState,
+    /// Most charges in one coalesced call (`--redis-max-inflight`).
+    max_batch: usize,
     shards: Box<[Mutex<Shard>]>,
 }
 
 impl std::fmt::Debug for Coalescer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Coalescer").field("keys_in_flight", &self.in_flight()).finish()
-    }
-}
-
-impl Default for Coalescer {
-    fn default() -> Coalescer {
-        Coalescer::new()
     }
 }
 
@@ -89,10 +88,11 @@ enum Turn {
 }
 
 impl Coalescer {
-    /// An empty table.
-    pub fn new() -> Coalescer {
+    /// An empty table whose calls carry at most `max_batch` charges each.
+    pub fn new(max_batch: usize) -> Coalescer {
         Coalescer {
             hasher: RandomState::new(),
+            max_batch: max_batch.max(1),
             shards: (0..SHARDS).map(|_| Mutex::new(HashMap::default())).collect(),
         }
     }
@@ -128,10 +128,12 @@ impl Coalescer {
         }
     }
 
-    /// Ends a lead's turn: the waiters to send next, or none (the key is free again).
+    /// Ends a lead's turn: the waiters to send next (the first `max_batch`), or none (the
+    /// key is free again).
     fn release(&self, hash: u64) -> Vec<Waiter> {
         let mut shard = self.shard(hash);
         match shard.get_mut(&hash) {
+            Some(waiting) if waiting.len() > self.max_batch => waiting.drain(..self.max_batch).collect(),
             Some(waiting) if !waiting.is_empty() => std::mem::take(waiting),
             _ => {
                 shard.remove(&hash);

@@ -103,9 +103,10 @@ impl<C: Remote + Send + Sync + 'static> Guarded<C> {
         }
     }
 
-    /// The store with per-key coalescing on (`on`) or off (`--no-coalesce`); see `coalesce`.
-    pub fn coalescing(mut self, on: bool) -> Guarded<C> {
-        self.coalescer = on.then(|| Arc::new(Coalescer::new()));
+    /// The store with per-key coalescing on, each call carrying at most `max_batch`
+    /// charges (`--redis-max-inflight`), or off (`None`: `--no-coalesce`); see `coalesce`.
+    pub fn coalescing(mut self, max_batch: Option<usize>) -> Guarded<C> {
+        self.coalescer = max_batch.map(|n| Arc::new(Coalescer::new(n)));
         self
     }
 

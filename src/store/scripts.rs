@@ -170,7 +170,7 @@ pub async fn charge_pipelined(
     let add = |pipe: &mut Pipeline, i: usize, call: Call| {
         pipe.add_command(scripts.command(&batch[i], call));
     };
-    let replies = send_entries(link, batch.len(), deadline, add).await;
+    let replies = send_entries(link, batch.len(), batch.len(), deadline, add).await;
     replies.into_iter().map(|reply| reply.and_then(parse)).collect()
 }
 
@@ -193,7 +193,9 @@ pub async fn charge_groups_pipelined(
     let add = |pipe: &mut Pipeline, i: usize, call: Call| {
         pipe.add_command(scripts.part(batch, &parts[i], coalesced, call));
     };
-    let replies = send_entries(link, parts.len(), deadline, add).await;
+    // A coalesced call weighs its charges against `--redis-max-inflight` (see `Link`).
+    let weight = if coalesced { batch.len() } else { parts.len() };
+    let replies = send_entries(link, parts.len(), weight, deadline, add).await;
     let mut results = Vec::with_capacity(batch.len());
     for (part, reply) in parts.iter().zip(replies) {
         results.extend(parse_part(reply, part.len()));
@@ -201,17 +203,19 @@ pub async fn charge_groups_pipelined(
     results
 }
 
-/// Sends `count` entries (`add` appends entry `i` called by `Call`) as one pipeline; the
-/// entries answered `NOSCRIPT` go again, once, as one `EVAL` pipeline. One reply per entry.
+/// Sends `count` entries (`add` appends entry `i` called by `Call`) as one pipeline counted
+/// as `weight` commands in flight; the entries answered `NOSCRIPT` go again, once, as one
+/// `EVAL` pipeline. One reply per entry.
 async fn send_entries(
     link: &Link,
     count: usize,
+    weight: usize,
     deadline: Instant,
     add: impl Fn(&mut Pipeline, usize, Call),
 ) -> Vec<Result<Value, StoreError>> {
     let mut pipe = Pipeline::with_capacity(count);
     (0..count).for_each(|i| add(&mut pipe, i, Call::Sha));
-    let values = match link.send(pipe, count, deadline).await {
+    let values = match link.send_weighted(pipe, count, weight, deadline).await {
         Ok(values) => values,
         Err(e) => return vec![Err(e.into()); count],
     };
@@ -221,7 +225,8 @@ async fn send_entries(
     if !missing.is_empty() {
         let mut retry = Pipeline::with_capacity(missing.len());
         missing.iter().for_each(|&i| add(&mut retry, i, Call::Source));
-        match link.send(retry, missing.len(), deadline).await {
+        let weight = if count == weight { missing.len() } else { weight };
+        match link.send_weighted(retry, missing.len(), weight, deadline).await {
             Ok(values) => {
                 for (&i, value) in missing.iter().zip(values) {
                     replies[i] = Ok(value);

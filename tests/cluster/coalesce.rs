@@ -9,6 +9,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tollgate::algorithm::{Algorithm, Hits, Params};
 use tollgate::store::cluster::{ClusterSettings, ClusterStore};
+use tollgate::store::redis::DEFAULT_MAX_INFLIGHT;
 use tollgate::store::sentinel::{SentinelSettings, SentinelStore};
 use tollgate::store::{Charge, Guarded, RedisSettings, Store};
 
@@ -63,7 +64,7 @@ async fn cluster_coalesces_one_key_exactly() {
     let cluster = start_cluster().await;
     let settings = ClusterSettings { nodes: cluster.nodes(), ca_file: None, link: link() };
     let client = ClusterStore::new(&settings).expect("cluster store");
-    let store = Arc::new(Store::Cluster(Guarded::new(client, None).coalescing(true)));
+    let store = Arc::new(Store::Cluster(Guarded::new(client, None).coalescing(Some(DEFAULT_MAX_INFLIGHT))));
     let before = cluster_calls(&cluster);
     let (hits, admitted) = hammer(store, "tg:f:{hot}coalesce").await;
     let calls = cluster_calls(&cluster) - before;
@@ -82,7 +83,7 @@ async fn sentinel_coalesces_one_key_exactly() {
         link: link(),
     };
     let client = SentinelStore::new(&settings).expect("sentinel store");
-    let store = Arc::new(Store::Sentinel(Guarded::new(client, None).coalescing(true)));
+    let store = Arc::new(Store::Sentinel(Guarded::new(client, None).coalescing(Some(DEFAULT_MAX_INFLIGHT))));
     let master = setup.sentinel_master().expect("a master");
     let before = evalsha_calls(&setup.cli(master, &["INFO", "commandstats"]));
     let (hits, admitted) = hammer(store, "tg:f:hot-sentinel").await;

@@ -58,7 +58,11 @@ struct Fixture {
 
 impl Fixture {
     fn new() -> Fixture {
-        Fixture { table: Arc::new(Coalescer::new()), gate: Arc::new(Gate::default()) }
+        Fixture::with_max_batch(16)
+    }
+
+    fn with_max_batch(max_batch: usize) -> Fixture {
+        Fixture { table: Arc::new(Coalescer::new(max_batch)), gate: Arc::new(Gate::default()) }
     }
 
     /// One request charging `key`, in a task of its own.
@@ -210,4 +214,21 @@ async fn joint_groups_are_never_coalesced() {
     let charged = charge(&f.table, &f.gate, &batch, &Groups::from_ends(vec![2]), far()).await;
     assert_eq!(charged.results.len(), 2);
     assert_eq!(f.table.in_flight(), 0, "a joint group takes no turn");
+}
+
+#[tokio::test]
+async fn a_batch_holds_at_most_max_batch_charges_and_the_rest_go_next() {
+    let f = Fixture::with_max_batch(2);
+    let lead = f.request("hot", far());
+    until(|| f.calls().len() == 1).await;
+    let waiters: Vec<_> = (0..5).map(|_| f.request("hot", far())).collect();
+    until(|| f.waiting() == 5).await;
+    f.gate.permits.add_permits(10);
+    lead.await.expect("task");
+    for waiter in waiters {
+        waiter.await.expect("task");
+    }
+    let sizes: Vec<usize> = f.calls().iter().map(|(keys, _)| keys.len()).collect();
+    assert_eq!(sizes, [1, 2, 2, 1], "the lead, then batches of at most 2 in arrival order");
+    until(|| f.table.in_flight() == 0).await;
 }

@@ -251,7 +251,10 @@ impl Shared {
         for &p in owned {
             pipe.add_command(self.scripts.part(batch, parts.members(p), parts.coalesced, Call::Sha));
         }
-        let values = match self.link(node).send(pipe, owned.len(), deadline).await {
+        // A coalesced call weighs its charges against `--redis-max-inflight` (see `Link`).
+        let weight =
+            if parts.coalesced { owned.iter().map(|&p| parts.members(p).len()).sum() } else { owned.len() };
+        let values = match self.link(node).send_weighted(pipe, owned.len(), weight, deadline).await {
             Ok(values) => values,
             Err(e) => {
                 self.failed(&e);
@@ -308,7 +311,8 @@ impl Shared {
                     }
                     pipe.add_command(self.scripts.part(batch, members, coalesced, call));
                     let count = 1 + usize::from(asking);
-                    match self.link(&node).send(pipe, count, deadline).await {
+                    let weight = if coalesced { members.len() + usize::from(asking) } else { count };
+                    match self.link(&node).send_weighted(pipe, count, weight, deadline).await {
                         Ok(mut values) => values.pop().unwrap_or(Value::Nil),
                         Err(e) => {
                             self.failed(&e);

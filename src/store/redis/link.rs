@@ -183,18 +183,31 @@ impl Link {
         count: usize,
         deadline: Instant,
     ) -> Result<Vec<Value>, SendError> {
+        self.send_weighted(pipe, count, count, deadline).await
+    }
+
+    /// As [`send`](Self::send), counted as `weight` commands against `max_inflight`: a
+    /// coalesced call counts as the charges it carries, so that the charges a stalled server
+    /// may run after their requests were answered stay within the cap.
+    pub async fn send_weighted(
+        &self,
+        pipe: Pipeline,
+        count: usize,
+        weight: usize,
+        deadline: Instant,
+    ) -> Result<Vec<Value>, SendError> {
         let conn = match tokio::time::timeout_at(deadline, self.lease()).await {
             Ok(Ok(conn)) => conn,
             Ok(Err(e)) => return Err(SendError::NotSent(e)),
             Err(_) => return Err(SendError::NotSent(StoreError::Timeout)),
         };
-        let before = conn.inflight.fetch_add(count, Ordering::AcqRel);
+        let before = conn.inflight.fetch_add(weight, Ordering::AcqRel);
         // A batch larger than the cap still goes out alone on an idle connection.
-        if before > 0 && before + count > self.inner.settings.max_inflight {
-            conn.inflight.fetch_sub(count, Ordering::AcqRel);
+        if before > 0 && before + weight > self.inner.settings.max_inflight {
+            conn.inflight.fetch_sub(weight, Ordering::AcqRel);
             return Err(SendError::NotSent(StoreError::Overloaded));
         }
-        let call = tokio::spawn(call(self.inner.clone(), conn, pipe, count));
+        let call = tokio::spawn(call(self.inner.clone(), conn, pipe, count, weight));
         match tokio::time::timeout_at(deadline, call).await {
             Ok(Ok(Ok(values))) => Ok(values),
             Ok(Ok(Err(e))) => Err(SendError::MaybeRan(e)),
@@ -282,8 +295,9 @@ async fn call(
     conn: Arc<Conn>,
     pipe: Pipeline,
     count: usize,
+    weight: usize,
 ) -> Result<Vec<Value>, StoreError> {
-    let _inflight = Inflight(conn.clone(), count);
+    let _inflight = Inflight(conn.clone(), weight);
     let mut mc = conn.mc.clone();
     let reply_timeout = inner.settings.reply_timeout;
     let reply = mc.send_packed_commands(&pipe, 0, count);
