@@ -24,6 +24,7 @@ use tokio::time::Instant;
 use crate::algorithm::{Decision, Hits};
 
 use super::breaker::{Breaker, BreakerSettings};
+use super::lease::{LeaseSettings, LeaseTable};
 use super::{Charge, Groups, OverLimitCache, StoreError, NOT_EVALUATED};
 
 /// Buckets the over-limit cache of one Redis store may hold (≈ 100 bytes each).
@@ -65,6 +66,8 @@ pub struct Guarded<C> {
     client: C,
     over_limit: OverLimitCache,
     breaker: Option<Breaker>,
+    /// Leases of hot buckets (`lease`), when enabled; `Store::charge_leasing` uses them.
+    leases: Option<LeaseTable>,
 }
 
 impl<C: fmt::Debug> fmt::Debug for Guarded<C> {
@@ -73,6 +76,7 @@ impl<C: fmt::Debug> fmt::Debug for Guarded<C> {
             .field("client", &self.client)
             .field("over_limit_entries", &self.over_limit.len())
             .field("breaker", &self.breaker.as_ref().map(Breaker::state))
+            .field("leases", &self.leases)
             .finish()
     }
 }
@@ -84,7 +88,19 @@ impl<C: Remote + Sync> Guarded<C> {
             client,
             over_limit: OverLimitCache::new(OVER_LIMIT_CACHE_ENTRIES),
             breaker: breaker.filter(|b| b.failures > 0).map(Breaker::new),
+            leases: None,
         }
+    }
+
+    /// With a lease table (`Store::charge_leasing` serves leasable charges from it).
+    pub fn with_leases(mut self, settings: LeaseSettings) -> Guarded<C> {
+        self.leases = Some(LeaseTable::new(settings));
+        self
+    }
+
+    /// The lease table, if this store has one.
+    pub fn leases(&self) -> Option<&LeaseTable> {
+        self.leases.as_ref()
     }
 
     /// The Redis client (health and description for operators).

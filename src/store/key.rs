@@ -238,6 +238,7 @@ mod tests {
             )]),
             shadow_mode: false,
             quota_mode: false,
+            lease: false,
             detailed_metric: false,
             value_to_metric: false,
             replaces: vec![],
