@@ -281,7 +281,8 @@ impl LeaseTable {
     }
 
     /// A leasable `Consume(hits)` of `key` at `now`. `first`: the request's first look
-    /// (counts the hits, may start a refill or wait); after a wait, `false`.
+    /// (counts the hits); after a wait, `false` (a key no longer tracked then goes to
+    /// Redis).
     pub fn take(&self, key: &str, params: &Params, hits: u64, now: Instant, first: bool) -> Take {
         let time = self.settings.time;
         let mut shard = self.shard(key);
@@ -319,9 +320,6 @@ impl LeaseTable {
             }
         }
         self.retire(key, entry, now);
-        if !first {
-            return Take::Remote;
-        }
         if let Some((_, waiting)) = &entry.refill {
             return Take::Wait(waiting.clone());
         }

@@ -4,7 +4,8 @@
 //! `Store::charge_leasing` is the request path. Each leasable charge asks the table
 //! (`take`); a refill is spawned as a task that owns the block's charge and its answer, so
 //! a request dropped while it waits strands nothing. Waiters wait for the refill (within
-//! their own deadline) and ask once more; whatever the leases did not answer goes to the
+//! their own deadline) and ask again — one the block did not cover may start or wait for
+//! the next, up to `WAIT_ROUNDS` refills; whatever the leases did not answer goes to the
 //! store in one call, as without leases. Refills and returns go through
 //! [`Store::charge`], so the breaker and the over-limit cache see them like any charge.
 
@@ -21,6 +22,8 @@ use crate::store::{Charge, Groups, Store, StoreError};
 
 use super::{LeaseTable, Refill, Return, Take};
 
+/// How many refills a request may wait for before it goes to Redis alone.
+const WAIT_ROUNDS: usize = 3;
 /// Returns sent per sweeper tick (one pipeline).
 const RETURN_BATCH: usize = 512;
 
@@ -80,15 +83,28 @@ impl Store {
                 Take::Remote => {}
             }
         }
-        if !waits.is_empty() {
+        // A waiter the block did not cover may start (or wait for) the next one: a few
+        // rounds, each within the request's deadline, then Redis alone.
+        for _ in 0..WAIT_ROUNDS {
+            if waits.is_empty() {
+                break;
+            }
             join_all(waits.iter_mut().map(|(_, w)| wait(w, deadline))).await;
             let now = Instant::now();
+            let mut again = Vec::new();
             for (i, _) in waits {
                 let (charge, hits) = (&batch[i], single(i).unwrap_or(1));
-                if let Take::Served(d) = table.take(&charge.key, &charge.params, hits, now, false) {
-                    results[i] = Some(Ok(d));
+                match table.take(&charge.key, &charge.params, hits, now, false) {
+                    Take::Served(d) => results[i] = Some(Ok(d)),
+                    Take::Wait(waiting) => again.push((i, waiting)),
+                    Take::Refill(refill) => {
+                        again.push((i, refill.subscribe()));
+                        tokio::spawn(refill_task(self.clone(), refill, table.settings().store_timeout));
+                    }
+                    Take::Remote => {}
                 }
             }
+            waits = again;
         }
         self.charge_rest(table, batch, groups, leasable, results, deadline).await
     }
