@@ -48,11 +48,9 @@ pub const MAX_ENTRIES: usize = 32;
 /// The `rule` shown for a request's own `limit` override (its metric label too).
 pub const OVERRIDE_RULE: &str = "request_override";
 
-/// Whether this instance serves the bucket `key` from a lease (issue 15 §2). The hook the
-/// lease table answers through once it exists; until then no bucket is leased.
+/// Whether this instance serves the bucket `key` from a lease (`store::lease`).
 pub fn is_leased(store: &Store, key: &str) -> bool {
-    let _ = (store, key);
-    false
+    store.is_leased(key)
 }
 
 /// One sketch per domain, kept across reloads by domain name (held by `Metrics`).
