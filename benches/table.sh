@@ -8,8 +8,17 @@
 # policy: the script fails if `tollgate_decisions_total{result=~"failure_.*"}` moved
 # during any run.
 #
+# CPU per request: utime + stime of the server's process (/proc/<pid>/stat) over each run,
+# divided by the requests it answered (loadgen's `answered`, warm-up included); Redis rows
+# add redis-server's own. The ratio to the null server's of the same row carries over
+# between machines better than requests/s.
+#
 #   benches/table.sh                      # or: make bench-table
 #   SECONDS_PER_RUN=20 CONCURRENCY=256 benches/table.sh
+#   # Skewed keys (issue 15 §4): Zipf 1.1 over 100,000 keys, the main table only, with
+#   # extra Tollgate-on-Redis servers given as LABEL=FLAGS (flags split on commas):
+#   ZIPF=1.1 KEY_COUNTS=100000 DESCRIPTORS="1 4" MAIN_ONLY=1 \
+#     REDIS_VARIANTS="redis+leases=--lease-hot-keys redis-no-coalesce=--no-coalesce" benches/table.sh
 #
 # Needs: cargo, redis-server and redis-benchmark (>= 7), curl, python3 (free ports).
 set -euo pipefail
@@ -24,11 +33,17 @@ DESCRIPTORS=${DESCRIPTORS:-"1 4 16"}
 # Envoy's 20 ms and the failure policy would answer (and void the run).
 STORE_TIMEOUT_MS=${STORE_TIMEOUT_MS:-1000}
 REPEAT=${REPEAT:-3}
+# Zipf exponent of the key ranks (loadgen --zipf); empty: uniform keys.
+ZIPF=${ZIPF:-}
+# More Tollgate-on-Redis servers taking turns in the main table: "LABEL=FLAG,FLAG ...".
+REDIS_VARIANTS=${REDIS_VARIANTS:-}
+# 1: print the main table only (skip connections, half load, flood, bytes per key).
+MAIN_ONLY=${MAIN_ONLY:-0}
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 cargo build --release --quiet --bin tollgate --example loadgen --example null_rls
-bin=$root/target/release
+bin=${CARGO_TARGET_DIR:-$root/target}/release
 work=$(mktemp -d)
 pids=()
 cleanup() {
@@ -81,6 +96,12 @@ evalsha_calls() { rcli INFO commandstats | tr -d '\r' | sed -n 's/^cmdstat_evals
 null_port=$(free_port)
 "$bin/examples/null_rls" --addr "127.0.0.1:$null_port" 2>"$work/null.log" &
 pids+=($!)
+null_pid=$!
+redis_server_pid=$(rcli INFO server | tr -d '\r' | sed -n 's/^process_id://p')
+clock_ticks=$(getconf CLK_TCK)
+# `cpu_ticks PID`: utime + stime of a process so far, in clock ticks (fields 14 and 15 of
+# /proc/PID/stat, counted after the command name's closing parenthesis).
+cpu_ticks() { sed 's/.*) //' "/proc/$1/stat" | awk '{print $12 + $13}'; }
 
 # `start_tollgate NAME STORE-ARGS...`: sets NAME_grpc and NAME_admin.
 start_tollgate() {
@@ -119,12 +140,33 @@ check_no_failures() {
 
 start_tollgate memory --store memory --memory-max-keys 2000000
 start_tollgate redis --store redis --redis-url "redis://127.0.0.1:$redis_port/"
+# The servers of the main table: label → gRPC port, admin port (tollgate only), pid.
+servers=(null memory redis)
+declare -A grpc_of=([null]=$null_port [memory]=$memory_grpc [redis]=$redis_grpc)
+declare -A admin_of=([memory]=$memory_admin [redis]=$redis_admin)
+declare -A pid_of=([null]=$null_pid [memory]=$memory_pid [redis]=$redis_pid)
+n=0
+for variant in $REDIS_VARIANTS; do
+    n=$((n + 1))
+    label=${variant%%=*}
+    IFS=, read -r -a flags <<<"${variant#*=}"
+    start_tollgate "variant$n" --store redis --redis-url "redis://127.0.0.1:$redis_port/" "${flags[@]}"
+    servers+=("$label")
+    grpc_var="variant${n}_grpc" admin_var="variant${n}_admin" pid_var="variant${n}_pid"
+    grpc_of[$label]=${!grpc_var} admin_of[$label]=${!admin_var} pid_of[$label]=${!pid_var}
+done
+# Failure-policy decisions so far, over every Tollgate of the main table.
+all_failures() {
+    local total=0 label
+    for label in "${!admin_of[@]}"; do total=$((total + $(failures "${admin_of[$label]}"))); done
+    echo "$total"
+}
 
 # `load PORT KEYS DESCRIPTORS [extra loadgen args]` prints the loadgen line.
 load() {
     "$bin/examples/loadgen" --addr "127.0.0.1:$1" --domain bench --keys "$2" --descriptors "$3" \
         --concurrency "$CONCURRENCY" --connections "$CONNECTIONS" --seconds "$SECONDS_PER_RUN" \
-        --warmup "$WARMUP" "${@:4}"
+        --warmup "$WARMUP" ${ZIPF:+--zipf "$ZIPF"} "${@:4}"
 }
 ratio() { python3 -c "print(f'{100 * $1 / $2:.0f}%')"; }
 
@@ -135,52 +177,66 @@ echo "Machine: $(nproc) cores ($(sed -n 's/^model name\s*: //p' /proc/cpuinfo | 
 echo "Closed loop: concurrency $CONCURRENCY over $CONNECTIONS HTTP/2 connections, ${SECONDS_PER_RUN}s measured after ${WARMUP}s warm-up;" \
     "each row the median of $REPEAT rounds in which the three servers take turns."
 echo
-echo "| keys | descriptors | server | requests/s | p50 µs | p99 µs | vs null | EVALSHA per request |"
-echo "|---:|---:|---|---:|---:|---:|---:|---:|"
+keys_drawn="uniform"
+[ -z "$ZIPF" ] || keys_drawn="Zipf $ZIPF (loadgen --zipf; raw redis-benchmark rows skipped: its keys are uniform)"
+echo "Keys: $keys_drawn."
+echo
+echo "| keys | descriptors | server | requests/s | p50 µs | p99 µs | vs null | EVALSHA per request | CPU µs per request | CPU µs per request ÷ null's |"
+echo "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|"
 sha=$(rcli SCRIPT LOAD "$(cat src/store/lua/prelude.lua src/store/lua/gcra.lua)")
 for keys in $KEY_COUNTS; do
     for d in $DESCRIPTORS; do
         # REPEAT rounds, the servers taking turns, so that a slow spell of a shared machine
-        # hits all three; each server's row is its median round.
-        declare -A runs=([null]="" [memory]="" [redis]="")
-        calls=0
-        served_requests=0
+        # hits all of them; each server's row is its median round. Each run's line gets its
+        # CPU time per request appended (cpu_us=, redis_cpu_us=).
+        declare -A runs=() calls=() served_requests=()
         for _ in $(seq "$REPEAT"); do
-            for server in null memory redis; do
-                case $server in
-                    null) port=$null_port ;;
-                    memory) port=$memory_grpc ;;
-                    redis) port=$redis_grpc ;;
-                esac
+            for server in "${servers[@]}"; do
+                admin=${admin_of[$server]:-}
                 calls_before=$(evalsha_calls)
-                served_before=$(served "$redis_admin")
-                failed_before=$(($(failures "$memory_admin") + $(failures "$redis_admin")))
-                line=$(load "$port" "$keys" "$d")
-                calls=$((calls + $(evalsha_calls) - calls_before))
-                served_requests=$((served_requests + $(served "$redis_admin") - served_before))
-                failed=$(($(failures "$memory_admin") + $(failures "$redis_admin") - failed_before))
+                served_before=0
+                [ -z "$admin" ] || served_before=$(served "$admin")
+                failed_before=$(all_failures)
+                ticks_before=$(cpu_ticks "${pid_of[$server]}")
+                redis_ticks_before=$(cpu_ticks "$redis_server_pid")
+                line=$(load "${grpc_of[$server]}" "$keys" "$d")
+                ticks=$(($(cpu_ticks "${pid_of[$server]}") - ticks_before))
+                redis_ticks=$(($(cpu_ticks "$redis_server_pid") - redis_ticks_before))
+                calls[$server]=$((${calls[$server]:-0} + $(evalsha_calls) - calls_before))
+                [ -z "$admin" ] ||
+                    served_requests[$server]=$((${served_requests[$server]:-0} + $(served "$admin") - served_before))
+                failed=$(($(all_failures) - failed_before))
                 if [ "$failed" != 0 ]; then
                     echo "invalid run: $failed decisions by the failure policy ($server, $keys keys, $d descriptors)" >&2
                     exit 1
                 fi
                 [ "$(field errors <<<"$line")" = 0 ] || { echo "errors in run: $line" >&2; exit 1; }
-                runs[$server]+="$line"$'\n'
+                answered=$(field answered <<<"$line")
+                cpu=$(python3 -c "print(f'{$ticks * 1e6 / $clock_ticks / max($answered, 1):.1f}')")
+                redis_cpu=$(python3 -c "print(f'{$redis_ticks * 1e6 / $clock_ticks / max($answered, 1):.1f}')")
+                runs[$server]+="$line cpu_us=$cpu redis_cpu_us=$redis_cpu"$'\n'
             done
         done
         null_rps=
-        for server in null memory redis; do
+        null_cpu=
+        for server in "${servers[@]}"; do
             line=$(printf '%s' "${runs[$server]}" | awk '{for (i = 1; i <= NF; i++) if ($i ~ /^rps=/) {split($i, a, "="); print a[2], $0}}' |
                 sort -n | awk -v n="$REPEAT" 'NR == int((n + 1) / 2) {$1 = ""; print}')
             rps=$(field rps <<<"$line")
+            cpu=$(field cpu_us <<<"$line")
             per_request=-
-            if [ "$server" = redis ]; then
-                per_request=$(python3 -c "print(f'{$calls / $served_requests:.2f}')")
+            cpu_text=$cpu
+            if [ "${served_requests[$server]:-0}" != 0 ] && [ "${calls[$server]}" != 0 ]; then
+                per_request=$(python3 -c "print(f'{${calls[$server]} / ${served_requests[$server]}:.2f}')")
+                cpu_text="$cpu + redis $(field redis_cpu_us <<<"$line")"
             fi
-            [ -n "$null_rps" ] || null_rps=$rps
-            echo "| $keys | $d | $server | $rps | $(field p50_us <<<"$line") | $(field p99_us <<<"$line") | $(ratio "$rps" "$null_rps") | $per_request |"
+            [ -n "$null_rps" ] || { null_rps=$rps; null_cpu=$cpu; }
+            cpu_ratio=$(python3 -c "print(f'{$cpu / $null_cpu:.2f}' if $null_cpu > 0 else '-')")
+            echo "| $keys | $d | $server | $rps | $(field p50_us <<<"$line") | $(field p99_us <<<"$line") | $(ratio "$rps" "$null_rps") | $per_request | $cpu_text | $cpu_ratio |"
         done
         # Raw Redis: the same script, one EVALSHA per descriptor, without and with pipelining
-        # (a Tollgate request of d descriptors is one pipeline of d calls).
+        # (a Tollgate request of d descriptors is one pipeline of d calls). Uniform keys only.
+        [ -z "$ZIPF" ] || continue
         for pipeline in 1 16; do
             n=$((pipeline == 1 ? 200000 : 800000))
             out=$(redis-benchmark -p "$redis_port" -c "$CONCURRENCY" -n "$n" -P "$pipeline" -r "$keys" --csv \
@@ -189,10 +245,11 @@ for keys in $KEY_COUNTS; do
             req=$(python3 -c "print(f'{$calls_per_s / $d:.0f}')")
             p50=$(python3 -c "print(f'{1000 * $(cut -d, -f5 <<<"$out"):.0f}')")
             p99=$(python3 -c "print(f'{1000 * $(cut -d, -f7 <<<"$out"):.0f}')")
-            echo "| $keys | $d | redis-benchmark -P $pipeline | $req | $p50 | $p99 | $(ratio "$req" "$null_rps") | ($calls_per_s calls/s) |"
+            echo "| $keys | $d | redis-benchmark -P $pipeline | $req | $p50 | $p99 | $(ratio "$req" "$null_rps") | ($calls_per_s calls/s) | - | - |"
         done
     done
 done
+[ "$MAIN_ONLY" != 1 ] || exit 0
 echo
 echo "## Redis connections (--redis-connections), 1 descriptor, 10k keys"
 echo

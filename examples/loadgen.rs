@@ -5,18 +5,21 @@
 //! previous one is answered. With `--rate R` the loop is open instead: the tasks together
 //! send R requests/s on a fixed schedule, and a send that falls more than 2 ms behind its
 //! schedule is timed from the *scheduled* time (no coordinated omission). Every request
-//! carries `--descriptors` descriptors of one entry `(--key, k<random below --keys>)`:
-//! uniform, or with `--zipf S` Zipf-distributed (value `k<r>` has weight `1/(r+1)^S`, so
-//! `k0` is the hottest; each task's generator is seeded by its index: runs repeat).
-//! After `--warmup` seconds unrecorded, it measures for `--seconds` and prints requests/s,
-//! p50/p99/p99.9/max latency and the OK / OVER_LIMIT / error split (one line of
-//! `key=value`, or JSON with `--json`). `--prefill` first touches every key once.
+//! carries `--descriptors` descriptors of one entry `(--key, k<rank below --keys>)`, the
+//! rank drawn uniformly, or with `--zipf S` from a Zipf distribution (rank r with
+//! probability ∝ 1/(r+1)^S: `k0` is the busiest key) — real traffic is skewed. Draws are
+//! deterministic: task i seeds its generator with i and `--seed`. After `--warmup` seconds
+//! unrecorded, it measures for `--seconds` and prints requests/s, p50/p99/p99.9/max latency
+//! and the OK / OVER_LIMIT / error split (one line of `key=value`, or JSON with `--json`),
+//! and `answered`, every request answered including the warm-up (for CPU time per request
+//! read from `/proc` around a whole run). `--prefill` first touches every key once.
 //! `--redis-url` adds `script_calls_per_request`: the `EVALSHA` + `EVAL` calls that Redis
 //! counted (`INFO commandstats`) during the measured window, divided by the requests.
 //!
 //! ```sh
 //! cargo run --release --example loadgen -- --addr 127.0.0.1:8081 --domain bench \
 //!     --keys 10000 --descriptors 1 --concurrency 64 --connections 4 --seconds 10
+//! cargo run --release --example loadgen -- --domain bench --keys 100000 --zipf 1.1
 //! ```
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -49,12 +52,16 @@ struct Args {
     /// The descriptor entry's key.
     #[arg(long, default_value = "user")]
     key: String,
-    /// Distinct values the entry takes (random, uniform).
+    /// Distinct values the entry takes (random: uniform, or see --zipf).
     #[arg(long, default_value_t = 10_000)]
     keys: u64,
-    /// Skew of the values: Zipf with exponent S over the `--keys` range (default: uniform).
-    #[arg(long)]
+    /// Draw key ranks from a Zipf distribution of exponent S over --keys (rank r with
+    /// probability proportional to 1/(r+1)^S; k0 busiest) instead of uniformly.
+    #[arg(long, value_name = "S")]
     zipf: Option<f64>,
+    /// Mixed into every task's random seed (runs with the same seed draw the same keys).
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
     /// Descriptors per request (each its own random value).
     #[arg(long, default_value_t = 1)]
     descriptors: usize,
@@ -102,6 +109,8 @@ struct Tally {
     over_limit: u64,
     other_code: u64,
     errors: u64,
+    /// Answers of the whole run, warm-up included.
+    answered: u64,
     first_error: Option<String>,
 }
 
@@ -112,6 +121,7 @@ impl Tally {
         self.over_limit += other.over_limit;
         self.other_code += other.other_code;
         self.errors += other.errors;
+        self.answered += other.answered;
         self.first_error = self.first_error.take().or(other.first_error);
     }
 }
@@ -129,6 +139,7 @@ fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     anyhow::ensure!(args.keys > 0 && args.descriptors > 0, "--keys and --descriptors must be > 0");
     anyhow::ensure!(args.concurrency > 0 && args.connections > 0, "--concurrency and --connections > 0");
+    anyhow::ensure!(args.zipf.is_none_or(|s| s.is_finite() && s > 0.0), "--zipf must be > 0");
     let mut runtime = tokio::runtime::Builder::new_multi_thread();
     if let Some(n) = args.threads {
         runtime.worker_threads(n);
@@ -142,8 +153,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
     for _ in 0..args.connections {
         channels.push(Endpoint::from_shared(uri.clone())?.tcp_nodelay(true).connect().await?);
     }
+    let ranks = Arc::new(Ranks::new(&args));
     let args = Arc::new(args);
-    let zipf = args.zipf.map(|s| Arc::new(Zipf::new(args.keys, s)));
     probe(&channels, &args).await?;
     if args.prefill {
         prefill(&channels, &args).await?;
@@ -159,8 +170,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
     for i in 0..args.concurrency {
         let client = RateLimitServiceClient::new(channels[i % channels.len()].clone());
         let offset = window.period.map_or(Duration::ZERO, |p| p.mul_f64(i as f64 / args.concurrency as f64));
-        let values = Values { keys: args.keys, zipf: zipf.clone() };
-        tasks.push(tokio::spawn(task(client, args.clone(), values, window, start + offset, i as u64)));
+        let seed = (i as u64) ^ args.seed.rotate_left(32);
+        tasks.push(tokio::spawn(task(client, args.clone(), ranks.clone(), window, start + offset, seed)));
     }
     let calls = args.redis_url.clone().map(|url| tokio::spawn(script_calls_in(url, window)));
     let mut total = Tally::default();
@@ -201,7 +212,7 @@ async fn script_calls(con: &mut redis::aio::MultiplexedConnection) -> anyhow::Re
 async fn task(
     mut client: RateLimitServiceClient<Channel>,
     args: Arc<Args>,
-    values: Values,
+    ranks: Arc<Ranks>,
     window: Window,
     first: Instant,
     seed: u64,
@@ -223,12 +234,13 @@ async fn task(
         if scheduled >= window.end {
             return tally;
         }
-        let mut request = tonic::Request::new(build(&args, &values, &mut rng));
+        let mut request = tonic::Request::new(build(&args, &ranks, &mut rng));
         if let Some(ms) = args.timeout_ms {
             request.set_timeout(Duration::from_millis(ms));
         }
         let sent = Instant::now();
         let result = client.should_rate_limit(request).await;
+        tally.answered += 1;
         if scheduled < window.measure_from {
             continue;
         }
@@ -292,48 +304,41 @@ async fn prefill(channels: &[Channel], args: &Arc<Args>) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn build(args: &Args, values: &Values, rng: &mut SmallRng) -> RateLimitRequest {
-    request(args, (0..args.descriptors).map(|_| format!("k{}", values.pick(rng))))
+/// How key ranks are drawn.
+#[derive(Debug)]
+enum Ranks {
+    Uniform(u64),
+    /// The cumulative weights of ranks 0..keys (searched with one uniform draw).
+    Zipf(Vec<f64>),
 }
 
-/// How a task picks values: uniform below `keys`, or Zipf.
-#[derive(Clone)]
-struct Values {
-    keys: u64,
-    zipf: Option<Arc<Zipf>>,
-}
+impl Ranks {
+    fn new(args: &Args) -> Ranks {
+        let Some(s) = args.zipf else { return Ranks::Uniform(args.keys) };
+        let mut sum = 0.0;
+        Ranks::Zipf(
+            (1..=args.keys)
+                .map(|rank| {
+                    sum += (rank as f64).powf(-s);
+                    sum
+                })
+                .collect(),
+        )
+    }
 
-impl Values {
-    fn pick(&self, rng: &mut SmallRng) -> u64 {
-        match &self.zipf {
-            Some(zipf) => zipf.sample(rng),
-            None => rng.random_range(0..self.keys),
+    fn draw(&self, rng: &mut SmallRng) -> u64 {
+        match self {
+            Ranks::Uniform(keys) => rng.random_range(0..*keys),
+            Ranks::Zipf(cumulative) => {
+                let x = rng.random::<f64>() * cumulative.last().copied().unwrap_or(0.0);
+                cumulative.partition_point(|c| *c <= x).min(cumulative.len() - 1) as u64
+            }
         }
     }
 }
 
-/// Zipf over ranks `0..n` with exponent `s`: the cumulative weights, sampled by bisection.
-struct Zipf {
-    cumulative: Vec<f64>,
-}
-
-impl Zipf {
-    fn new(n: u64, s: f64) -> Zipf {
-        let mut total = 0.0;
-        let cumulative = (1..=n)
-            .map(|r| {
-                total += (r as f64).powf(-s);
-                total
-            })
-            .collect();
-        Zipf { cumulative }
-    }
-
-    fn sample(&self, rng: &mut SmallRng) -> u64 {
-        let total = self.cumulative.last().copied().unwrap_or(0.0);
-        let u = rng.random::<f64>() * total;
-        self.cumulative.partition_point(|&c| c <= u).min(self.cumulative.len().saturating_sub(1)) as u64
-    }
+fn build(args: &Args, ranks: &Ranks, rng: &mut SmallRng) -> RateLimitRequest {
+    request(args, (0..args.descriptors).map(|_| format!("k{}", ranks.draw(rng))))
 }
 
 /// A request with one single-entry descriptor per value.
@@ -364,11 +369,13 @@ fn report(args: &Args, mut total: Tally, script_calls: Option<u64>) {
     let (p50, p99, p999) = (quantile(l, 0.50), quantile(l, 0.99), quantile(l, 0.999));
     let max = l.last().copied().unwrap_or(0);
     let mode = args.rate.map_or_else(|| "closed".to_string(), |r| format!("rate={r}"));
+    let keys_drawn = args.zipf.map_or_else(|| "uniform".to_string(), |s| format!("zipf{s}"));
     // One list of fields for both formats; `true` marks the strings JSON must quote.
     let mut fields: Vec<(&str, String, bool)> = vec![
         ("addr", args.addr.clone(), true),
         ("mode", mode, true),
         ("keys", args.keys.to_string(), false),
+        ("draw", keys_drawn, true),
         ("descriptors", args.descriptors.to_string(), false),
         ("concurrency", args.concurrency.to_string(), false),
         ("connections", args.connections.to_string(), false),
@@ -383,10 +390,8 @@ fn report(args: &Args, mut total: Tally, script_calls: Option<u64>) {
         ("over_limit", total.over_limit.to_string(), false),
         ("other_code", total.other_code.to_string(), false),
         ("errors", total.errors.to_string(), false),
+        ("answered", total.answered.to_string(), false),
     ];
-    if let Some(zipf) = args.zipf {
-        fields.insert(3, ("zipf", zipf.to_string(), false));
-    }
     if let Some(calls) = script_calls {
         let per_request = if requests == 0 { 0.0 } else { calls as f64 / requests as f64 };
         fields.push(("script_calls", calls.to_string(), false));

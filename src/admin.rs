@@ -2,9 +2,9 @@
 //! descriptor's usage and reset (`usage`).
 //!
 //! Loopback by default. With an admin token (`--admin-token-file`) every `POST` endpoint
-//! (`/reload`, `/v1/reset`) and `GET /v1/usage` require `Authorization: Bearer <token>`;
-//! `/` and `/v1/status` (the status page, `status`), `/metrics`, `/rlconfig`, `/healthz`
-//! and `/readyz` never do. Without a token, `/v1/reset` is refused (403) unless
+//! (`/reload`, `/v1/reset`), `GET /v1/usage` and `GET /v1/hotkeys` (`hotkeys`: the busiest
+//! buckets) require `Authorization: Bearer <token>`; `/` and `/v1/status` (the status page,
+//! `status`), `/metrics`, `/rlconfig`, `/healthz` and `/readyz` never do. Without a token, `/v1/reset` is refused (403) unless
 //! `--admin-allow-unauthenticated-reset`: it hands quota back, so an open admin port must
 //! not do it by default. Readiness means "config loaded and gRPC serving"; it deliberately
 //! does not follow Redis: failure policies handle a Redis outage, so Kubernetes must not
@@ -25,6 +25,7 @@ use sha2::{Digest, Sha256};
 
 mod audit;
 pub mod client;
+pub mod hotkeys;
 pub mod query;
 pub mod usage;
 
@@ -191,6 +192,7 @@ impl Admin {
             .route("/reload", post(reload))
             .route("/v1/usage", get(usage::usage))
             .route("/v1/reset", post(usage::reset))
+            .route("/v1/hotkeys", get(hotkeys::hotkeys))
             .with_state(self.clone())
     }
 }
@@ -214,6 +216,7 @@ async fn readyz(State(admin): State<Admin>) -> (StatusCode, &'static str) {
 
 async fn metrics(State(admin): State<Admin>) -> impl IntoResponse {
     admin.metrics.set_memory(admin.memory());
+    admin.metrics.set_hot_key_shares(&admin.live.load().hot_keys);
     let name = admin.store.name();
     match admin.store.as_ref() {
         Store::Memory(_) => {}

@@ -25,6 +25,7 @@ use crate::service::bounds::Bounds;
 use crate::service::respond::LimitHeaderNames;
 use crate::service::{RateLimitServer, RateLimiter, Settings};
 use crate::store::cluster::{ClusterSettings, ClusterStore};
+use crate::store::lease::LeaseSettings;
 use crate::store::sentinel::{SentinelSettings, SentinelStore};
 use crate::store::{Guarded, MemoryStore, RedisSettings, RedisStore, Store};
 
@@ -90,6 +91,10 @@ pub struct ServeSettings {
     pub redis_topology: RedisTopology,
     pub redis_key_prefix: String,
     pub store_timeout: Duration,
+    /// `--lease-hot-keys`: every rule's hot buckets may be leased (not only `lease: true`).
+    pub lease_hot_keys: bool,
+    /// `--lease-time-ms`: how long a leased block may be spent.
+    pub lease_time: Duration,
     pub memory_max_keys: usize,
     pub grpc_addr: SocketAddr,
     pub admin_addr: SocketAddr,
@@ -130,6 +135,8 @@ impl ServeSettings {
             redis_topology: RedisTopology::Single,
             redis_key_prefix: String::new(),
             store_timeout: Duration::from_millis(10),
+            lease_hot_keys: false,
+            lease_time: crate::store::lease::DEFAULT_LEASE_TIME,
             memory_max_keys: 1_000_000,
             grpc_addr: SocketAddr::from(([127, 0, 0, 1], 8081)),
             admin_addr: SocketAddr::from(([127, 0, 0, 1], 9102)),
@@ -262,6 +269,12 @@ pub async fn spawn(settings: ServeSettings) -> anyhow::Result<Running> {
     ];
     if let Store::Memory(_) = store.as_ref() {
         tasks.push(tokio::spawn(sweep_memory(store, signal.clone())));
+    } else if store.leases().is_some() {
+        let stop = stopped(signal.clone());
+        tasks.push(tokio::spawn(async move {
+            crate::store::lease::sweep_leases(store, stop).await;
+            Ok(())
+        }));
     }
     #[cfg(unix)]
     tokio::spawn(crate::reload::reload_on_sighup(live.clone(), signal.clone()));
@@ -349,13 +362,21 @@ fn build_store(settings: &ServeSettings) -> anyhow::Result<Store> {
 fn build_redis(settings: &ServeSettings) -> anyhow::Result<Store> {
     let link = settings.redis.link(settings.store_timeout);
     let ca_file = settings.redis.ca_file.clone();
+    // Always a table: a reload may give any rule `lease: true`.
+    let leases = LeaseSettings {
+        every_rule: settings.lease_hot_keys,
+        time: settings.lease_time,
+        max_keys: crate::store::lease::LEASE_MAX_KEYS,
+        store_timeout: settings.store_timeout,
+    };
     Ok(match &settings.redis_topology {
         RedisTopology::Single => Store::Redis(
             Guarded::new(
                 RedisStore::new(&settings.redis, settings.store_timeout).context("redis store")?,
                 Some(settings.redis.breaker),
             )
-            .coalescing(settings.redis.coalesce.then_some(settings.redis.max_inflight)),
+            .coalescing(settings.redis.coalesce.then_some(settings.redis.max_inflight))
+            .with_leases(leases),
         ),
         RedisTopology::Cluster { nodes } => {
             if let Some(tag) = crate::store::cluster::hash_tag(settings.redis_key_prefix.as_bytes()) {
@@ -368,7 +389,8 @@ fn build_redis(settings: &ServeSettings) -> anyhow::Result<Store> {
             let client = ClusterStore::new(&cluster).context("redis cluster store")?;
             Store::Cluster(
                 Guarded::new(client, None)
-                    .coalescing(settings.redis.coalesce.then_some(settings.redis.max_inflight)),
+                    .coalescing(settings.redis.coalesce.then_some(settings.redis.max_inflight))
+                    .with_leases(leases),
             )
         }
         RedisTopology::Sentinel { master, sentinels } => {
@@ -384,7 +406,8 @@ fn build_redis(settings: &ServeSettings) -> anyhow::Result<Store> {
                     SentinelStore::new(&sentinel).context("redis sentinel store")?,
                     Some(settings.redis.breaker),
                 )
-                .coalescing(settings.redis.coalesce.then_some(settings.redis.max_inflight)),
+                .coalescing(settings.redis.coalesce.then_some(settings.redis.max_inflight))
+                .with_leases(leases),
             )
         }
     })

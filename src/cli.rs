@@ -208,6 +208,16 @@ pub struct Serve {
     /// Longest a request waits for the store, in ms (Envoy's filter gives up after 20 ms).
     #[arg(long, env = "TOLLGATE_STORE_TIMEOUT_MS", default_value_t = 10)]
     pub store_timeout_ms: u64,
+    /// Lease hot buckets of every rule, not only of rules with `lease: true` (Redis store):
+    /// a key above two hits per lease time takes a block of tokens in one charge and spends
+    /// it locally (see the README, "Leases").
+    #[arg(long, env = "TOLLGATE_LEASE_HOT_KEYS")]
+    pub lease_hot_keys: bool,
+    /// How long a leased block may be spent after it was taken (ms); unused tokens are then
+    /// given back. Bounds what leases add: `burst + (t + lease time) × rate`.
+    #[arg(long, env = "TOLLGATE_LEASE_TIME_MS", default_value_t = 100,
+          value_parser = clap::value_parser!(u64).range(1..=60_000))]
+    pub lease_time_ms: u64,
     /// Cap on buckets kept by the memory store.
     #[arg(long, env = "TOLLGATE_MEMORY_MAX_KEYS", default_value_t = 1_000_000)]
     pub memory_max_keys: usize,
@@ -390,6 +400,8 @@ impl Serve {
             redis_topology: self.redis_topology(),
             redis_key_prefix: self.redis_key_prefix.clone(),
             store_timeout: Duration::from_millis(self.store_timeout_ms),
+            lease_hot_keys: self.lease_hot_keys,
+            lease_time: Duration::from_millis(self.lease_time_ms),
             memory_max_keys: self.memory_max_keys,
             grpc_addr: self.grpc_addr,
             admin_addr: self.admin_addr,

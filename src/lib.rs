@@ -13,6 +13,7 @@ pub mod cli;
 pub mod config;
 pub mod escape;
 pub mod explain;
+pub mod hotkeys;
 pub mod live;
 pub mod metrics;
 pub mod reload;

@@ -22,13 +22,16 @@ pub struct Active {
     pub counters: SnapshotCounters,
     /// The one-minute history rings of its rules (for the status page).
     pub history: SnapshotHistory,
+    /// The hot-key sketches of its domains (kept across reloads by domain).
+    pub hot_keys: crate::hotkeys::SnapshotHotKeys,
 }
 
 impl Active {
     fn new(snapshot: Snapshot, metrics: &Metrics) -> Active {
         let counters = metrics.counters_for(&snapshot);
         let history = metrics.history().for_snapshot(&snapshot);
-        Active { snapshot, counters, history }
+        let hot_keys = metrics.hot_keys().for_snapshot(&snapshot, metrics.history().now());
+        Active { snapshot, counters, history, hot_keys }
     }
 }
 

@@ -8,6 +8,7 @@
 //! rules increments pre-built handles and allocates nothing; a reload removes the series
 //! of the rules it drops.
 
+mod hot_keys;
 pub mod label;
 mod series;
 
@@ -102,6 +103,9 @@ pub struct Metrics {
     installed: series::Installed,
     /// The status page's one-minute history (not exported to Prometheus).
     history: crate::status::history::History,
+    /// The hot-key sketches, and the gauge that shows their shape.
+    hot_keys: crate::hotkeys::HotKeys,
+    hot_key_shares: hot_keys::HotKeyShares,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -341,6 +345,7 @@ impl Metrics {
         // Closed label sets start at 0, so that the first failure is a step `rate()` sees
         // (a series that appears at 1 has no increase) and the families are exported from
         // the start.
+        let hot_key_shares = hot_keys::HotKeyShares::register(&mut registry);
         for result in ["success", "failure"] {
             config_reloads.get_or_create(&ResultLabel { result }).inc_by(0);
         }
@@ -375,6 +380,8 @@ impl Metrics {
             limits,
             installed: series::Installed::default(),
             history: crate::status::history::History::new(),
+            hot_keys: crate::hotkeys::HotKeys::default(),
+            hot_key_shares,
         }
     }
 
@@ -414,6 +421,17 @@ impl Metrics {
     /// The one-minute history of decisions and store latency the status page shows.
     pub fn history(&self) -> &crate::status::history::History {
         &self.history
+    }
+
+    /// The hot-key sketches of every domain (`crate::hotkeys`).
+    pub fn hot_keys(&self) -> &crate::hotkeys::HotKeys {
+        &self.hot_keys
+    }
+
+    /// `tollgate_hot_key_share`, refreshed before each scrape from the serving snapshot's
+    /// sketches: per configured domain, the shares of its busiest buckets.
+    pub fn set_hot_key_shares(&self, hot_keys: &crate::hotkeys::SnapshotHotKeys) {
+        self.hot_key_shares.set(&hot_keys.shares(self.history.now(), hot_keys::RANKS));
     }
 
     pub fn unknown_domain(&self) {

@@ -60,6 +60,7 @@ fn flags(rule: &Rule) -> Vec<&'static str> {
         (rule.quota_mode, "quota_mode"),
         (rule.detailed_metric, "detailed_metric"),
         (rule.value_to_metric, "value_to_metric"),
+        (rule.lease, "lease"),
     ] {
         if on {
             flags.push(name);

@@ -4,7 +4,8 @@
 //! rule, store latency; fed by the request path), this file (`Status`: gathers the serving
 //! config, the store's state and the history into one value, serialised as the JSON
 //! contract), `page` (renders that value as a self-contained HTML page). Neither endpoint
-//! shows request values, so neither needs the admin token. Must not be on the request path:
+//! shows request values (the busiest buckets of `crate::hotkeys` show theirs hashed), so
+//! neither needs the admin token. Must not be on the request path:
 //! gathering takes a lock (the reload error) and walks every rule.
 
 pub mod history;
@@ -15,6 +16,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde::Serialize;
 
 use crate::config::{Domain, Limit, Rule, RuleLimit};
+use crate::hotkeys::{HotKey, Values};
 use crate::live::Live;
 use crate::metrics::Metrics;
 use crate::store::breaker::{Breaker, BreakerState};
@@ -33,8 +35,6 @@ pub struct Status {
     pub domains: Vec<DomainStatus>,
     /// Unix seconds when this view was gathered.
     pub generated_at: u64,
-    // Hot keys: when the hot-key view exists, its (hashed) entries join here as
-    // `hot_keys` and `page::render` gets a section for them.
 }
 
 /// The serving config and the latest reload.
@@ -77,7 +77,13 @@ pub struct DomainStatus {
     pub charge: &'static str,
     /// In file order.
     pub rules: Vec<RuleStatus>,
+    /// The [`HOT_KEYS`] busiest buckets over the last minute (`crate::hotkeys`), every
+    /// request value shown as its hash.
+    pub hot_keys: Vec<HotKey>,
 }
+
+/// Busiest buckets shown per domain.
+pub const HOT_KEYS: usize = 10;
 
 /// One rule: its first limit's numbers at the top level, and its decisions per second.
 #[derive(Debug, Clone, Serialize)]
@@ -159,11 +165,16 @@ impl Status {
                         rule_status(rule, minute)
                     })
                     .collect();
+                let hot_keys = active.hot_keys.domain(&domain.name).map_or_else(Vec::new, |sketch| {
+                    let leased = |key: &str| crate::hotkeys::is_leased(store, key);
+                    crate::hotkeys::view(domain, sketch, now, HOT_KEYS, Values::Hashed, leased).keys
+                });
                 DomainStatus {
                     name: domain.name.clone(),
                     failure_mode: domain.failure_mode.as_str(),
                     charge: domain.charge.as_str(),
                     rules,
+                    hot_keys,
                 }
             })
             .collect();

@@ -141,6 +141,8 @@ struct DescriptorLayer {
     #[serde(default, deserialize_with = "present")]
     share_threshold: Option<bool>,
     #[serde(default, deserialize_with = "present")]
+    lease: Option<bool>,
+    #[serde(default, deserialize_with = "present")]
     metadata: Written<serde_yaml::Mapping>,
     #[serde(rename = "<<", default)]
     merged: Merged<DescriptorLayer>,
@@ -151,7 +153,7 @@ impl DescriptorLayer {
         for base in std::mem::take(&mut self.merged).0 {
             let base = base.flatten();
             fill!(self, base; key, value, rate_limit, rate_limits, descriptors, shadow_mode, detailed_metric,
-                quota_mode, value_to_metric, share_threshold, metadata);
+                quota_mode, value_to_metric, share_threshold, lease, metadata);
         }
         self
     }
@@ -172,6 +174,7 @@ impl DescriptorLayer {
             quota_mode: node.quota_mode.unwrap_or_default(),
             value_to_metric: node.value_to_metric.unwrap_or_default(),
             share_threshold: node.share_threshold.unwrap_or_default(),
+            lease: node.lease.unwrap_or_default(),
             metadata: node.metadata.flatten(),
         }
     }

@@ -162,6 +162,9 @@ pub struct Rule {
     pub limit: RuleLimit,
     pub shadow_mode: bool,
     pub quota_mode: bool,
+    /// `lease: true`: hot buckets of this rule may be served from leases on a Redis store
+    /// (`store::lease`); `--lease-hot-keys` does the same for every rule.
+    pub lease: bool,
     pub detailed_metric: bool,
     pub value_to_metric: bool,
     /// Names of the rules this one replaces when both match in one request.

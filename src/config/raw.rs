@@ -57,6 +57,9 @@ pub struct RawDescriptor {
     pub value_to_metric: bool,
     /// Every value matching this wildcard shares one bucket.
     pub share_threshold: bool,
+    /// Hot buckets of this rule may be served from leases (blocks of tokens taken from
+    /// Redis in one charge and spent locally; see `store::lease`).
+    pub lease: bool,
     /// Free-form; kept for display only.
     pub metadata: Option<serde_yaml::Mapping>,
 }

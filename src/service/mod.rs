@@ -143,7 +143,8 @@ impl RateLimiter {
         }
         let (plans, charges, groups) =
             plan::plan(domain, &request.descriptors, request.hits_addend, &self.settings.key_prefix);
-        let mut results = self.charge(&charges, &groups, deadline).await;
+        let leasable = self.leasable(&plans, charges.len());
+        let mut results = self.charge(&charges, &groups, &leasable, deadline).await;
         let local = if domain.failure_mode == FailureMode::Local {
             self.charge_locally(&domain.name, &charges, &groups, &mut results)
         } else {
@@ -166,16 +167,35 @@ impl RateLimiter {
         &self,
         charges: &[Charge],
         groups: &Groups,
+        leasable: &[bool],
         deadline: Instant,
     ) -> Vec<Result<Decision, StoreError>> {
         if charges.is_empty() {
             return Vec::new();
         }
         let started = Instant::now();
-        let results = self.store.charge_groups(charges, groups, deadline).await;
+        let results = self.store.charge_leasing(charges, groups, leasable, deadline).await;
         let outcome = results.iter().find_map(|r| r.as_ref().err()).map_or("ok", StoreError::kind);
         self.metrics.observe_store(self.store.name(), outcome, started.elapsed().as_secs_f64());
         results
+    }
+
+    /// Which charges may be served from leases: those of rules with `lease: true`, or of
+    /// every rule with `--lease-hot-keys` (never a request's own `limit`). Empty when the
+    /// store has no leases or no charge may use them (the common case: no allocation).
+    fn leasable(&self, plans: &[plan::Plan<'_>], len: usize) -> Vec<bool> {
+        let Some(every_rule) = self.store.leases().map(|t| t.settings().every_rule) else {
+            return Vec::new();
+        };
+        let mut leasable = Vec::new();
+        for plan in plans {
+            let plan::Plan::Limited(limit) = plan else { continue };
+            if limit.rule.is_some_and(|rule| every_rule || rule.lease) {
+                leasable.resize(len, false);
+                leasable[limit.charges.clone()].fill(true);
+            }
+        }
+        leasable
     }
 
     /// `failure_mode: local`: a group any of whose charges failed in the store goes, whole,

@@ -5,7 +5,8 @@
 //! bounded by `Metrics::record_per_value`; all others use the handles resolved when the
 //! snapshot was built, so counting allocates nothing. The status page's one-minute history
 //! (`status::history`) counts each decided descriptor once more, per rule, on the
-//! snapshot's rings: one clock read per request, two relaxed atomics per descriptor.
+//! snapshot's rings: one clock read per request, two relaxed atomics per descriptor. The
+//! hot-key sketch (`crate::hotkeys`) counts each charged descriptor once, at that second.
 
 use crate::algorithm::Hits;
 use crate::config::Domain;
@@ -34,6 +35,7 @@ pub fn record(
     let rules = active.counters.domains.get(&domain.name);
     let rings = active.history.domain(&domain.name).unwrap_or_default();
     let second = metrics.history().now();
+    active.hot_keys.record(&domain.name, second, plans, charges, &request.descriptors);
     for ((plan, verdict), descriptor) in plans.iter().zip(verdicts).zip(&request.descriptors) {
         let Some(Verdict { outcome, limit: index }) = *verdict else { continue };
         let (rule, hits) = match plan {

@@ -10,6 +10,7 @@ use std::fmt::Write as _;
 
 use super::history::{Class, Minute};
 use super::{DomainStatus, RuleStatus, Status};
+use crate::hotkeys::HotKey;
 
 /// Seconds between automatic reloads of the page.
 pub const REFRESH_SECONDS: u32 = 5;
@@ -62,7 +63,7 @@ pub fn render(status: &Status) -> String {
     if status.domains.is_empty() {
         out.push_str("<p class=\"muted\">No domain is configured.</p>\n");
     }
-    // Hot keys: the hot-key view gets its section here once it exists.
+    hot_keys_section(&mut out, status);
     let _ = write!(
         out,
         "<p class=\"muted\">Rates are decisions per second over the last minute, as counted by this \
@@ -71,6 +72,52 @@ pub fn render(status: &Status) -> String {
         utc(status.generated_at)
     );
     out
+}
+
+/// The busiest buckets of each domain that has any: rule, entries (values hashed as
+/// `#` and the hash's first 12 digits; the full hash in the cell's title), rate, share.
+fn hot_keys_section(out: &mut String, status: &Status) {
+    let busy: Vec<&DomainStatus> = status.domains.iter().filter(|d| !d.hot_keys.is_empty()).collect();
+    if busy.is_empty() {
+        return;
+    }
+    out.push_str(
+        "<section id=\"hot-keys\"><h2>Hot keys</h2><table><thead><tr><th>Domain</th><th>Rule</th>\
+         <th>Descriptor</th><th>Per second</th><th>Share</th><th>Leased</th></tr></thead><tbody>\n",
+    );
+    for domain in busy {
+        for key in &domain.hot_keys {
+            hot_key_row(out, &domain.name, key);
+        }
+    }
+    out.push_str("</tbody></table></section>\n");
+}
+
+fn hot_key_row(out: &mut String, domain: &str, key: &HotKey) {
+    let entries: Vec<String> = key
+        .descriptor
+        .iter()
+        .map(|entry| match (&entry.value, &entry.value_hash) {
+            (Some(value), _) => format!("{}={}", escape_html(&entry.key), escape_html(value)),
+            (None, Some(hash)) => format!(
+                "{}=<span title=\"{hash}\">#{}</span>",
+                escape_html(&entry.key),
+                hash.get(..12).unwrap_or(hash)
+            ),
+            (None, None) => escape_html(&entry.key),
+        })
+        .collect();
+    let _ = writeln!(
+        out,
+        "<tr class=\"hot-key\"><td><code>{}</code></td><td><code>{}</code></td><td><code>{}</code></td>\
+         <td class=\"n\">{:.2}</td><td class=\"n\">{:.1} %</td><td>{}</td></tr>",
+        escape_html(domain),
+        escape_html(&key.rule),
+        entries.join(", "),
+        key.rate_per_second,
+        key.share * 100.0,
+        if key.leased { "yes" } else { "no" }
+    );
 }
 
 fn config_card(out: &mut String, status: &Status) {

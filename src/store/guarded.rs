@@ -30,6 +30,7 @@ use crate::algorithm::{Decision, Hits};
 
 use super::breaker::{Breaker, BreakerSettings};
 use super::coalesce::{self, Coalescer};
+use super::lease::{LeaseSettings, LeaseTable};
 use super::{Charge, Groups, OverLimitCache, StoreError, NOT_EVALUATED};
 
 /// Buckets the over-limit cache of one Redis store may hold (≈ 100 bytes each).
@@ -78,6 +79,8 @@ pub struct Guarded<C> {
     breaker: Option<Breaker>,
     /// `None`: `--no-coalesce`.
     coalescer: Option<Arc<Coalescer>>,
+    /// Leases of hot buckets (`lease`), when enabled; `Store::charge_leasing` uses them.
+    leases: Option<LeaseTable>,
 }
 
 impl<C: fmt::Debug> fmt::Debug for Guarded<C> {
@@ -87,6 +90,7 @@ impl<C: fmt::Debug> fmt::Debug for Guarded<C> {
             .field("over_limit_entries", &self.over_limit.len())
             .field("breaker", &self.breaker.as_ref().map(Breaker::state))
             .field("coalescing", &self.coalescer.is_some())
+            .field("leases", &self.leases)
             .finish()
     }
 }
@@ -100,6 +104,7 @@ impl<C: Remote + Send + Sync + 'static> Guarded<C> {
             over_limit: OverLimitCache::new(OVER_LIMIT_CACHE_ENTRIES),
             breaker: breaker.filter(|b| b.failures > 0).map(Breaker::new),
             coalescer: None,
+            leases: None,
         }
     }
 
@@ -113,6 +118,17 @@ impl<C: Remote + Send + Sync + 'static> Guarded<C> {
     /// The coalescer, when coalescing is on (for tests).
     pub fn coalescer(&self) -> Option<&Coalescer> {
         self.coalescer.as_deref()
+    }
+
+    /// With a lease table (`Store::charge_leasing` serves leasable charges from it).
+    pub fn with_leases(mut self, settings: LeaseSettings) -> Guarded<C> {
+        self.leases = Some(LeaseTable::new(settings));
+        self
+    }
+
+    /// The lease table, if this store has one.
+    pub fn leases(&self) -> Option<&LeaseTable> {
+        self.leases.as_ref()
     }
 
     /// The Redis client (health and description for operators).

@@ -214,10 +214,30 @@ fn push_part(key: &mut String, part: &[u8]) {
         key.push_str(text);
     } else {
         key.push('#');
-        let digest = Sha256::digest(part);
-        for byte in &digest[..16] {
-            let _ = write!(key, "{byte:02x}");
-        }
+        push_hex(key, &part_digest(part));
+    }
+}
+
+/// The 128-bit SHA-256 prefix of a part: what a hashed part of a key is made of.
+pub(crate) fn part_digest(part: &[u8]) -> [u8; 16] {
+    let digest = Sha256::digest(part);
+    let mut prefix = [0; 16];
+    prefix.copy_from_slice(&digest[..16]);
+    prefix
+}
+
+/// `digest` as the 32 lowercase hex digits a hashed key part shows after its `#`, so that
+/// an operator can match a hash shown elsewhere (the hot-key view) with a key.
+pub(crate) fn digest_hex(digest: &[u8; 16]) -> String {
+    let mut hex = String::with_capacity(32);
+    push_hex(&mut hex, digest);
+    hex
+}
+
+fn push_hex(out: &mut String, digest: &[u8; 16]) {
+    for byte in digest {
+        // Writing to a String cannot fail.
+        let _ = write!(out, "{byte:02x}");
     }
 }
 
@@ -238,6 +258,7 @@ mod tests {
             )]),
             shadow_mode: false,
             quota_mode: false,
+            lease: false,
             detailed_metric: false,
             value_to_metric: false,
             replaces: vec![],

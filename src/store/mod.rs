@@ -8,12 +8,14 @@
 //! Every Redis topology is a client (`redis`, `cluster`, `sentinel`) behind `guarded`:
 //! the over-limit cache (`overlimit`: buckets Redis has just denied are answered locally
 //! until they can pass, so a flood from one abusive key does not load Redis), load
-//! shedding and the circuit breaker (`breaker`).
+//! shedding and the circuit breaker (`breaker`), and optionally leases of hot buckets
+//! (`lease`: blocks of tokens taken in one charge and spent locally).
 
 pub mod breaker;
 pub mod coalesce;
 pub mod guarded;
 pub mod key;
+pub mod lease;
 pub mod memory;
 pub mod overlimit;
 pub mod redis;

@@ -56,13 +56,22 @@ impl Store {
 
 impl<C: Remote + Reset + Send + Sync + 'static> Guarded<C> {
     /// Deletes `keys` in Redis, with the over-limit cache forgetting them before and after.
+    /// This instance's leases of the keys are dropped (their tokens are void: the bucket
+    /// starts full); other instances' leases end within a lease time.
     pub async fn reset(&self, keys: &[String], deadline: Instant) -> Result<(), StoreError> {
         for key in keys {
             self.over_limit().forget(key);
+            if let Some(leases) = self.leases() {
+                leases.drop_key(key, Instant::now(), false);
+            }
         }
         let result = self.client().reset(keys, deadline).await;
         for key in keys {
             self.over_limit().forget(key);
+            // A block taken between the first drop and the `DEL` was deleted with it.
+            if let Some(leases) = self.leases() {
+                leases.drop_key(key, Instant::now(), false);
+            }
         }
         result
     }

@@ -8,6 +8,7 @@
 mod charge;
 mod deploy;
 mod domains;
+mod hotkeys;
 mod lifecycle;
 mod metrics;
 mod reload;

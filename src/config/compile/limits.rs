@@ -31,7 +31,15 @@ impl Builder<'_> {
     /// it has neither, or has errors.
     pub(super) fn rule(&mut self, raw: &RawDescriptor, path: &str, levels: &[Level]) -> Option<RuleId> {
         let (limit, replaces) = match (&raw.rate_limit, &raw.rate_limits) {
-            (None, None) => return None,
+            (None, None) => {
+                if raw.lease {
+                    self.error(
+                        format!("{path}.lease"),
+                        "lease: true needs a rate_limit on the same descriptor",
+                    );
+                }
+                return None;
+            }
             (Some(_), Some(_)) => {
                 self.error(
                     format!("{path}.rate_limits"),
@@ -48,6 +56,10 @@ impl Builder<'_> {
             // Each limit of `rate_limits` has its own name; the node has none.
             None => None,
         };
+        if raw.lease && limit == RuleLimit::Unlimited {
+            self.error(format!("{path}.lease"), "lease: true on an unlimited rule (nothing to lease)");
+            return None;
+        }
         let id = RuleId(self.rules.len());
         self.rules.push(Rule {
             id,
@@ -56,6 +68,7 @@ impl Builder<'_> {
             limit,
             shadow_mode: raw.shadow_mode,
             quota_mode: raw.quota_mode,
+            lease: raw.lease,
             detailed_metric: raw.detailed_metric,
             value_to_metric: raw.value_to_metric,
             replaces,

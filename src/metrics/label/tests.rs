@@ -93,6 +93,7 @@ fn rule(detailed_metric: bool, levels: Vec<Level>) -> Rule {
         limit: RuleLimit::Unlimited,
         shadow_mode: false,
         quota_mode: false,
+        lease: false,
         detailed_metric,
         value_to_metric: false,
         replaces: vec![],

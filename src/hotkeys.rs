@@ -1,0 +1,284 @@
+//! The hot-key view: the busiest buckets of each domain over the last minute, for
+//! `GET /v1/hotkeys`, the status page and `tollgate_hot_key_share{domain,rank}`.
+//!
+//! Layout: `sketch` (pure: a fixed-size space-saving table per domain over a sliding
+//! window), this file (`HotKeys`: one sketch per configured domain, kept across reloads;
+//! `SnapshotHotKeys::record`, fed by the request path with every charged descriptor; and
+//! `view`, which turns a sketch into what the admin port shows).
+//!
+//! A bucket is identified as its store key is (rule + the values that enter the key; the
+//! pattern on `share_threshold` levels): the sketch hashes the key of the descriptor's
+//! first limit. Values are request bytes and can be credentials: the view shows a value
+//! only where the config already shows it (an exact value, a `share_threshold` pattern) or
+//! where the rule asks for values in metrics (`detailed_metric`, or `value_to_metric` on
+//! that level); any other value is shown as `value_hash`, the 128-bit SHA-256 prefix that
+//! bucket keys use for hashed parts (`store::key::part_digest`). Which values show follows
+//! the serving config. Must not know of HTTP or Prometheus.
+//!
+//! Cost on the request path, per charged descriptor: one SipHash of the bucket key, one
+//! uncontended lock of one of [`sketch::SHARDS`] shards, a scan of [`sketch::SLOTS`]
+//! hashes and two increments; when the bucket is new to the table, a scan for the lightest
+//! slot and a copy of the descriptor's entries into that slot's reused buffers.
+
+pub mod sketch;
+
+use std::collections::hash_map::RandomState;
+use std::collections::HashMap;
+use std::hash::BuildHasher;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use serde::Serialize;
+
+use crate::config::{Domain, Rule, Snapshot};
+use crate::escape::escape;
+use crate::service::plan::Plan;
+use crate::service::wire::RateLimitDescriptor;
+use crate::store::key::{digest_hex, part_digest};
+use crate::store::{Charge, Store};
+
+use self::sketch::{Identity, Sketch, StoredEntry, MAX_PART_BYTES};
+
+/// `top` of `/v1/hotkeys` when absent.
+pub const DEFAULT_TOP: usize = 20;
+/// Largest `top` answered (a larger one is cut to it).
+pub const MAX_TOP: usize = 100;
+/// Entries kept per bucket (requests have at most `--max-entries`; this bounds memory
+/// whatever that flag says).
+pub const MAX_ENTRIES: usize = 32;
+/// The `rule` shown for a request's own `limit` override (its metric label too).
+pub const OVERRIDE_RULE: &str = "request_override";
+
+/// Whether this instance serves the bucket `key` from a lease (`store::lease`).
+pub fn is_leased(store: &Store, key: &str) -> bool {
+    store.is_leased(key)
+}
+
+/// One sketch per domain, kept across reloads by domain name (held by `Metrics`).
+#[derive(Debug, Default)]
+pub struct HotKeys {
+    sketches: Mutex<HashMap<String, Arc<Sketch>>>,
+    /// Keyed per process: clients cannot choose keys that share a slot.
+    hasher: RandomState,
+}
+
+impl HotKeys {
+    /// The sketches of a snapshot about to serve: a domain that served before keeps its
+    /// sketch; sketches of domains that are gone are dropped. `now` is the second of
+    /// `History::now`, the clock every call here uses.
+    pub fn for_snapshot(&self, snapshot: &Snapshot, now: u64) -> SnapshotHotKeys {
+        let mut sketches = self.sketches.lock().unwrap_or_else(PoisonError::into_inner);
+        let domains: HashMap<String, Arc<Sketch>> = snapshot
+            .domains
+            .keys()
+            .map(|name| {
+                let sketch = sketches.get(name).cloned().unwrap_or_else(|| Arc::new(Sketch::new(now)));
+                (name.clone(), sketch)
+            })
+            .collect();
+        *sketches = domains.clone();
+        SnapshotHotKeys { domains, hasher: self.hasher.clone() }
+    }
+}
+
+/// The sketches of one snapshot's domains.
+#[derive(Debug, Default)]
+pub struct SnapshotHotKeys {
+    domains: HashMap<String, Arc<Sketch>>,
+    hasher: RandomState,
+}
+
+impl SnapshotHotKeys {
+    /// The sketch of a configured domain.
+    pub fn domain(&self, name: &str) -> Option<&Sketch> {
+        self.domains.get(name).map(Arc::as_ref)
+    }
+
+    /// Counts each charged descriptor of a request once, at second `now`.
+    pub fn record(
+        &self,
+        domain: &str,
+        now: u64,
+        plans: &[Plan<'_>],
+        charges: &[Charge],
+        descriptors: &[RateLimitDescriptor],
+    ) {
+        let Some(sketch) = self.domains.get(domain) else { return };
+        for (plan, descriptor) in plans.iter().zip(descriptors) {
+            let Plan::Limited(limit) = plan else { continue };
+            let Some(charge) = charges.get(limit.charges.clone()).and_then(<[Charge]>::first) else {
+                continue;
+            };
+            let hash = self.hasher.hash_one(charge.key.as_bytes());
+            sketch.record(now, hash, |identity| fill(identity, limit.rule, &charge.key, descriptor));
+        }
+    }
+
+    /// The share of the window taken by each domain's `n` busiest buckets (see
+    /// `Sketch::shares`), for `tollgate_hot_key_share`.
+    pub fn shares(&self, now: u64, n: usize) -> Vec<(String, Vec<f64>)> {
+        self.domains.iter().map(|(name, sketch)| (name.clone(), sketch.shares(now, n))).collect()
+    }
+}
+
+/// Describes a bucket that takes a slot, in the slot's own buffers.
+fn fill(identity: &mut Identity, rule: Option<&Rule>, key: &str, descriptor: &RateLimitDescriptor) {
+    match rule {
+        Some(rule) => {
+            let path = identity.rule_path.get_or_insert_with(String::new);
+            path.clear();
+            path.push_str(&rule.path);
+        }
+        None => identity.rule_path = None,
+    }
+    identity.key.clear();
+    identity.key.push_str(key);
+    // A rule's bucket holds the entries along its path; an override's, every entry.
+    let count = rule.map_or(descriptor.entries.len(), |r| r.levels.len()).min(MAX_ENTRIES);
+    identity.entries.resize_with(count, StoredEntry::default);
+    for (stored, (key, value)) in identity.entries.iter_mut().zip(descriptor.pairs()) {
+        stored.key.clear();
+        stored.key.extend_from_slice(&key[..cut_at(key)]);
+        stored.value.clear();
+        stored.value.extend_from_slice(&value[..cut_at(value)]);
+        stored.digest = (value.len() > MAX_PART_BYTES).then(|| part_digest(value));
+    }
+}
+
+/// Where to cut `bytes` to keep at most `MAX_PART_BYTES`, backing off a UTF-8 character's
+/// continuation bytes so that a cut text does not end in half a character.
+fn cut_at(bytes: &[u8]) -> usize {
+    if bytes.len() <= MAX_PART_BYTES {
+        return bytes.len();
+    }
+    let mut end = MAX_PART_BYTES;
+    while end > MAX_PART_BYTES - 3 && bytes[end] & 0xC0 == 0x80 {
+        end -= 1;
+    }
+    end
+}
+
+/// `GET /v1/hotkeys`: a domain's busiest buckets. Field names are the API contract.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct HotKeysView {
+    pub domain: String,
+    /// Seconds the rates cover: the window (60), or the time since the domain was
+    /// configured while shorter.
+    pub since_seconds: u64,
+    /// Busiest first.
+    pub keys: Vec<HotKey>,
+}
+
+/// One busy bucket.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct HotKey {
+    /// The rule's label (its name, else its config path); `request_override` for a
+    /// request's own `limit`.
+    pub rule: String,
+    /// The entries that identify the bucket, in order.
+    pub descriptor: Vec<HotEntry>,
+    /// Charged decisions per second over `since_seconds` (a lower bound: exact for a
+    /// bucket that stayed in the sketch over the window).
+    pub rate_per_second: f64,
+    /// Its share of the domain's charged decisions over the same window.
+    pub share: f64,
+    /// This instance serves the bucket from a lease (`is_leased`).
+    pub leased: bool,
+}
+
+/// One entry: the key and either the value (escaped) or its hash.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct HotEntry {
+    pub key: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
+    /// 32 hex digits: SHA-256 of the value's bytes, first 16 bytes (as in bucket keys).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub value_hash: Option<String>,
+}
+
+/// Which request values a view may show.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Values {
+    /// Those of rules that show values in metrics (`/v1/hotkeys`, behind the admin token).
+    AsConfigured,
+    /// None: every request value as its hash (the status page, which needs no token).
+    Hashed,
+}
+
+/// The `top` busiest buckets of `domain` at second `now`; `leased` answers for a bucket
+/// key (`is_leased`).
+pub fn view(
+    domain: &Domain,
+    sketch: &Sketch,
+    now: u64,
+    top: usize,
+    values: Values,
+    leased: impl Fn(&str) -> bool,
+) -> HotKeysView {
+    let reading = sketch.read(now);
+    let round = |x: f64, places: i32| {
+        let scale = 10f64.powi(places);
+        (x * scale).round() / scale
+    };
+    let keys = reading
+        .buckets
+        .iter()
+        .take(top)
+        .map(|bucket| {
+            let identity = &bucket.identity;
+            let rule = identity
+                .rule_path
+                .as_deref()
+                .map(|path| (path, domain.rules.iter().find(|r| r.path == path)));
+            let label = match rule {
+                Some((_, Some(rule))) => rule.label().to_string(),
+                Some((path, None)) => path.to_string(),
+                None => OVERRIDE_RULE.to_string(),
+            };
+            let rule = rule.and_then(|(_, rule)| rule);
+            HotKey {
+                rule: label,
+                descriptor: identity
+                    .entries
+                    .iter()
+                    .enumerate()
+                    .map(|(i, e)| entry(rule, i, e, values))
+                    .collect(),
+                rate_per_second: round(bucket.count / reading.since_seconds as f64, 3),
+                share: if reading.total > 0.0 { round(bucket.count / reading.total, 4) } else { 0.0 },
+                leased: leased(&identity.key),
+            }
+        })
+        .collect();
+    HotKeysView { domain: domain.name.clone(), since_seconds: reading.since_seconds, keys }
+}
+
+/// How entry `index` of a bucket of `rule` shows (see the module doc).
+fn entry(rule: Option<&Rule>, index: usize, stored: &StoredEntry, values: Values) -> HotEntry {
+    let key = escape(&stored.key).into_owned();
+    let value = rule.and_then(|rule| {
+        let level = rule.levels.get(index)?;
+        if let Some(pattern) = &level.shared_pattern {
+            return Some(escape(pattern.as_bytes()).into_owned());
+        }
+        if values == Values::AsConfigured && (rule.detailed_metric || level.value_to_metric) {
+            let mut shown = escape(&stored.value).into_owned();
+            if stored.digest.is_some() {
+                shown.push('…');
+            }
+            return Some(shown);
+        }
+        let exact = level.value.as_deref().filter(|v| !v.contains('*'))?;
+        Some(escape(exact.as_bytes()).into_owned())
+    });
+    match value {
+        Some(value) => HotEntry { key, value: Some(value), value_hash: None },
+        None => {
+            let digest = stored.digest.unwrap_or_else(|| part_digest(&stored.value));
+            HotEntry { key, value: None, value_hash: Some(digest_hex(&digest)) }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
