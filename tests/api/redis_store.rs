@@ -143,3 +143,37 @@ async fn two_instances_and_64_clients_admit_exactly_the_limit() {
     }
     assert_eq!(allowed, 100, "64 clients × 5 requests against a limit of 100 per day");
 }
+
+/// Legitimate load never reaches the in-flight cap: 128 requests in flight with 16
+/// descriptors each (2,048 commands over 2 connections) are all decided by Redis, none by
+/// the failure policy. With the old default cap of 1,024 per connection, about 7 % of such
+/// requests were answered `overloaded` — limiting silently off in a fail-open domain.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_descriptors_in_flight_stay_under_the_default_cap() {
+    let policy = "domain: wide\nfailure_mode: open\ndescriptors:\n  - key: k\n    rate_limit: { unit: hour, requests_per_unit: 1000000 }\n";
+    let app = Arc::new(spawn_with(Options::new(StoreKind::Redis), &[("wide.yaml", policy)]).await);
+    let mut tasks = Vec::new();
+    for client in 0..128 {
+        let app = app.clone();
+        tasks.push(tokio::spawn(async move {
+            for round in 0..8 {
+                let values: Vec<String> = (0..16).map(|d| format!("{client}-{round}-{d}")).collect();
+                let entries: Vec<[(&str, &str); 1]> = values.iter().map(|v| [("k", v.as_str())]).collect();
+                let descriptors: Vec<&[(&str, &str)]> = entries.iter().map(|e| &e[..]).collect();
+                let response = app.check(request("wide", &descriptors)).await;
+                assert_eq!(response.statuses.len(), 16);
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.expect("client task");
+    }
+    let text = app.metrics().await;
+    let overloaded = metric(&text, r#"tollgate_store_requests_total{store="redis",outcome="overloaded"}"#);
+    assert_eq!(overloaded.unwrap_or(0.0), 0.0, "{text}");
+    let failed = metric(
+        &text,
+        r#"tollgate_decisions_total{domain="wide",rule="descriptors[0]",result="failure_open"}"#,
+    );
+    assert_eq!(failed.unwrap_or(0.0), 0.0, "no decision by the failure policy");
+}

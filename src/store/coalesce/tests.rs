@@ -182,7 +182,7 @@ async fn each_waiter_keeps_its_own_deadline_and_a_late_one_is_not_sent() {
 }
 
 #[tokio::test]
-async fn a_request_of_several_charges_leads_free_keys_and_waits_for_busy_ones() {
+async fn a_request_of_several_charges_sends_all_its_own_and_leads_the_free_keys() {
     let f = Fixture::new();
     let lead = f.request("hot", far());
     until(|| f.calls().len() == 1).await;
@@ -194,14 +194,20 @@ async fn a_request_of_several_charges_leads_free_keys_and_waits_for_busy_ones() 
             .collect();
         charge(&table, &gate, &batch, &Groups::each(), far()).await
     });
-    until(|| f.calls().len() == 2 && f.waiting() == 1).await;
-    assert_eq!(f.calls()[1].0, ["cold"]);
+    // Both go at once, "hot" too although a call for it is in flight: no second round trip.
+    until(|| f.calls().len() == 2).await;
+    assert_eq!(f.calls()[1].0, ["cold", "hot"]);
+    assert_eq!(f.waiting(), 0);
+    // A single charge of "cold" now queues behind the request's call.
+    let behind = f.request("cold", far());
+    until(|| f.waiting() == 1).await;
     f.gate.permits.add_permits(3);
     lead.await.expect("task");
     let charged = several.await.expect("task");
     assert_eq!(allowed(&charged), [true, true]);
     assert!(!charged.shared, "it sent a call of its own");
-    assert_eq!(f.calls().len(), 3);
+    assert!(allowed(&behind.await.expect("task"))[0]);
+    assert_eq!(f.calls().len(), 3, "the queued charge went in a call of its own after it");
     until(|| f.table.in_flight() == 0).await;
 }
 

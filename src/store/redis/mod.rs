@@ -30,7 +30,7 @@ use super::StoreError;
 pub use self::single::RedisStore;
 
 /// Commands outstanding per connection by default (see `LinkSettings::max_inflight`).
-pub const DEFAULT_MAX_INFLIGHT: usize = 1024;
+pub const DEFAULT_MAX_INFLIGHT: usize = 4096;
 /// Whether charges coalesce by default (see `store::coalesce`, `--no-coalesce`).
 pub const DEFAULT_COALESCE: bool = true;
 /// The shortest silence that replaces a connection, whatever the store timeout.
