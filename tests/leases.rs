@@ -99,6 +99,42 @@ async fn round(instances: &[Instance], clients: usize, each: usize) -> Vec<(Inst
     all
 }
 
+/// `clients` clients per instance sending until `stop`, counting requests in `sent`.
+fn until_stopped(
+    instances: &Arc<Vec<Instance>>,
+    clients: usize,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    sent: Arc<std::sync::atomic::AtomicUsize>,
+) -> Vec<tokio::task::JoinHandle<Vec<(Instant, bool)>>> {
+    let mut tasks = Vec::new();
+    for instance in instances.iter() {
+        for _ in 0..clients {
+            let mut client = instance.client.clone();
+            let (stop, sent) = (stop.clone(), sent.clone());
+            tasks.push(tokio::spawn(async move {
+                let mut seen = Vec::new();
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let at = Instant::now();
+                    let response = client.should_rate_limit(request(None)).await.expect("grpc").into_inner();
+                    seen.push((at, response.overall_code == Code::Ok as i32));
+                    sent.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+                seen
+            }));
+        }
+    }
+    tasks
+}
+
+/// Polls `ready` every millisecond, for at most 20 s.
+async fn wait_for(mut ready: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !ready() {
+        assert!(Instant::now() < deadline, "timed out waiting");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
 fn admitted(seen: &[(Instant, bool)]) -> u64 {
     seen.iter().filter(|(_, ok)| *ok).count() as u64
 }
@@ -212,18 +248,29 @@ async fn a_reload_that_changes_a_leased_limit_applies_within_a_lease_time() {
     assert_eq!(warm, 120, "far below the limit: all admitted");
     assert!(evalsha_calls(&redis) - calls < 120, "leases served some of them");
 
-    let load = {
-        let instances = instances.clone();
-        tokio::spawn(async move { round(&instances, 4, 40).await })
-    };
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    // Load that runs until told to stop, so that it goes on past the reload however fast
+    // the machine is; the reload waits until it is under way (no sleep decides anything).
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sent = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let load = until_stopped(&instances, 4, stop.clone(), sent.clone());
+    wait_for(|| sent.load(std::sync::atomic::Ordering::Relaxed) >= 24).await;
     // 1 per hour: GCRA's usage so far (120 × 3.6 s) is already past it.
     std::fs::write(&file, policy(1, true)).expect("policy");
     for instance in instances.iter() {
         assert_eq!(admin(instance, "POST", "/reload").await.0, 200);
     }
     let reloaded = Instant::now();
-    let seen = load.await.expect("load");
+    // Stop once three lease times have passed and requests were sent after the first.
+    let after = sent.load(std::sync::atomic::Ordering::Relaxed);
+    wait_for(|| {
+        reloaded.elapsed() >= LEASE_TIME * 3 && sent.load(std::sync::atomic::Ordering::Relaxed) >= after + 24
+    })
+    .await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut seen = Vec::new();
+    for task in load {
+        seen.extend(task.await.expect("client task"));
+    }
     assert_eq!(failure_decisions(&instances).await, 0.0);
     let late: Vec<_> = seen.iter().filter(|(sent, _)| *sent >= reloaded + LEASE_TIME).collect();
     assert!(!late.is_empty(), "traffic went on after the reload");
