@@ -45,6 +45,8 @@ pub struct Options {
     pub redis_ca_file: Option<PathBuf>,
     /// `--redis-max-inflight` (commands outstanding per connection).
     pub max_inflight: usize,
+    /// Per-key coalescing (`--no-coalesce` when false).
+    pub coalesce: bool,
     /// `--redis-connections`.
     pub redis_connections: usize,
     /// `--admin-token-file`.
@@ -74,6 +76,7 @@ impl Options {
             breaker: Default::default(),
             redis_ca_file: None,
             max_inflight: tollgate::store::redis::DEFAULT_MAX_INFLIGHT,
+            coalesce: tollgate::store::redis::DEFAULT_COALESCE,
             redis_connections: 2,
             admin_token_file: None,
             admin_allow_unauthenticated_reset: false,
@@ -112,6 +115,7 @@ pub async fn spawn_in(options: Options, config_dir: tempfile::TempDir) -> TestAp
     settings.redis.breaker = options.breaker;
     settings.redis.ca_file = options.redis_ca_file;
     settings.redis.max_inflight = options.max_inflight;
+    settings.redis.coalesce = options.coalesce;
     settings.redis.connections = options.redis_connections;
     settings.admin_token_file = options.admin_token_file;
     settings.admin_allow_unauthenticated_reset = options.admin_allow_unauthenticated_reset;
