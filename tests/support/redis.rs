@@ -15,9 +15,24 @@ pub struct RedisServer {
     extra: Vec<String>,
 }
 
-/// A port that was free a moment ago (bind port 0, read it, release it).
+/// A port that was free a moment ago (bind port 0, read it, release it), and never handed
+/// out before in this test process: tests run in parallel, and between the release and the
+/// child process binding it, another test's `bind(0)` could be given the same port (two
+/// topologies would then talk to each other's servers).
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port").local_addr().expect("local addr").port()
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+    // Ports already given stay bound here until a new one comes, so `bind(0)` moves on.
+    let mut held = Vec::new();
+    loop {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
+        let port = listener.local_addr().expect("local addr").port();
+        if !given.contains(&port) {
+            given.push(port);
+            return port;
+        }
+        held.push(listener);
+    }
 }
 
 impl RedisServer {
