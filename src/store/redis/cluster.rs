@@ -323,28 +323,48 @@ impl Shared {
             };
             match Redirect::of(&value, &node.0) {
                 None => return parse_part(Ok(value), members.len()),
-                Some(Redirect::Moved { slot, node: to }) => {
-                    self.map.store(Arc::new(self.map.load().with_owner(slot, to.clone())));
-                    self.start_refresh(false);
-                    (node, asking) = (to, false);
-                }
-                Some(Redirect::Ask { node: to }) => (node, asking) = (to, true),
-                Some(Redirect::TryAgain) => {
-                    let pause = Instant::now() + TRYAGAIN_PAUSE;
-                    if pause >= deadline {
-                        return fail(StoreError::Timeout);
-                    }
-                    tokio::time::sleep_until(pause).await;
-                }
-                Some(Redirect::ReadOnly) => match self.refreshed_owner(slot, deadline).await {
-                    Ok(owner) => node = owner,
-                    Err(e) => return fail(e),
-                },
                 Some(Redirect::NoScript) if call == Call::Sha => call = Call::Source,
                 Some(Redirect::NoScript) => return parse_part(Ok(value), members.len()),
+                Some(redirect) => {
+                    if let Err(e) = self.follow(redirect, slot, &mut node, &mut asking, deadline).await {
+                        return fail(e);
+                    }
+                }
             }
         }
         fail(StoreError::Server(format!("more than {MAX_REDIRECTS} cluster redirects for slot {slot}")))
+    }
+
+    /// Where a command of `slot` that got `redirect` goes next (`node`, and whether after
+    /// `ASKING`): a `MOVED` updates the map, a `TRYAGAIN` pauses, a `READONLY` asks for the
+    /// new master. Such a command did not run, so it may be sent again. (`NOSCRIPT` is the
+    /// caller's: it changes the command, not the node.)
+    async fn follow(
+        self: &Arc<Self>,
+        redirect: Redirect,
+        slot: u16,
+        node: &mut Node,
+        asking: &mut bool,
+        deadline: Instant,
+    ) -> Result<(), StoreError> {
+        match redirect {
+            Redirect::Moved { slot, node: to } => {
+                self.map.store(Arc::new(self.map.load().with_owner(slot, to.clone())));
+                self.start_refresh(false);
+                (*node, *asking) = (to, false);
+            }
+            Redirect::Ask { node: to } => (*node, *asking) = (to, true),
+            Redirect::TryAgain => {
+                let pause = Instant::now() + TRYAGAIN_PAUSE;
+                if pause >= deadline {
+                    return Err(StoreError::Timeout);
+                }
+                tokio::time::sleep_until(pause).await;
+            }
+            Redirect::ReadOnly => *node = self.refreshed_owner(slot, deadline).await?,
+            Redirect::NoScript => {}
+        }
+        Ok(())
     }
 }
 

@@ -9,7 +9,7 @@ use futures_util::future::join_all;
 use redis::{Pipeline, Value};
 use tokio::time::Instant;
 
-use super::{key_slot, Redirect, Shared, StoreError, MAX_REDIRECTS, TRYAGAIN_PAUSE};
+use super::{key_slot, Redirect, Shared, StoreError, MAX_REDIRECTS};
 use crate::store::reset::deleted;
 
 impl super::ClusterStore {
@@ -44,20 +44,7 @@ impl Shared {
             };
             match Redirect::of(&value, &node.0) {
                 None | Some(Redirect::NoScript) => return deleted(value),
-                Some(Redirect::Moved { slot, node: to }) => {
-                    self.map.store(Arc::new(self.map.load().with_owner(slot, to.clone())));
-                    self.start_refresh(false);
-                    (node, asking) = (to, false);
-                }
-                Some(Redirect::Ask { node: to }) => (node, asking) = (to, true),
-                Some(Redirect::TryAgain) => {
-                    let pause = Instant::now() + TRYAGAIN_PAUSE;
-                    if pause >= deadline {
-                        return Err(StoreError::Timeout);
-                    }
-                    tokio::time::sleep_until(pause).await;
-                }
-                Some(Redirect::ReadOnly) => node = self.refreshed_owner(slot, deadline).await?,
+                Some(redirect) => self.follow(redirect, slot, &mut node, &mut asking, deadline).await?,
             }
         }
         Err(StoreError::Server(format!("more than {MAX_REDIRECTS} cluster redirects for slot {slot}")))
