@@ -11,6 +11,7 @@
 //! shedding and the circuit breaker (`breaker`), and optionally leases of hot buckets
 //! (`lease`: blocks of tokens taken in one charge and spent locally).
 
+pub mod approx;
 pub mod breaker;
 pub mod coalesce;
 pub mod guarded;
@@ -201,6 +202,17 @@ impl Store {
             Store::Redis(r) => r.charge(batch, groups, deadline).await,
             Store::Cluster(c) => c.charge(batch, groups, deadline).await,
             Store::Sentinel(s) => s.charge(batch, groups, deadline).await,
+        }
+    }
+
+    /// The connections approximate mode syncs on: one Redis node or the Sentinel master.
+    /// `None` for the memory store (local already) and a Cluster (a sync call must hold
+    /// keys of one slot): there approximate domains are served exactly.
+    pub fn sync_link(&self) -> Option<&redis::link::Link> {
+        match self {
+            Store::Redis(r) => Some(r.client().link()),
+            Store::Sentinel(s) => Some(s.client().link()),
+            Store::Memory(_) | Store::Cluster(_) => None,
         }
     }
 

@@ -11,6 +11,8 @@
 //! *part* — charges of one joint group on one slot — sent as one `joint.lua` call, whose
 //! reply holds one decision per member. Groups of one always take the single scripts.
 
+use std::sync::LazyLock;
+
 use redis::{Cmd, Pipeline, RedisError, ServerErrorKind, Value};
 use tokio::time::Instant;
 
@@ -26,6 +28,9 @@ pub const SLIDING_LUA: &str =
 pub const FIXED_LUA: &str = concat!(include_str!("lua/prelude.lua"), include_str!("lua/fixed_window.lua"));
 /// A group of charges decided together (see `store::Groups`, `lua/README.md`).
 pub const JOINT_LUA: &str = concat!(include_str!("lua/prelude.lua"), include_str!("lua/joint.lua"));
+/// Approximate mode's sync of many buckets (see `approx::sync`, `lua/approx.lua`).
+pub static APPROX_LUA: LazyLock<Script> =
+    LazyLock::new(|| Script::new(concat!(include_str!("lua/prelude.lua"), include_str!("lua/approx.lua"))));
 
 /// How a script is called: by SHA (the normal case) or with its source (after `NOSCRIPT`;
 /// `EVAL` also caches the script on that node).
@@ -37,7 +42,7 @@ pub enum Call {
 
 /// A Lua script with its SHA1, computed once.
 #[derive(Debug)]
-struct Script {
+pub struct Script {
     sha: String,
     source: &'static str,
 }
@@ -45,6 +50,16 @@ struct Script {
 impl Script {
     fn new(source: &'static str) -> Script {
         Script { sha: redis::Script::new(source).get_hash().to_string(), source }
+    }
+
+    /// The SHA1 `EVALSHA` names it by.
+    pub fn sha(&self) -> &str {
+        &self.sha
+    }
+
+    /// The body `EVAL` sends.
+    pub fn source(&self) -> &'static str {
+        self.source
     }
 }
 
@@ -206,7 +221,7 @@ pub async fn charge_groups_pipelined(
 /// Sends `count` entries (`add` appends entry `i` called by `Call`) as one pipeline counted
 /// as `weight` commands in flight; the entries answered `NOSCRIPT` go again, once, as one
 /// `EVAL` pipeline. One reply per entry.
-async fn send_entries(
+pub(crate) async fn send_entries(
     link: &Link,
     count: usize,
     weight: usize,

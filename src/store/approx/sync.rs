@@ -1,0 +1,253 @@
+//! The background sync of approximate mode: one task per store, one pipeline per tick.
+//!
+//! The task wakes every half `--sync-interval-ms`. Each wake it takes, under the shard
+//! locks, the buckets that have something to say: on every other wake (a full interval)
+//! every bucket with increments, and on every wake the buckets whose read is due (hot ones
+//! every half interval; see `bucket::Tier`). It sends them as `approx.lua` calls of up to
+//! [`CHUNK`] buckets in one pipeline (so a tick costs a few commands whatever the traffic),
+//! the first call also beating this instance's heartbeat, and folds the answers into the
+//! estimates. A call that fails puts its increments back (they go with the next tick;
+//! after a timeout the script may have run, so they may be counted twice: that errs toward
+//! denying, never toward admitting). A wake with nothing to send sends nothing: idle
+//! buckets cost Redis nothing.
+//!
+//! The task owns everything in flight: no request waits for it, and stopping it sends the
+//! increments still waiting once, within a second.
+
+use std::future::Future;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::{Pipeline, Value};
+use tokio::time::Instant;
+
+use crate::algorithm::{Algorithm, Params};
+use crate::store::memory::now_us;
+use crate::store::redis::link::Link;
+use crate::store::scripts::{send_entries, Call, APPROX_LUA};
+use crate::store::{Store, StoreError};
+
+use super::bucket::Counts;
+use super::{lock, Approx};
+
+/// Buckets per script call: a call runs alone on the server, so it is kept short (~0.5 ms).
+pub const CHUNK: usize = 512;
+
+/// One bucket sent in a tick.
+#[derive(Debug, Clone)]
+pub struct Item {
+    pub key: Box<str>,
+    pub params: Params,
+    /// Increments to add (negative: refunds); 0 for a read.
+    pub delta: i64,
+    /// An evicted bucket's increments: written, its answer not folded anywhere.
+    pub orphan: bool,
+}
+
+/// What the task needs besides the table: where to send, and how to name things there.
+#[derive(Debug, Clone)]
+pub struct SyncTarget {
+    /// The sorted set of live instances (`<prefix>tg:approx:instances`).
+    pub instances_key: String,
+    /// This instance's member in it (random per process).
+    pub id: String,
+}
+
+impl SyncTarget {
+    pub fn new(key_prefix: &str) -> SyncTarget {
+        SyncTarget {
+            instances_key: format!("{key_prefix}tg:approx:instances"),
+            id: format!("{:016x}", rand::random::<u64>()),
+        }
+    }
+}
+
+impl Approx {
+    /// Takes what a wake sends: buckets with increments (`full`: a whole interval has
+    /// passed) or a due read, and evicted buckets' increments. Moves their increments to
+    /// `inflight`. On full wakes also drops spent buckets.
+    pub fn collect(&self, now: u64, full: bool) -> Vec<Item> {
+        let redis_now = self.redis_now(now);
+        let mut items = Vec::new();
+        for shard in self.shards.iter() {
+            let mut shard = lock(shard);
+            if full {
+                shard.map.retain(|_, b| !b.is_spent(redis_now));
+            }
+            for (key, bucket) in shard.map.iter_mut() {
+                let write = bucket.pending != 0 && full;
+                if !(write || bucket.next_read <= now) {
+                    continue;
+                }
+                bucket.inflight = bucket.pending;
+                bucket.pending = 0;
+                items.push(Item { key: key.clone(), params: bucket.params, delta: bucket.inflight, orphan: false });
+            }
+            items.extend(
+                shard.orphans.drain(..).map(|(key, params, delta)| Item { key, params, delta, orphan: true }),
+            );
+        }
+        items
+    }
+
+    /// Folds a chunk's answer (`counts` per item, in order) taken at `redis_now`, ours
+    /// `now`, with `instances` live.
+    pub(super) fn settle_ok(&self, items: &[Item], counts: &[Counts], redis_now: u64, now: u64, instances: Option<u64>) {
+        let interval = self.settings.interval_us();
+        for (item, counts) in items.iter().zip(counts) {
+            if item.orphan {
+                continue;
+            }
+            let mut shard = lock(&self.shards[self.shard_of(&item.key)]);
+            if let Some(bucket) = shard.map.get_mut(&*item.key) {
+                bucket.fold(*counts, redis_now, now, interval);
+            }
+        }
+        self.offset.store(i64::try_from(redis_now).unwrap_or(i64::MAX) - now as i64, Ordering::Relaxed);
+        if let Some(live) = instances {
+            self.instances.store(live.max(1), Ordering::Relaxed);
+        }
+        self.last_sync.store(now, Ordering::Relaxed);
+        self.failing_since.store(0, Ordering::Relaxed);
+        self.counters.syncs_ok.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Puts a failed chunk's increments back, for the next tick.
+    pub(super) fn settle_failed(&self, items: Vec<Item>, now: u64) {
+        for item in items {
+            let mut shard = lock(&self.shards[self.shard_of(&item.key)]);
+            if item.orphan {
+                if shard.orphans.len() < self.shard_cap {
+                    shard.orphans.push((item.key, item.params, item.delta));
+                } else {
+                    self.counters.dropped_increments.fetch_add(item.delta.unsigned_abs(), Ordering::Relaxed);
+                }
+                continue;
+            }
+            if let Some(bucket) = shard.map.get_mut(&*item.key) {
+                bucket.pending = bucket.pending.saturating_add(bucket.inflight);
+                bucket.inflight = 0;
+            } else if item.delta != 0 {
+                // Evicted while in flight: its increments become an orphan's.
+                if shard.orphans.len() < self.shard_cap {
+                    shard.orphans.push((item.key, item.params, item.delta));
+                } else {
+                    self.counters.dropped_increments.fetch_add(item.delta.unsigned_abs(), Ordering::Relaxed);
+                }
+            }
+        }
+        let _ = self.failing_since.compare_exchange(0, now.max(1), Ordering::Relaxed, Ordering::Relaxed);
+        self.counters.syncs_failed.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// One tick: collect, send, fold. Returns how many buckets were sent.
+    pub async fn tick(&self, link: &Link, target: &SyncTarget, full: bool, deadline: Instant) -> usize {
+        let sent_at = now_us();
+        let items = self.collect(sent_at, full);
+        if items.is_empty() {
+            return 0;
+        }
+        let writes = items.iter().filter(|i| i.delta != 0).count() as u64;
+        self.counters.keys_written.fetch_add(writes, Ordering::Relaxed);
+        self.counters.keys_read.fetch_add(items.len() as u64 - writes, Ordering::Relaxed);
+        let liveness = liveness_us(self.settings.interval_us());
+        let chunks: Vec<&[Item]> = items.chunks(CHUNK).collect();
+        let add = |pipe: &mut Pipeline, i: usize, call: Call| {
+            pipe.add_command(command(target, chunks[i], i == 0, liveness, call));
+        };
+        let replies = send_entries(link, chunks.len(), chunks.len(), deadline, add).await;
+        let now = now_us();
+        let mid = sent_at + now.saturating_sub(sent_at) / 2;
+        let mut failed = Vec::new();
+        let mut first_error = None;
+        for (i, (chunk, reply)) in chunks.iter().zip(replies).enumerate() {
+            match reply.and_then(|value| parse(value, chunk.len())) {
+                Ok((redis_now, live, counts)) => {
+                    self.settle_ok(chunk, &counts, redis_now, mid, (i == 0).then_some(live));
+                }
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                    failed.extend(chunk.iter().cloned());
+                }
+            }
+        }
+        if let Some(error) = first_error {
+            let was_failing = self.failing_since.load(Ordering::Relaxed) != 0;
+            if !was_failing {
+                tracing::warn!(%error, buckets = failed.len(), "approximate sync failed: increments kept for the next tick");
+            }
+            self.settle_failed(failed, now);
+        }
+        items.len()
+    }
+}
+
+/// How long after its last sync an instance counts as live: 4 intervals, at least 1 s.
+fn liveness_us(interval: u64) -> u64 {
+    interval.saturating_mul(4).max(1_000_000)
+}
+
+/// One `approx.lua` call for `items` (see the script for the layout).
+fn command(target: &SyncTarget, items: &[Item], beat: bool, liveness: u64, call: Call) -> redis::Cmd {
+    let (name, body) = match call {
+        Call::Sha => ("EVALSHA", APPROX_LUA.sha()),
+        Call::Source => ("EVAL", APPROX_LUA.source()),
+    };
+    let mut cmd = redis::cmd(name);
+    cmd.arg(body).arg(items.len() + 1).arg(&target.instances_key);
+    for item in items {
+        cmd.arg(&*item.key);
+    }
+    cmd.arg(if beat { target.id.as_str() } else { "" }).arg(liveness).arg("").arg("").arg("").arg("");
+    for item in items {
+        let algorithm = if item.params.algorithm == Algorithm::SlidingWindow { 1 } else { 2 };
+        cmd.arg(algorithm).arg(item.params.unit_us).arg(item.delta);
+    }
+    cmd
+}
+
+/// `{now, live, (s, c, p)×n}`.
+fn parse(value: Value, n: usize) -> Result<(u64, u64, Vec<Counts>), StoreError> {
+    let int = |v: &Value| match v {
+        Value::Int(i) => Some((*i).max(0) as u64),
+        _ => None,
+    };
+    match value {
+        Value::Array(items) if items.len() == 2 + 3 * n => {
+            let numbers: Option<Vec<u64>> = items.iter().map(int).collect();
+            let numbers = numbers.ok_or_else(|| StoreError::Server("unexpected approx.lua reply".into()))?;
+            let counts = numbers[2..]
+                .chunks_exact(3)
+                .map(|c| Counts { start: c[0], current: c[1], previous: c[2] })
+                .collect();
+            Ok((numbers[0], numbers[1], counts))
+        }
+        Value::ServerError(e) => {
+            Err(StoreError::Server(format!("{}: {}", e.code(), e.details().unwrap_or(""))))
+        }
+        other => Err(StoreError::Server(format!("unexpected approx.lua reply {other:?}"))),
+    }
+}
+
+/// Runs the sync of `table` against `store` until `stop` resolves, then writes the
+/// increments still waiting, once. A store with no connection of its own to sync on
+/// (memory, Cluster) returns at once: approximate domains are served exactly there.
+pub async fn run(table: Arc<Approx>, store: Arc<Store>, target: SyncTarget, stop: impl Future<Output = ()>) {
+    let Some(link) = store.sync_link() else { return };
+    let interval = table.settings().interval;
+    let half = (interval / 2).max(Duration::from_millis(1));
+    let mut ticker = tokio::time::interval(half);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tokio::pin!(stop);
+    let mut wake: u64 = 0;
+    loop {
+        tokio::select! {
+            _ = ticker.tick() => {}
+            () = &mut stop => break,
+        }
+        wake += 1;
+        table.tick(link, &target, wake % 2 == 0, Instant::now() + interval.max(Duration::from_millis(100))).await;
+    }
+    table.tick(link, &target, true, Instant::now() + Duration::from_secs(1)).await;
+}

@@ -1,0 +1,122 @@
+use std::sync::atomic::Ordering;
+
+use super::bucket::{Counts, Tier};
+use super::*;
+
+fn charge(key: &str, limit: u64, hits: Hits) -> Charge {
+    Charge {
+        key: key.into(),
+        params: Params { algorithm: Algorithm::SlidingWindow, limit, unit_us: 60_000_000, burst: limit },
+        hits,
+    }
+}
+
+fn table() -> Approx {
+    Approx::new(ApproxSettings { max_keys: 1024, ..ApproxSettings::default() })
+}
+
+fn allowed(results: &[Result<Decision, StoreError>]) -> bool {
+    results.iter().all(|r| r.as_ref().is_ok_and(|d| d.allowed))
+}
+
+#[test]
+fn one_instance_admits_exactly_the_limit_locally() {
+    let approx = table();
+    let now = 1_000_000_000;
+    let admitted = (0..15).filter(|_| allowed(&approx.charge_group_at(&[charge("k", 10, Hits::Consume(1))], now))).count();
+    assert_eq!(admitted, 10);
+    let view = approx.view_at("k", now).expect("held");
+    assert_eq!((view.level, view.pending, view.tier), (10, 10, Tier::Hot));
+}
+
+#[test]
+fn a_share_of_the_headroom_per_sync_with_several_instances() {
+    let approx = table();
+    approx.instances.store(3, Ordering::Relaxed);
+    let now = 1_000_000_000;
+    let one = [charge("k", 100, Hits::Consume(1))];
+    let admitted = (0..100).filter(|_| allowed(&approx.charge_group_at(&one, now))).count();
+    assert_eq!(admitted, 34, "⌈100 / 3⌉ before a sync");
+    assert_eq!(approx.counters.share_denials.load(Ordering::Relaxed), 66);
+    // A sync shows 34 + 40 from the others: the share is now ⌈26 / 3⌉ = 9 more.
+    let items = approx.collect(now, true);
+    assert_eq!(items.len(), 1);
+    assert_eq!(items[0].delta, 34);
+    let start = now - now % 60_000_000;
+    approx.settle_ok(&items, &[Counts { start, current: 74, previous: 0 }], now, now, Some(3));
+    let admitted = (0..100).filter(|_| allowed(&approx.charge_group_at(&one, now))).count();
+    assert_eq!(admitted, 9);
+}
+
+#[test]
+fn a_failed_sync_keeps_the_increments_and_staleness_hands_over_to_the_failure_policy() {
+    let approx = Approx::new(ApproxSettings {
+        staleness: Duration::from_secs(1),
+        max_keys: 1024,
+        ..ApproxSettings::default()
+    });
+    let now = 1_000_000_000;
+    let one = [charge("k", 100, Hits::Consume(1))];
+    assert!(allowed(&approx.charge_group_at(&one, now)));
+    let items = approx.collect(now, true);
+    approx.settle_failed(items, now);
+    let again = approx.collect(now + 250_000, true);
+    assert_eq!(again[0].delta, 1, "the increment goes with the next tick");
+    approx.settle_failed(again, now + 250_000);
+    // Within the staleness limit: decided from the estimate.
+    assert!(allowed(&approx.charge_group_at(&one, now + 900_000)));
+    // Past it, a bucket not synced within it is answered by the failure policy.
+    let late = approx.charge_group_at(&one, now + 1_200_000);
+    assert!(matches!(late[0], Err(StoreError::Unavailable(_))));
+    assert_eq!(approx.counters.stale.load(Ordering::Relaxed), 1);
+}
+
+#[test]
+fn idle_buckets_are_not_read_and_hot_ones_every_half_interval() {
+    let approx = table();
+    let now = 1_000_000_000;
+    assert!(allowed(&approx.charge_group_at(&[charge("idle", 100, Hits::Consume(1))], now)));
+    for _ in 0..90 {
+        approx.charge_group_at(&[charge("hot", 100, Hits::Consume(1))], now);
+    }
+    let items = approx.collect(now, true);
+    assert_eq!(items.len(), 2, "both have increments to write");
+    let start = now - now % 60_000_000;
+    let counts = [Counts { start, current: 1, previous: 0 }, Counts { start, current: 90, previous: 0 }];
+    let (first, second) = if &*items[0].key == "idle" { (counts[0], counts[1]) } else { (counts[1], counts[0]) };
+    approx.settle_ok(&items, &[first, second], now, now, Some(1));
+    assert_eq!(approx.view_at("idle", now).map(|v| v.tier), Some(Tier::Idle));
+    assert_eq!(approx.view_at("hot", now).map(|v| v.tier), Some(Tier::Hot));
+    // Half an interval later only the hot bucket is due; a full interval later too (the
+    // idle one has nothing to write).
+    let half = approx.collect(now + 125_000, false);
+    assert_eq!(half.iter().map(|i| &*i.key).collect::<Vec<_>>(), ["hot"]);
+    assert_eq!(half[0].delta, 0, "a read");
+}
+
+#[test]
+fn all_or_nothing_groups_charge_nothing_when_one_member_is_denied() {
+    let approx = table();
+    let now = 1_000_000_000;
+    let group = [charge("a", 100, Hits::Consume(1)), charge("b", 1, Hits::Consume(1))];
+    assert!(allowed(&approx.charge_group_at(&group, now)));
+    let denied = approx.charge_group_at(&group, now);
+    assert!(denied[0].as_ref().is_ok_and(|d| d.allowed));
+    assert!(denied[1].as_ref().is_ok_and(|d| !d.allowed));
+    assert_eq!(approx.view_at("a", now).map(|v| v.level), Some(1), "the denied group charged nothing");
+}
+
+#[test]
+fn eviction_keeps_unsent_increments_for_the_next_sync() {
+    let approx = Approx::new(ApproxSettings { max_keys: 8, ..ApproxSettings::default() });
+    let now = 1_000_000_000;
+    for i in 0..10 {
+        approx.charge_group_at(&[charge(&format!("k{i}"), 100, Hits::Consume(1))], now);
+    }
+    assert!(approx.len() <= 8);
+    assert_eq!(approx.counters.evictions.load(Ordering::Relaxed), 2);
+    let items = approx.collect(now, true);
+    let total: i64 = items.iter().map(|i| i.delta).sum();
+    assert_eq!(total, 10, "every admission is written, evicted or not");
+    assert_eq!(approx.counters.dropped_increments.load(Ordering::Relaxed), 0);
+}
