@@ -1,8 +1,9 @@
 //! The `/rlconfig` view of the serving config: text for people, JSON for tools.
 //!
 //! Every limit shows its name (a `rate_limits` entry's), window and effective algorithm
-//! (`--default-algorithm` already applied), and each domain its charge mode, hash tag, file
-//! (`file`, the first) and, merged or not, all of them (`files`).
+//! (`--default-algorithm` already applied), and each domain its charge mode, hash tag,
+//! consistency (`exact` or `approximate`), file (`file`, the first) and, merged or not, all
+//! of them (`files`).
 
 use std::fmt::Write as _;
 use std::time::UNIX_EPOCH;
@@ -81,11 +82,12 @@ pub fn text(snapshot: &Snapshot, store: &StoreState) -> String {
         let files: Vec<String> = domain.files.iter().map(|file| file.display().to_string()).collect();
         let _ = writeln!(
             out,
-            "domain {} (failure_mode {}, charge {}, hash_tag {}, {})",
+            "domain {} (failure_mode {}, charge {}, hash_tag {}, consistency {}, {})",
             domain.name,
             domain.failure_mode.as_str(),
             domain.charge.as_str(),
             domain.hash_tag.as_str(),
+            domain.consistency.as_str(),
             files.join(", ")
         );
         for rule in &domain.rules {
@@ -122,6 +124,7 @@ pub fn json(snapshot: &Snapshot, store: &StoreState) -> Value {
                 "failure_mode": domain.failure_mode.as_str(),
                 "charge": domain.charge.as_str(),
                 "hash_tag": domain.hash_tag.as_str(),
+                "consistency": domain.consistency.as_str(),
                 "file": domain.file.display().to_string(),
                 "files": domain.files.iter().map(|file| file.display().to_string()).collect::<Vec<_>>(),
                 "rules": rules,
@@ -208,7 +211,7 @@ descriptors:
     fn text_shows_every_limit_its_window_and_the_domain_modes() {
         let text = text(&snapshot(), &store());
         for expected in [
-            "domain api (failure_mode open, charge all_or_nothing, hash_tag descriptor, api.yaml)",
+            "domain api (failure_mode open, charge all_or_nothing, hash_tag descriptor, consistency exact, api.yaml)",
             "descriptors[0] [api_key]: burst: 20 per second (gcra); five: 7 per 5 minutes (fixed_window)",
             "per-user [user]: 2 per 30 seconds (gcra) burst 3",
         ] {
@@ -225,6 +228,7 @@ descriptors:
             (Some("all_or_nothing"), Some("descriptor"))
         );
         assert_eq!(domain["failure_mode"], "open");
+        assert_eq!(domain["consistency"], "exact");
         let several = &domain["rules"][0];
         assert_eq!(several["name"], Value::Null);
         assert_eq!(
@@ -239,5 +243,18 @@ descriptors:
         assert_eq!(five["algorithm"], "fixed_window");
         let single = &domain["rules"][1]["limits"][0];
         assert_eq!((single["name"].clone(), single["window_seconds"].as_u64()), (Value::Null, Some(30)));
+    }
+
+    #[test]
+    fn text_and_json_show_an_approximate_domain() {
+        let yaml = "domain: edge\nconsistency: approximate\ndescriptors:\n  - key: ip\n    rate_limit: { unit: minute, requests_per_unit: 1000, algorithm: sliding_window }\n";
+        let snapshot =
+            compile_sources(&[(PathBuf::from("edge.yaml"), yaml.to_owned())]).expect("valid policy");
+        let text = text(&snapshot, &store());
+        assert!(
+            text.contains("domain edge (failure_mode open, charge per_descriptor, hash_tag descriptor, consistency approximate, edge.yaml)"),
+            "{text}"
+        );
+        assert_eq!(json(&snapshot, &store())["domains"][0]["consistency"], "approximate");
     }
 }

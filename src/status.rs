@@ -75,6 +75,8 @@ pub struct DomainStatus {
     pub failure_mode: &'static str,
     /// `per_descriptor` or `all_or_nothing`.
     pub charge: &'static str,
+    /// `exact` or `approximate` (decided locally from estimates synced in the background).
+    pub consistency: &'static str,
     /// In file order.
     pub rules: Vec<RuleStatus>,
     /// The [`HOT_KEYS`] busiest buckets over the last minute (`crate::hotkeys`), every
@@ -173,6 +175,7 @@ impl Status {
                     name: domain.name.clone(),
                     failure_mode: domain.failure_mode.as_str(),
                     charge: domain.charge.as_str(),
+                    consistency: domain.consistency.as_str(),
                     rules,
                     hot_keys,
                 }

@@ -16,10 +16,11 @@ use crate::algorithm::Algorithm;
 use super::domains::{self, Parsed};
 use super::error::{ConfigError, ConfigErrors};
 use super::matcher::{is_wildcard, Branch, Node, Tree};
-use super::model::{ChargeMode, Domain, FailureMode, HashTag, Level, Rule, Snapshot};
+use super::model::{ChargeMode, Consistency, Domain, FailureMode, HashTag, Level, Rule, Snapshot};
 use super::options::LoadOptions;
 use super::raw::{self, Positions, RawDescriptor};
 
+mod consistency;
 mod limits;
 
 /// Validates and compiles `(file name, content)` pairs, in load order, into a snapshot,
@@ -131,8 +132,17 @@ fn compile_domain(
     );
     let tags: Vec<_> = group.iter().map(|parsed| (parsed.file, domains::hash_tag(parsed, errors))).collect();
     let hash_tag = domains::agree("hash_tag", &tags, HashTag::as_str, errors).unwrap_or_default();
-    let mut builder =
-        Builder { file: first.file, errors, rules: Vec::new(), default_algorithm, prefix: String::new() };
+    let modes: Vec<_> =
+        group.iter().map(|parsed| (parsed.file, domains::consistency(parsed, errors))).collect();
+    let consistency = domains::agree("consistency", &modes, Consistency::as_str, errors).unwrap_or_default();
+    let mut builder = Builder {
+        file: first.file,
+        errors,
+        rules: Vec::new(),
+        default_algorithm,
+        consistency,
+        prefix: String::new(),
+    };
     let mut root = Branch::default();
     // Top-level (key, value) → where first defined: the same pair in two files is an error.
     let mut seen = HashMap::new();
@@ -150,6 +160,7 @@ fn compile_domain(
         failure_mode,
         charge,
         hash_tag,
+        consistency,
         file: first.file.to_path_buf(),
         files: group.iter().map(|parsed| parsed.file.to_path_buf()).collect(),
         default_algorithm,
@@ -169,6 +180,9 @@ struct Builder<'a> {
     rules: Vec<Rule>,
     /// `--default-algorithm`: for limits that name none.
     default_algorithm: Algorithm,
+    /// The domain's `consistency`: an approximate domain refuses the limits it cannot
+    /// serve (`compile::consistency`).
+    consistency: Consistency,
     /// Put before the rule paths of this file: its stem in a merged domain, else empty.
     prefix: String,
 }

@@ -2,8 +2,8 @@
 //! file naming a domain, merged in file-name order.
 //!
 //! Owns the grouping of parsed files by domain, the duplicate-domain error (without the
-//! flag), and the domain-level fields (`failure_mode`, `charge`, `hash_tag`): read per
-//! file, agreed across the files of one domain (with it).
+//! flag), and the domain-level fields (`failure_mode`, `charge`, `hash_tag`,
+//! `consistency`): read per file, agreed across the files of one domain (with it).
 //! The merging of descriptors itself is `compile`'s tree building, run over the group's
 //! files in order. Pure: no I/O.
 
@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use super::error::ConfigError;
-use super::model::{ChargeMode, FailureMode, HashTag};
+use super::model::{ChargeMode, Consistency, FailureMode, HashTag};
 use super::raw::{Positions, RawFile};
 
 /// One file that parsed: its name, its YAML and where its paths are.
@@ -116,6 +116,20 @@ pub(super) fn hash_tag(parsed: &Parsed<'_>, errors: &mut Vec<ConfigError>) -> Op
             None
         }
     }
+}
+
+/// The file's `consistency`, `None` when it sets none (or an unknown one: an error).
+pub(super) fn consistency(parsed: &Parsed<'_>, errors: &mut Vec<ConfigError>) -> Option<Consistency> {
+    let mode = parsed.raw.consistency.as_deref()?;
+    let parsed_mode = Consistency::parse(&mode.to_ascii_lowercase());
+    if parsed_mode.is_none() {
+        errors.push(ConfigError::new(
+            parsed.file,
+            "consistency",
+            format!("unknown consistency {mode:?} (expected exact or approximate)"),
+        ));
+    }
+    parsed_mode
 }
 
 /// The value of a domain-level field (`failure_mode`, …) over the files of one domain:

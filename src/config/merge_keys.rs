@@ -89,6 +89,8 @@ pub(super) struct FileLayer {
     #[serde(default, deserialize_with = "present")]
     hash_tag: Written<String>,
     #[serde(default, deserialize_with = "present")]
+    consistency: Written<String>,
+    #[serde(default, deserialize_with = "present")]
     descriptors: Written<Vec<DescriptorLayer>>,
     #[serde(rename = "<<", default)]
     merged: Merged<FileLayer>,
@@ -98,7 +100,7 @@ impl FileLayer {
     fn flatten(mut self) -> Self {
         for base in std::mem::take(&mut self.merged).0 {
             let base = base.flatten();
-            fill!(self, base; domain, failure_mode, charge, hash_tag, descriptors);
+            fill!(self, base; domain, failure_mode, charge, hash_tag, consistency, descriptors);
         }
         self
     }
@@ -111,6 +113,7 @@ impl FileLayer {
             failure_mode: file.failure_mode.flatten(),
             charge: file.charge.flatten(),
             hash_tag: file.hash_tag.flatten(),
+            consistency: file.consistency.flatten(),
             descriptors: resolve_all(file.descriptors),
         }
     }

@@ -4,8 +4,9 @@
 //! `merge_keys`, floats where strings belong refused by `floats`), `domains` (which files
 //! make which domain, and the domain-level fields), `compile` (validation collecting every
 //! error, building the immutable `model`; a node's `rate_limit` / `rate_limits` in
-//! `compile::limits`), `matcher` (hash-per-level tree walk), `loader` (the only part that touches the
-//! file system), `options` (the load-time switches). Everything but `loader` is pure.
+//! `compile::limits`, what an approximate domain refuses in `compile::consistency`),
+//! `matcher` (hash-per-level tree walk), `loader` (the only part that touches the file
+//! system), `options` (the load-time switches). Everything but `loader` is pure.
 //! The request path only sees `model` types (`Snapshot`, `Domain::lookup`, `Rule`).
 
 pub mod compile;
@@ -26,6 +27,7 @@ pub use compile::{compile_sources, compile_sources_with};
 pub use error::{ConfigError, ConfigErrors};
 pub use loader::{load_path, load_path_with};
 pub use model::{
-    ChargeMode, Domain, FailureMode, HashTag, Level, Limit, Lookup, Rule, RuleId, RuleLimit, Snapshot, Unit,
+    ChargeMode, Consistency, Domain, FailureMode, HashTag, Level, Limit, Lookup, Rule, RuleId, RuleLimit,
+    Snapshot, Unit,
 };
 pub use options::LoadOptions;

@@ -111,6 +111,48 @@ impl HashTag {
     }
 }
 
+/// How a domain's buckets are decided (the domain's `consistency` field).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Consistency {
+    /// Every charge is one atomic store call: the global limit holds exactly (today's
+    /// behaviour).
+    #[default]
+    Exact,
+    /// `consistency: approximate`: decisions are made locally from an estimate synced to
+    /// Redis in the background, with no store call on the request path and a stated
+    /// over-admission. Serves `sliding_window` and `fixed_window` limits only, without
+    /// leases (checked by `compile`).
+    Approximate,
+}
+
+impl Consistency {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Consistency::Exact => "exact",
+            Consistency::Approximate => "approximate",
+        }
+    }
+
+    /// Parses the YAML `consistency` value (lower case; the caller folds the case).
+    pub fn parse(s: &str) -> Option<Consistency> {
+        match s {
+            "exact" => Some(Consistency::Exact),
+            "approximate" => Some(Consistency::Approximate),
+            _ => None,
+        }
+    }
+
+    /// Whether this mode can serve limits of `algorithm`.
+    pub fn serves(self, algorithm: Algorithm) -> bool {
+        match self {
+            Consistency::Exact => true,
+            Consistency::Approximate => {
+                matches!(algorithm, Algorithm::SlidingWindow | Algorithm::FixedWindow)
+            }
+        }
+    }
+}
+
 /// One domain's compiled policy.
 #[derive(Debug)]
 pub struct Domain {
@@ -120,6 +162,9 @@ pub struct Domain {
     pub charge: ChargeMode,
     /// `hash_tag`: what Redis Cluster hashes in this domain's bucket keys.
     pub hash_tag: HashTag,
+    /// `consistency`: exact (default) or approximate (local estimates synced in the
+    /// background; every limit of the domain is then a sliding or fixed window).
+    pub consistency: Consistency,
     /// The file this domain came from (the first of `files`).
     pub file: PathBuf,
     /// Every file this domain came from, in file-name order: one, or several merged with

@@ -29,6 +29,8 @@ pub struct RawFile {
     pub charge: Option<String>,
     /// `descriptor` (default) or `domain`.
     pub hash_tag: Option<String>,
+    /// `exact` (default) or `approximate`.
+    pub consistency: Option<String>,
     /// `None` when absent or null.
     pub descriptors: Option<Vec<RawDescriptor>>,
 }

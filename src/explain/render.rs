@@ -1,12 +1,12 @@
 //! The text of `tollgate explain`: an `Explanation` rendered for people, one descriptor at a
 //! time — each entry's choice, why the walk stopped, the rule with its numbers and flags,
-//! `replaces` across the request, and the bucket key. Formatting only: every decision was
-//! made by `explain`.
+//! `replaces` across the request, the bucket key, and in an approximate domain how its
+//! buckets are decided. Formatting only: every decision was made by `explain`.
 
 use std::fmt::{self, Write as _};
 
 use crate::algorithm::Algorithm;
-use crate::config::{ChargeMode, HashTag, Rule, RuleLimit};
+use crate::config::{ChargeMode, Consistency, HashTag, Rule, RuleLimit};
 use crate::escape::escape;
 
 use super::{Applied, DescriptorReport, Explanation, How, Verdict};
@@ -27,6 +27,9 @@ impl fmt::Display for Explanation<'_> {
         if domain.hash_tag != HashTag::Descriptor {
             modes.push_str(&format!(", hash_tag {}", domain.hash_tag.as_str()));
         }
+        if domain.consistency != Consistency::Exact {
+            modes.push_str(&format!(", consistency {}", domain.consistency.as_str()));
+        }
         writeln!(
             f,
             "domain {}: failure_mode {}{modes}, {} {}, config version {}",
@@ -38,13 +41,18 @@ impl fmt::Display for Explanation<'_> {
         )?;
         for (index, report) in self.descriptors.iter().enumerate() {
             writeln!(f)?;
-            f.write_str(&render_descriptor(index, report, &self.descriptors))?;
+            f.write_str(&render_descriptor(index, report, &self.descriptors, domain.consistency))?;
         }
         Ok(())
     }
 }
 
-fn render_descriptor(index: usize, report: &DescriptorReport<'_>, all: &[DescriptorReport<'_>]) -> String {
+fn render_descriptor(
+    index: usize,
+    report: &DescriptorReport<'_>,
+    all: &[DescriptorReport<'_>],
+    consistency: Consistency,
+) -> String {
     let mut out = String::new();
     let entries: Vec<String> =
         report.entries.iter().map(|(k, v)| format!("{}={}", escape(k), escape(v))).collect();
@@ -82,7 +90,24 @@ fn render_descriptor(index: usize, report: &DescriptorReport<'_>, all: &[Descrip
         ),
         Verdict::Rule(rule) => writeln!(out, "{}", describe_rule(rule, &report.applied, all)),
     };
+    if let (Applied::Charged { .. }, Some(how)) = (&report.applied, describe_decision(consistency)) {
+        let _ = writeln!(out, "    {how}");
+    }
     out
+}
+
+/// How the buckets of a charged descriptor are decided, when not by one atomic store call
+/// (the default says nothing). This is where a bucket's pressure tier would go: `explain`
+/// runs offline and knows the policy only, not a running server's estimates.
+fn describe_decision(consistency: Consistency) -> Option<&'static str> {
+    match consistency {
+        Consistency::Exact => None,
+        Consistency::Approximate => Some(
+            "decided locally (consistency approximate): from this instance's estimate of the \
+             bucket, synced with Redis every --sync-interval-ms in the background (see the \
+             README's Approximate mode)",
+        ),
+    }
 }
 
 fn describe_how(key: &str, how: &How) -> String {

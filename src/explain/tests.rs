@@ -265,3 +265,24 @@ descriptors:
         assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
     }
 }
+
+#[test]
+fn text_says_an_approximate_domain_decides_its_buckets_locally() {
+    let policy = "domain: edge\nconsistency: approximate\ndescriptors:\n  - key: ip\n    rate_limit: { unit: minute, requests_per_unit: 1000, algorithm: sliding_window }\n";
+    let edge = compile_sources(&[(PathBuf::from("edge.yaml"), policy.to_string())]).expect("valid policy");
+    let text = explain(&edge, "edge", &[arg("ip=1"), arg("other=2")]).to_string();
+    assert!(
+        text.contains("domain edge: failure_mode open, consistency approximate, file edge.yaml"),
+        "{text}"
+    );
+    assert_eq!(
+        text.matches("decided locally (consistency approximate)").count(),
+        1,
+        "only the charged one:\n{text}"
+    );
+    let exact = explain(&snapshot(), "api", &[arg("user=alice")]).to_string();
+    assert!(
+        !exact.contains("consistency") && !exact.contains("decided locally"),
+        "the default goes unsaid:\n{exact}"
+    );
+}

@@ -167,10 +167,10 @@ fn domain_table(out: &mut String, domain: &DomainStatus) {
     let _ = write!(
         out,
         "<section class=\"domain\" data-domain=\"{name}\"><h2>Domain <code>{name}</code></h2>\
-         <p class=\"muted\">failure mode <b>{}</b>, charge <b>{}</b></p>\n\
+         <p class=\"muted\">failure mode <b>{}</b>, charge <b>{}</b>, consistency <b>{}</b></p>\n\
          <table><thead><tr><th>Rule</th><th>Limit</th><th>Algorithm</th><th>OK/s</th>\
          <th>Over limit/s</th><th>Failure/s</th><th>Last minute</th></tr></thead><tbody>\n",
-        domain.failure_mode, domain.charge
+        domain.failure_mode, domain.charge, domain.consistency
     );
     for rule in &domain.rules {
         rule_row(out, rule);

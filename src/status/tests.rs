@@ -83,6 +83,7 @@ fn the_json_has_the_contract_fields() {
     let domain = &value["domains"][0];
     assert_eq!(domain["name"], "api");
     assert_eq!(domain["failure_mode"], "closed");
+    assert_eq!(domain["consistency"], "exact");
     let rules = domain["rules"].as_array().expect("rules");
     assert_eq!(rules.len(), 3);
     let user = &rules[0];
@@ -188,4 +189,21 @@ fn a_rule_with_several_limits_shows_the_first_and_lists_all() {
     let html = render(&page_status);
     assert!(html.contains("burst: 10 per second<br>daily: 5000 per 2 days"), "{html}");
     assert!(html.contains("<td>fixed_window<br>gcra</td>"), "{html}");
+}
+
+#[test]
+fn each_domain_shows_its_consistency() {
+    let edge = "domain: edge\nconsistency: approximate\ndescriptors:\n  - key: ip\n    rate_limit: { unit: minute, requests_per_unit: 1000, algorithm: sliding_window }\n";
+    let fixture = fixture(&[("api.yaml", API), ("edge.yaml", edge)]);
+    let status = fixture.status();
+    let modes: Vec<_> = status.domains.iter().map(|d| (d.name.as_str(), d.consistency)).collect();
+    assert_eq!(modes, [("api", "exact"), ("edge", "approximate")]);
+    let value = serde_json::to_value(&status).expect("serialises");
+    assert_eq!(value["domains"][1]["consistency"], "approximate");
+    let html = render(&status);
+    assert!(html.contains("charge <b>per_descriptor</b>, consistency <b>approximate</b>"), "{html}");
+    assert!(
+        html.contains("failure mode <b>closed</b>, charge <b>per_descriptor</b>, consistency <b>exact</b>"),
+        "{html}"
+    );
 }

@@ -208,3 +208,37 @@ fn check_and_explain_accept_stop_charging_when_over_limit_and_the_domain_field_w
     };
     assert_ne!(check(&[]), check(&["--stop-charging-when-over-limit"]), "the flag changes the version");
 }
+
+#[test]
+fn check_refuses_what_an_approximate_domain_cannot_serve_naming_file_line_and_field() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let edge = "domain: edge\nconsistency: approximate\ndescriptors:\n  - key: ip\n    rate_limit: { unit: minute, requests_per_unit: 1000 }\n  - key: user\n    lease: true\n    rate_limit: { unit: second, requests_per_unit: 5, algorithm: fixed_window }\n";
+    std::fs::write(dir.path().join("edge.yaml"), edge).expect("write");
+    let check = |extra: &[&str]| {
+        let out = tollgate().arg("check").arg(dir.path()).args(extra).output().expect("run tollgate");
+        (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let (ok, err) = check(&[]);
+    assert!(!ok, "gcra by default and a lease are refused:\n{err}");
+    for expected in [
+        "edge.yaml:5: descriptors[0].rate_limit.algorithm: consistency: approximate serves sliding_window \
+         and fixed_window, not gcra (the default algorithm, --default-algorithm gcra); set algorithm: \
+         sliding_window",
+        "edge.yaml:7: descriptors[1].lease: lease: true in a domain with consistency: approximate: leases \
+         are an exact-mode device",
+    ] {
+        assert!(err.contains(expected), "check lacks {expected:?}:\n{err}");
+    }
+
+    let no_lease = edge.replace("    lease: true\n", "");
+    std::fs::write(dir.path().join("edge.yaml"), &no_lease).expect("write");
+    let (ok, err) = check(&["--default-algorithm", "sliding_window"]);
+    assert!(ok, "with a window default every limit is served:\n{err}");
+    std::fs::write(
+        dir.path().join("edge.yaml"),
+        no_lease.replace("consistency: approximate", "consistency: eventual"),
+    )
+    .expect("write");
+    let (ok, err) = check(&["--default-algorithm", "sliding_window"]);
+    assert!(!ok && err.contains("edge.yaml:2: consistency: unknown consistency \"eventual\""), "{err}");
+}

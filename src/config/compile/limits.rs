@@ -60,6 +60,9 @@ impl Builder<'_> {
             self.error(format!("{path}.lease"), "lease: true on an unlimited rule (nothing to lease)");
             return None;
         }
+        if self.refuse_lease(raw, path) {
+            return None;
+        }
         let id = RuleId(self.rules.len());
         self.rules.push(Rule {
             id,
@@ -197,6 +200,9 @@ impl Builder<'_> {
             parsed
         });
         let algorithm = self.algorithm(raw, at);
+        if let Some(algorithm) = algorithm {
+            self.refuse_unserved(raw, at, algorithm);
+        }
         if raw.unit.is_none() {
             self.error(format!("{at}.unit"), "missing unit (second, minute, hour, day, week, month or year)");
         }

@@ -3,6 +3,7 @@
 //! `tests/config_fixtures.rs`.
 
 mod charge;
+mod consistency;
 mod default_algorithm;
 mod matching;
 mod merge;
