@@ -217,6 +217,9 @@ async fn readyz(State(admin): State<Admin>) -> (StatusCode, &'static str) {
 async fn metrics(State(admin): State<Admin>) -> impl IntoResponse {
     admin.metrics.set_memory(admin.memory());
     admin.metrics.set_hot_key_shares(&admin.live.load().hot_keys);
+    if let Some(approx) = admin.store.approx() {
+        admin.metrics.set_approx(approx);
+    }
     let name = admin.store.name();
     match admin.store.as_ref() {
         Store::Memory(_) => {}

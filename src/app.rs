@@ -24,6 +24,8 @@ use crate::metrics::{Metrics, SeriesLimits};
 use crate::service::bounds::Bounds;
 use crate::service::respond::LimitHeaderNames;
 use crate::service::{RateLimitServer, RateLimiter, Settings};
+use crate::store::approx::sync::SyncTarget;
+use crate::store::approx::ApproxSettings;
 use crate::store::cluster::{ClusterSettings, ClusterStore};
 use crate::store::lease::LeaseSettings;
 use crate::store::sentinel::{SentinelSettings, SentinelStore};
@@ -95,6 +97,10 @@ pub struct ServeSettings {
     pub lease_hot_keys: bool,
     /// `--lease-time-ms`: how long a leased block may be spent.
     pub lease_time: Duration,
+    /// `--sync-interval-ms`: approximate domains' sync period.
+    pub sync_interval: Duration,
+    /// `--sync-staleness-ms`: how long failing syncs go on deciding from estimates.
+    pub sync_staleness: Duration,
     pub memory_max_keys: usize,
     pub grpc_addr: SocketAddr,
     pub admin_addr: SocketAddr,
@@ -137,6 +143,8 @@ impl ServeSettings {
             store_timeout: Duration::from_millis(10),
             lease_hot_keys: false,
             lease_time: crate::store::lease::DEFAULT_LEASE_TIME,
+            sync_interval: Duration::from_millis(250),
+            sync_staleness: Duration::from_secs(10),
             memory_max_keys: 1_000_000,
             grpc_addr: SocketAddr::from(([127, 0, 0, 1], 8081)),
             admin_addr: SocketAddr::from(([127, 0, 0, 1], 9102)),
@@ -267,12 +275,21 @@ pub async fn spawn(settings: ServeSettings) -> anyhow::Result<Running> {
         tokio::spawn(async move { grpc.await.context("gRPC server failed") }),
         tokio::spawn(async move { admin_server.await.context("admin server failed") }),
     ];
+    let store_for_sync = store.clone();
     if let Store::Memory(_) = store.as_ref() {
         tasks.push(tokio::spawn(sweep_memory(store, signal.clone())));
     } else if store.leases().is_some() {
         let stop = stopped(signal.clone());
         tasks.push(tokio::spawn(async move {
             crate::store::lease::sweep_leases(store, stop).await;
+            Ok(())
+        }));
+    }
+    if let Some(approx) = store_for_sync.approx().cloned() {
+        let target = SyncTarget::new(&settings.redis_key_prefix);
+        let stop = stopped(signal.clone());
+        tasks.push(tokio::spawn(async move {
+            crate::store::approx::sync::run(approx, store_for_sync, target, stop).await;
             Ok(())
         }));
     }
@@ -369,6 +386,12 @@ fn build_redis(settings: &ServeSettings) -> anyhow::Result<Store> {
         max_keys: crate::store::lease::LEASE_MAX_KEYS,
         store_timeout: settings.store_timeout,
     };
+    // Always a table: a reload may make any domain approximate.
+    let approx = ApproxSettings {
+        interval: settings.sync_interval,
+        staleness: settings.sync_staleness,
+        max_keys: settings.memory_max_keys,
+    };
     Ok(match &settings.redis_topology {
         RedisTopology::Single => Store::Redis(
             Guarded::new(
@@ -376,7 +399,8 @@ fn build_redis(settings: &ServeSettings) -> anyhow::Result<Store> {
                 Some(settings.redis.breaker),
             )
             .coalescing(settings.redis.coalesce.then_some(settings.redis.max_inflight))
-            .with_leases(leases),
+            .with_leases(leases)
+            .with_approx(approx),
         ),
         RedisTopology::Cluster { nodes } => {
             if let Some(tag) = crate::store::cluster::hash_tag(settings.redis_key_prefix.as_bytes()) {
@@ -407,7 +431,8 @@ fn build_redis(settings: &ServeSettings) -> anyhow::Result<Store> {
                     Some(settings.redis.breaker),
                 )
                 .coalescing(settings.redis.coalesce.then_some(settings.redis.max_inflight))
-                .with_leases(leases),
+                .with_leases(leases)
+                .with_approx(approx),
             )
         }
     })

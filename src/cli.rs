@@ -218,6 +218,18 @@ pub struct Serve {
     #[arg(long, env = "TOLLGATE_LEASE_TIME_MS", default_value_t = 100,
           value_parser = clap::value_parser!(u64).range(1..=60_000))]
     pub lease_time_ms: u64,
+    /// `consistency: approximate` domains: how often each instance syncs its local
+    /// estimates with Redis, in ms (buckets near their limit: every half of it). The
+    /// over-admission bound grows with it (see the README, "Approximate mode").
+    #[arg(long, env = "TOLLGATE_SYNC_INTERVAL_MS", default_value_t = 250,
+          value_parser = clap::value_parser!(u64).range(10..=60_000))]
+    pub sync_interval_ms: u64,
+    /// `consistency: approximate` domains: once syncs have failed for this long (ms), a
+    /// bucket not synced within it is answered by the domain's `failure_mode`; until then
+    /// decisions go on from the local estimates.
+    #[arg(long, env = "TOLLGATE_SYNC_STALENESS_MS", default_value_t = 10_000,
+          value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
+    pub sync_staleness_ms: u64,
     /// Cap on buckets kept by the memory store.
     #[arg(long, env = "TOLLGATE_MEMORY_MAX_KEYS", default_value_t = 1_000_000)]
     pub memory_max_keys: usize,
@@ -402,6 +414,8 @@ impl Serve {
             store_timeout: Duration::from_millis(self.store_timeout_ms),
             lease_hot_keys: self.lease_hot_keys,
             lease_time: Duration::from_millis(self.lease_time_ms),
+            sync_interval: Duration::from_millis(self.sync_interval_ms),
+            sync_staleness: Duration::from_millis(self.sync_staleness_ms),
             memory_max_keys: self.memory_max_keys,
             grpc_addr: self.grpc_addr,
             admin_addr: self.admin_addr,

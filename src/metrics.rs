@@ -8,6 +8,7 @@
 //! rules increments pre-built handles and allocates nothing; a reload removes the series
 //! of the rules it drops.
 
+mod approx;
 mod hot_keys;
 pub mod label;
 mod series;
@@ -106,6 +107,7 @@ pub struct Metrics {
     /// The hot-key sketches, and the gauge that shows their shape.
     hot_keys: crate::hotkeys::HotKeys,
     hot_key_shares: hot_keys::HotKeyShares,
+    approx: approx::ApproxMetrics,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -346,6 +348,7 @@ impl Metrics {
         // (a series that appears at 1 has no increase) and the families are exported from
         // the start.
         let hot_key_shares = hot_keys::HotKeyShares::register(&mut registry);
+        let approx = approx::ApproxMetrics::register(&mut registry);
         for result in ["success", "failure"] {
             config_reloads.get_or_create(&ResultLabel { result }).inc_by(0);
         }
@@ -382,6 +385,7 @@ impl Metrics {
             history: crate::status::history::History::new(),
             hot_keys: crate::hotkeys::HotKeys::default(),
             hot_key_shares,
+            approx,
         }
     }
 
@@ -453,6 +457,11 @@ impl Metrics {
         if ok {
             self.config_last_success.set(now);
         }
+    }
+
+    /// Approximate mode's metrics, refreshed before each scrape.
+    pub fn set_approx(&self, table: &crate::store::approx::Approx) {
+        self.approx.set(table);
     }
 
     /// Memory store gauges and counters, refreshed before each scrape from its `stats()`

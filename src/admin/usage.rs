@@ -88,11 +88,28 @@ fn body(target: &Target, limits: Vec<Value>) -> Value {
     json!({ "domain": escape(&target.domain), "descriptor": descriptor, "limits": limits })
 }
 
-/// Peeks at every bucket (one store call); each bucket's entry of `limits`.
+/// Peeks at every bucket (one store call); each bucket's entry of `limits`. In Redis,
+/// whatever the domain's consistency (approximate mode writes the same keys); an
+/// approximate bucket this instance holds adds its local estimate as `approximate`.
 async fn read(admin: &Admin, buckets: &[Bucket<'_>]) -> Result<Vec<Value>, StoreError> {
     let batch: Vec<Charge> = buckets.iter().map(|b| b.charge.clone()).collect();
     let results = admin.store.charge(&batch, Instant::now() + STORE_TIMEOUT).await;
-    buckets.iter().zip(results).map(|(bucket, result)| Ok(limit_json(bucket, &result?))).collect()
+    buckets
+        .iter()
+        .zip(results)
+        .map(|(bucket, result)| {
+            let mut entry = limit_json(bucket, &result?);
+            if let Some(view) = admin.store.approx().and_then(|a| a.view(&bucket.charge.key)) {
+                entry["approximate"] = json!({
+                    "tier": view.tier.as_str(),
+                    "level": view.level,
+                    "synced_ms_ago": view.synced_ago_us.map(|us| us / 1000),
+                    "unsent": view.pending,
+                });
+            }
+            Ok(entry)
+        })
+        .collect()
 }
 
 /// A JSON error answer: `{"error": message}`.

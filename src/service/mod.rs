@@ -29,10 +29,11 @@ use tonic::metadata::MetadataMap;
 use tonic::{Request, Response, Status};
 
 use crate::algorithm::Decision;
-use crate::config::FailureMode;
+use crate::config::{Consistency, FailureMode};
 use crate::escape::escape;
 use crate::live::Live;
 use crate::metrics::Metrics;
+use crate::store::approx::Approx;
 use crate::store::{Charge, Groups, MemoryStore, Store, StoreError};
 pub use server::RateLimitServer;
 pub use wire::RateLimitRequest;
@@ -143,8 +144,20 @@ impl RateLimiter {
         }
         let (plans, charges, groups) =
             plan::plan(domain, &request.descriptors, request.hits_addend, &self.settings.key_prefix);
-        let leasable = self.leasable(&plans, charges.len());
-        let mut results = self.charge(&charges, &groups, &leasable, deadline).await;
+        let mut results = match self.store.approx() {
+            // No Redis on the request path: the local estimates decide (`store::approx`).
+            // A request's own `limit` of an algorithm the mode does not serve (GCRA, the
+            // default of `--default-algorithm`) sends the request to the store exactly.
+            Some(approx)
+                if domain.consistency == Consistency::Approximate && charges.iter().all(Approx::serves) =>
+            {
+                approx.charge_groups(&charges, &groups)
+            }
+            _ => {
+                let leasable = self.leasable(&plans, charges.len());
+                self.charge(&charges, &groups, &leasable, deadline).await
+            }
+        };
         let local = if domain.failure_mode == FailureMode::Local {
             self.charge_locally(&domain.name, &charges, &groups, &mut results)
         } else {

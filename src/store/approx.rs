@@ -9,12 +9,13 @@
 //! (`bucket::Tier`); local traffic promotes it at once, only a read demotes it.
 //!
 //! **Shares.** Between two syncs of a bucket an instance admits at most
-//! `⌈(limit − level at the last sync) / N⌉` of it, where `N` is the number of instances
-//! that synced within the liveness span (a heartbeat in the same call). That caps what the
-//! instances can admit on stale views: the over-admission is what the others admitted and
-//! wrote since this instance's last sync, not `N ×` the limit (README, "Approximate mode").
-//! A burst that meets one instance gets `1/N` of the headroom per sync, the rest sync by
-//! sync.
+//! `⌈(limit − level at the last sync) / 2N⌉` of it, where `N` is the number of live
+//! instances (a heartbeat in the sync's pipeline). That caps what the instances can admit
+//! on stale views: the over-admission is bounded by what the others admitted and wrote
+//! since this instance's last sync, not `N ×` the limit (README, "Approximate mode"). The
+//! price: a burst that meets one instance gets `1/2N` of the headroom per sync, the rest
+//! sync by sync. Every instance wakes on the same wall-clock grid (multiples of half the
+//! interval), so their views are about equally old.
 //!
 //! **Redis down.** Decisions go on from the estimates, each instance within its share (so
 //! all of them together within the limit as last seen); increments wait in the buckets and
@@ -211,8 +212,10 @@ impl Approx {
         let mut locked: Vec<MutexGuard<'_, Shard>> = order.iter().map(|&i| lock(&self.shards[i])).collect();
         let guard = |i: usize| order.binary_search(&shard_of[i]).unwrap_or(0);
         if self.is_stale(now) {
-            let fresh =
-                group.iter().enumerate().all(|(i, c)| locked[guard(i)].map.get(&*c.key).is_some_and(|b| self.is_fresh(b, now)));
+            let fresh = group
+                .iter()
+                .enumerate()
+                .all(|(i, c)| locked[guard(i)].map.get(&*c.key).is_some_and(|b| self.is_fresh(b, now)));
             if !fresh {
                 self.counters.stale.fetch_add(group.len() as u64, Ordering::Relaxed);
                 let error = StoreError::Unavailable("approximate estimate stale: Redis not synced".into());
@@ -291,7 +294,8 @@ impl Approx {
                 let Hits::Consume(n) = charge.hits else { continue };
                 if decision.allowed && !within_share(bucket, n, now, instances) {
                     self.counters.share_denials.fetch_add(1, Ordering::Relaxed);
-                    *decision = Decision { allowed: false, remaining: 0, reset_us: self.settings.interval_us() };
+                    *decision =
+                        Decision { allowed: false, remaining: 0, reset_us: self.settings.interval_us() };
                 }
             }
         }
@@ -362,9 +366,9 @@ impl Approx {
         }
         let mut rng = rand::rng();
         let len = shard.map.len();
-        let victim = (0..EVICTION_SAMPLE.min(len))
-            .map(|_| rng.random_range(0..len))
-            .min_by_key(|&i| shard.map.get_index(i).map_or(u64::MAX, |(_, b)| b.estimate(now).level(now, &b.params)));
+        let victim = (0..EVICTION_SAMPLE.min(len)).map(|_| rng.random_range(0..len)).min_by_key(|&i| {
+            shard.map.get_index(i).map_or(u64::MAX, |(_, b)| b.estimate(now).level(now, &b.params))
+        });
         let Some((key, bucket)) = victim.and_then(|i| shard.map.swap_remove_index(i)) else { return };
         self.counters.evictions.fetch_add(1, Ordering::Relaxed);
         // What is in flight belongs to the call: written by it, or made an orphan's by
@@ -381,12 +385,15 @@ impl Approx {
 }
 
 /// The share rule: `n` more fit in this instance's share of the headroom the last sync
-/// showed, `⌈(limit − base level) / instances⌉`.
+/// showed, `⌈(limit − base level) / (2 × instances)⌉`. Half of a fair share: the others'
+/// admissions this instance has not seen yet are at most their own half shares, so the
+/// instances together stay at or under the headroom while their views are one sync old
+/// (README, "Approximate mode").
 fn within_share(bucket: &Bucket, n: u64, now: u64, instances: u64) -> bool {
     let p = &bucket.params;
     let base = bucket.base.at(now, p).level(now, p);
     let own = bucket.own.at(now, p).level(now, p);
-    let share = p.limit.saturating_sub(base).div_ceil(instances);
+    let share = p.limit.saturating_sub(base).div_ceil(instances.saturating_mul(2));
     own.saturating_add(n) <= share
 }
 

@@ -28,6 +28,7 @@ use tokio::time::Instant;
 
 use crate::algorithm::{Decision, Hits};
 
+use super::approx::{Approx, ApproxSettings};
 use super::breaker::{Breaker, BreakerSettings};
 use super::coalesce::{self, Coalescer};
 use super::lease::{LeaseSettings, LeaseTable};
@@ -81,6 +82,9 @@ pub struct Guarded<C> {
     coalescer: Option<Arc<Coalescer>>,
     /// Leases of hot buckets (`lease`), when enabled; `Store::charge_leasing` uses them.
     leases: Option<LeaseTable>,
+    /// Local estimates of approximate domains' buckets (`approx`), synced through this
+    /// client's connections; `None` where a sync cannot run (Cluster).
+    approx: Option<Arc<Approx>>,
 }
 
 impl<C: fmt::Debug> fmt::Debug for Guarded<C> {
@@ -105,6 +109,7 @@ impl<C: Remote + Send + Sync + 'static> Guarded<C> {
             breaker: breaker.filter(|b| b.failures > 0).map(Breaker::new),
             coalescer: None,
             leases: None,
+            approx: None,
         }
     }
 
@@ -124,6 +129,17 @@ impl<C: Remote + Send + Sync + 'static> Guarded<C> {
     pub fn with_leases(mut self, settings: LeaseSettings) -> Guarded<C> {
         self.leases = Some(LeaseTable::new(settings));
         self
+    }
+
+    /// With a table of approximate estimates (`approx`).
+    pub fn with_approx(mut self, settings: ApproxSettings) -> Guarded<C> {
+        self.approx = Some(Arc::new(Approx::new(settings)));
+        self
+    }
+
+    /// The approximate estimates, if this store has them.
+    pub fn approx(&self) -> Option<&Arc<Approx>> {
+        self.approx.as_ref()
     }
 
     /// The lease table, if this store has one.

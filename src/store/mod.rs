@@ -205,6 +205,16 @@ impl Store {
         }
     }
 
+    /// The local estimates of approximate domains, where this store syncs them (one Redis
+    /// node, Sentinel).
+    pub fn approx(&self) -> Option<&std::sync::Arc<approx::Approx>> {
+        match self {
+            Store::Redis(r) => r.approx(),
+            Store::Sentinel(s) => s.approx(),
+            Store::Memory(_) | Store::Cluster(_) => None,
+        }
+    }
+
     /// The connections approximate mode syncs on: one Redis node or the Sentinel master.
     /// `None` for the memory store (local already) and a Cluster (a sync call must hold
     /// keys of one slot): there approximate domains are served exactly.

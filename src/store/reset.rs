@@ -64,6 +64,9 @@ impl<C: Remote + Reset + Send + Sync + 'static> Guarded<C> {
             if let Some(leases) = self.leases() {
                 leases.drop_key(key, Instant::now(), false);
             }
+            if let Some(approx) = self.approx() {
+                approx.remove(key);
+            }
         }
         let result = self.client().reset(keys, deadline).await;
         for key in keys {

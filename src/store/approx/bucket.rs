@@ -192,7 +192,8 @@ impl Bucket {
         self.inflight = 0;
         self.read_at = now_local;
         self.tier = Tier::of(self.estimate(now_redis).level(now_redis, &self.params), self.params.limit);
-        self.next_read = self.tier.read_after(interval).map_or(u64::MAX, |after| now_local.saturating_add(after));
+        self.next_read =
+            self.tier.read_after(interval).map_or(u64::MAX, |after| now_local.saturating_add(after));
     }
 
     /// Whether nothing of this bucket is left to say: no increment waiting or in flight,

@@ -4,12 +4,17 @@
 //! locks, the buckets that have something to say: on every other wake (a full interval)
 //! every bucket with increments, and on every wake the buckets whose read is due (hot ones
 //! every half interval; see `bucket::Tier`). It sends them as `approx.lua` calls of up to
-//! [`CHUNK`] buckets in one pipeline (so a tick costs a few commands whatever the traffic),
-//! the first call also beating this instance's heartbeat, and folds the answers into the
-//! estimates. A call that fails puts its increments back (they go with the next tick;
-//! after a timeout the script may have run, so they may be counted twice: that errs toward
-//! denying, never toward admitting). A wake with nothing to send sends nothing: idle
-//! buckets cost Redis nothing.
+//! [`CHUNK`] buckets in one pipeline (so a tick costs a few commands whatever the traffic)
+//! and folds the answers into the estimates. A call that fails puts its increments back
+//! (they go with the next tick; after a timeout the script may have run, so they may be
+//! counted twice: that errs toward denying, never toward admitting). Idle buckets with
+//! nothing to write are not sent: they cost Redis nothing.
+//!
+//! Every full interval the same pipeline beats this instance's heartbeat: its id scored
+//! with the time in a sorted set, entries older than the liveness span dropped, the live
+//! count read back — the `N` of the share rule. Plain commands, so that even an instance
+//! with nothing to sync is counted from its first interval (a new instance that believed
+//! itself alone would spend the whole headroom).
 //!
 //! The task owns everything in flight: no request waits for it, and stopping it sends the
 //! increments still waiting once, within a second.
@@ -82,18 +87,26 @@ impl Approx {
                 }
                 bucket.inflight = bucket.pending;
                 bucket.pending = 0;
-                items.push(Item { key: key.clone(), params: bucket.params, delta: bucket.inflight, orphan: false });
+                items.push(Item {
+                    key: key.clone(),
+                    params: bucket.params,
+                    delta: bucket.inflight,
+                    orphan: false,
+                });
             }
-            items.extend(
-                shard.orphans.drain(..).map(|(key, params, delta)| Item { key, params, delta, orphan: true }),
-            );
+            items.extend(shard.orphans.drain(..).map(|(key, params, delta)| Item {
+                key,
+                params,
+                delta,
+                orphan: true,
+            }));
         }
         items
     }
 
     /// Folds a chunk's answer (`counts` per item, in order) taken at `redis_now`, ours
-    /// `now`, with `instances` live.
-    pub(super) fn settle_ok(&self, items: &[Item], counts: &[Counts], redis_now: u64, now: u64, instances: Option<u64>) {
+    /// `now`.
+    pub(super) fn settle_ok(&self, items: &[Item], counts: &[Counts], redis_now: u64, now: u64) {
         let interval = self.settings.interval_us();
         for (item, counts) in items.iter().zip(counts) {
             if item.orphan {
@@ -105,12 +118,14 @@ impl Approx {
             }
         }
         self.offset.store(i64::try_from(redis_now).unwrap_or(i64::MAX) - now as i64, Ordering::Relaxed);
-        if let Some(live) = instances {
-            self.instances.store(live.max(1), Ordering::Relaxed);
-        }
+        self.beaten(now);
+        self.counters.syncs_ok.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Redis answered at `now`: the sync is healthy.
+    fn beaten(&self, now: u64) {
         self.last_sync.store(now, Ordering::Relaxed);
         self.failing_since.store(0, Ordering::Relaxed);
-        self.counters.syncs_ok.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Puts a failed chunk's increments back, for the next tick.
@@ -141,65 +156,95 @@ impl Approx {
         self.counters.syncs_failed.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// One tick: collect, send, fold. Returns how many buckets were sent.
+    /// One wake: collect, send, fold. `full`: a whole interval has passed, so increments
+    /// are written and the heartbeat is beaten. Returns how many buckets were sent.
     pub async fn tick(&self, link: &Link, target: &SyncTarget, full: bool, deadline: Instant) -> usize {
         let sent_at = now_us();
         let items = self.collect(sent_at, full);
-        if items.is_empty() {
+        if items.is_empty() && !full {
             return 0;
         }
         let writes = items.iter().filter(|i| i.delta != 0).count() as u64;
         self.counters.keys_written.fetch_add(writes, Ordering::Relaxed);
         self.counters.keys_read.fetch_add(items.len() as u64 - writes, Ordering::Relaxed);
         let liveness = liveness_us(self.settings.interval_us());
+        let beat = if full { BEAT.len() } else { 0 };
         let chunks: Vec<&[Item]> = items.chunks(CHUNK).collect();
+        let beat_at = self.redis_now(sent_at);
         let add = |pipe: &mut Pipeline, i: usize, call: Call| {
-            pipe.add_command(command(target, chunks[i], i == 0, liveness, call));
+            if i < beat {
+                pipe.add_command(beat_command(target, i, beat_at, liveness));
+            } else {
+                pipe.add_command(command(chunks[i - beat], call));
+            }
         };
-        let replies = send_entries(link, chunks.len(), chunks.len(), deadline, add).await;
+        let count = beat + chunks.len();
+        let mut replies = send_entries(link, count, count, deadline, add).await;
         let now = now_us();
         let mid = sent_at + now.saturating_sub(sent_at) / 2;
+        let beats: Vec<_> = replies.drain(..beat).collect();
+        if let Some(Ok(Value::Int(live))) = beats.last() {
+            self.instances.store((*live).max(1) as u64, Ordering::Relaxed);
+        }
         let mut failed = Vec::new();
-        let mut first_error = None;
-        for (i, (chunk, reply)) in chunks.iter().zip(replies).enumerate() {
+        let mut first_error = beats.into_iter().find_map(Result::err);
+        for (chunk, reply) in chunks.iter().zip(replies) {
             match reply.and_then(|value| parse(value, chunk.len())) {
-                Ok((redis_now, live, counts)) => {
-                    self.settle_ok(chunk, &counts, redis_now, mid, (i == 0).then_some(live));
-                }
+                Ok((redis_now, counts)) => self.settle_ok(chunk, &counts, redis_now, mid),
                 Err(e) => {
                     first_error.get_or_insert(e);
                     failed.extend(chunk.iter().cloned());
                 }
             }
         }
-        if let Some(error) = first_error {
-            let was_failing = self.failing_since.load(Ordering::Relaxed) != 0;
-            if !was_failing {
-                tracing::warn!(%error, buckets = failed.len(), "approximate sync failed: increments kept for the next tick");
+        match first_error {
+            Some(error) => {
+                if self.failing_since.load(Ordering::Relaxed) == 0 {
+                    tracing::warn!(%error, buckets = failed.len(), "approximate sync failed: increments kept for the next tick");
+                }
+                self.settle_failed(failed, now);
             }
-            self.settle_failed(failed, now);
+            None if chunks.is_empty() => self.beaten(now),
+            None => {}
         }
         items.len()
     }
 }
 
-/// How long after its last sync an instance counts as live: 4 intervals, at least 1 s.
+/// The heartbeat: four commands in the sync's pipeline (plain commands, not a script:
+/// `INFO commandstats` tells them from syncs). The last answers the live instances.
+const BEAT: [&str; 4] = ["ZADD", "ZREMRANGEBYSCORE", "PEXPIRE", "ZCARD"];
+
+/// Command `i` of the heartbeat at `now` (Redis clock, µs).
+fn beat_command(target: &SyncTarget, i: usize, now: u64, liveness: u64) -> redis::Cmd {
+    let mut cmd = redis::cmd(BEAT[i]);
+    cmd.arg(&target.instances_key);
+    match i {
+        0 => cmd.arg(now).arg(&target.id),
+        1 => cmd.arg("-inf").arg(now.saturating_sub(liveness + 1)),
+        2 => cmd.arg(liveness.div_ceil(1000).saturating_mul(2)),
+        _ => &mut cmd,
+    };
+    cmd
+}
+
+/// How long after its last beat an instance counts as live: 4 intervals, at least 1 s.
 fn liveness_us(interval: u64) -> u64 {
     interval.saturating_mul(4).max(1_000_000)
 }
 
 /// One `approx.lua` call for `items` (see the script for the layout).
-fn command(target: &SyncTarget, items: &[Item], beat: bool, liveness: u64, call: Call) -> redis::Cmd {
+fn command(items: &[Item], call: Call) -> redis::Cmd {
     let (name, body) = match call {
         Call::Sha => ("EVALSHA", APPROX_LUA.sha()),
         Call::Source => ("EVAL", APPROX_LUA.source()),
     };
     let mut cmd = redis::cmd(name);
-    cmd.arg(body).arg(items.len() + 1).arg(&target.instances_key);
+    cmd.arg(body).arg(items.len());
     for item in items {
         cmd.arg(&*item.key);
     }
-    cmd.arg(if beat { target.id.as_str() } else { "" }).arg(liveness).arg("").arg("").arg("").arg("");
+    cmd.arg("").arg("").arg("").arg("").arg("").arg("");
     for item in items {
         let algorithm = if item.params.algorithm == Algorithm::SlidingWindow { 1 } else { 2 };
         cmd.arg(algorithm).arg(item.params.unit_us).arg(item.delta);
@@ -207,21 +252,21 @@ fn command(target: &SyncTarget, items: &[Item], beat: bool, liveness: u64, call:
     cmd
 }
 
-/// `{now, live, (s, c, p)×n}`.
-fn parse(value: Value, n: usize) -> Result<(u64, u64, Vec<Counts>), StoreError> {
+/// `{now, (s, c, p)×n}`.
+fn parse(value: Value, n: usize) -> Result<(u64, Vec<Counts>), StoreError> {
     let int = |v: &Value| match v {
         Value::Int(i) => Some((*i).max(0) as u64),
         _ => None,
     };
     match value {
-        Value::Array(items) if items.len() == 2 + 3 * n => {
+        Value::Array(items) if items.len() == 1 + 3 * n => {
             let numbers: Option<Vec<u64>> = items.iter().map(int).collect();
             let numbers = numbers.ok_or_else(|| StoreError::Server("unexpected approx.lua reply".into()))?;
-            let counts = numbers[2..]
+            let counts = numbers[1..]
                 .chunks_exact(3)
                 .map(|c| Counts { start: c[0], current: c[1], previous: c[2] })
                 .collect();
-            Ok((numbers[0], numbers[1], counts))
+            Ok((numbers[0], counts))
         }
         Value::ServerError(e) => {
             Err(StoreError::Server(format!("{}: {}", e.code(), e.details().unwrap_or(""))))
@@ -236,18 +281,19 @@ fn parse(value: Value, n: usize) -> Result<(u64, u64, Vec<Counts>), StoreError> 
 pub async fn run(table: Arc<Approx>, store: Arc<Store>, target: SyncTarget, stop: impl Future<Output = ()>) {
     let Some(link) = store.sync_link() else { return };
     let interval = table.settings().interval;
-    let half = (interval / 2).max(Duration::from_millis(1));
-    let mut ticker = tokio::time::interval(half);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let half = u64::try_from((interval / 2).as_micros()).unwrap_or(u64::MAX).max(1_000);
     tokio::pin!(stop);
-    let mut wake: u64 = 0;
     loop {
+        // Wake on the wall-clock grid of half intervals, as every other instance does: a
+        // wake on an even multiple is a full one.
+        let now = now_us();
+        let next = (now / half + 1) * half;
         tokio::select! {
-            _ = ticker.tick() => {}
+            () = tokio::time::sleep(Duration::from_micros(next - now)) => {}
             () = &mut stop => break,
         }
-        wake += 1;
-        table.tick(link, &target, wake % 2 == 0, Instant::now() + interval.max(Duration::from_millis(100))).await;
+        let full = (next / half).is_multiple_of(2);
+        table.tick(link, &target, full, Instant::now() + interval.max(Duration::from_millis(100))).await;
     }
     table.tick(link, &target, true, Instant::now() + Duration::from_secs(1)).await;
 }

@@ -23,7 +23,9 @@ fn allowed(results: &[Result<Decision, StoreError>]) -> bool {
 fn one_instance_admits_exactly_the_limit_locally() {
     let approx = table();
     let now = 1_000_000_000;
-    let admitted = (0..15).filter(|_| allowed(&approx.charge_group_at(&[charge("k", 10, Hits::Consume(1))], now))).count();
+    let admitted = (0..15)
+        .filter(|_| allowed(&approx.charge_group_at(&[charge("k", 10, Hits::Consume(1))], now)))
+        .count();
     assert_eq!(admitted, 10);
     let view = approx.view_at("k", now).expect("held");
     assert_eq!((view.level, view.pending, view.tier), (10, 10, Tier::Hot));
@@ -36,16 +38,16 @@ fn a_share_of_the_headroom_per_sync_with_several_instances() {
     let now = 1_000_000_000;
     let one = [charge("k", 100, Hits::Consume(1))];
     let admitted = (0..100).filter(|_| allowed(&approx.charge_group_at(&one, now))).count();
-    assert_eq!(admitted, 34, "⌈100 / 3⌉ before a sync");
-    assert_eq!(approx.counters.share_denials.load(Ordering::Relaxed), 66);
-    // A sync shows 34 + 40 from the others: the share is now ⌈26 / 3⌉ = 9 more.
+    assert_eq!(admitted, 17, "⌈100 / 6⌉ before a sync");
+    assert_eq!(approx.counters.share_denials.load(Ordering::Relaxed), 83);
+    // A sync shows 17 + 57 from the others: the share is now ⌈26 / 6⌉ = 5 more.
     let items = approx.collect(now, true);
     assert_eq!(items.len(), 1);
-    assert_eq!(items[0].delta, 34);
+    assert_eq!(items[0].delta, 17);
     let start = now - now % 60_000_000;
-    approx.settle_ok(&items, &[Counts { start, current: 74, previous: 0 }], now, now, Some(3));
+    approx.settle_ok(&items, &[Counts { start, current: 74, previous: 0 }], now, now);
     let admitted = (0..100).filter(|_| allowed(&approx.charge_group_at(&one, now))).count();
-    assert_eq!(admitted, 9);
+    assert_eq!(admitted, 5);
 }
 
 #[test]
@@ -83,8 +85,9 @@ fn idle_buckets_are_not_read_and_hot_ones_every_half_interval() {
     assert_eq!(items.len(), 2, "both have increments to write");
     let start = now - now % 60_000_000;
     let counts = [Counts { start, current: 1, previous: 0 }, Counts { start, current: 90, previous: 0 }];
-    let (first, second) = if &*items[0].key == "idle" { (counts[0], counts[1]) } else { (counts[1], counts[0]) };
-    approx.settle_ok(&items, &[first, second], now, now, Some(1));
+    let (first, second) =
+        if &*items[0].key == "idle" { (counts[0], counts[1]) } else { (counts[1], counts[0]) };
+    approx.settle_ok(&items, &[first, second], now, now);
     assert_eq!(approx.view_at("idle", now).map(|v| v.tier), Some(Tier::Idle));
     assert_eq!(approx.view_at("hot", now).map(|v| v.tier), Some(Tier::Hot));
     // Half an interval later only the hot bucket is due; a full interval later too (the

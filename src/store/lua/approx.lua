@@ -6,32 +6,20 @@
 -- windows after s (sliding) or at the window's end (fixed); exact and approximate modes
 -- read each other's buckets.
 --
--- KEYS[1]: the instances sorted set (member: instance id, score: its last sync, µs);
--- KEYS[2..]: bucket keys.
--- ARGV[1]: this instance's id ('' = no heartbeat in this call); ARGV[2]: how long an
--- instance counts as live after its last sync (µs); ARGV[3..5]: reserved ('');
--- ARGV[6]: test clock ('' = the server's TIME, see prelude.lua); then per bucket, from
--- ARGV[7]: algorithm (1 sliding window, 2 fixed window), unit µs, increment (a signed
--- integer: a refund is negative; a count never goes below 0).
--- Reply: {now µs, live instances (0 without heartbeat), then per bucket: s, c, p}.
+-- KEYS: bucket keys. ARGV[1..5]: reserved (''); ARGV[6]: test clock ('' = the server's
+-- TIME, see prelude.lua); then per bucket, from ARGV[7]: algorithm (1 sliding window,
+-- 2 fixed window), unit µs, increment (a signed integer: a refund is negative; a count
+-- never goes below 0).
+-- Reply: {now µs, then per bucket: s, c, p}.
 
 -- (prelude.lua, prepended at build time: MAX, int, add, mul, div, muldiv, clock, str,
 -- ms_ceil)
 
 local now = clock()
-local live = 0
-if ARGV[1] ~= '' then
-  local span = int(ARGV[2])
-  redis.call('ZADD', KEYS[1], now, ARGV[1])
-  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - span - 1)
-  redis.call('PEXPIREAT', KEYS[1], str(ms_ceil(add(now, span))))
-  live = redis.call('ZCARD', KEYS[1])
-end
-
-local out = {now, live}
-for i = 2, #KEYS do
+local out = {now}
+for i = 1, #KEYS do
   local key = KEYS[i]
-  local j = 7 + (i - 2) * 3
+  local j = 7 + (i - 1) * 3
   local sliding = int(ARGV[j]) == 1
   local unit = math.max(int(ARGV[j + 1]), 1)
   local delta = tonumber(ARGV[j + 2]) or 0

@@ -1,0 +1,288 @@
+//! Approximate mode (`consistency: approximate`) on a real Redis: three instances on one
+//! key stay within the README's stated bound; idle buckets cost Redis no reads; with Redis
+//! down, decisions go on from the estimates, the failure policy takes over past the
+//! staleness limit, and the increments admitted meanwhile are written when Redis returns;
+//! `/v1/usage` reads the buckets approximate mode writes.
+//!
+//! Every test first asserts that no decision came from the failure policy where none
+//! should have (a fail-closed domain: such a decision would be a denial that looks like
+//! the limit working).
+
+#[allow(dead_code)]
+#[path = "support/redis.rs"]
+mod redis_support;
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+use redis_support::RedisServer;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::time::Instant;
+use tollgate::app::{Running, ServeSettings, StoreKind};
+use tollgate::store::RedisSettings;
+use tonic::transport::Channel;
+
+const LIMIT: u64 = 1_000;
+const INTERVAL: Duration = Duration::from_millis(250);
+
+fn policy(limit: u64) -> String {
+    format!(
+        "domain: approx\nconsistency: approximate\nfailure_mode: closed\ndescriptors:\n  - key: user\n    \
+         rate_limit: {{ unit: minute, requests_per_unit: {limit}, algorithm: sliding_window }}\n"
+    )
+}
+
+struct Instance {
+    running: Running,
+    client: RateLimitServiceClient<Channel>,
+}
+
+async fn instance(redis_url: &str, config: &Path, staleness: Duration) -> Instance {
+    let mut settings = ServeSettings::new(config.to_path_buf());
+    settings.store = StoreKind::Redis;
+    settings.redis = RedisSettings::new(redis_url);
+    settings.store_timeout = Duration::from_secs(2);
+    settings.sync_interval = INTERVAL;
+    settings.sync_staleness = staleness;
+    settings.grpc_addr = "127.0.0.1:0".parse().expect("addr");
+    settings.admin_addr = "127.0.0.1:0".parse().expect("addr");
+    settings.drain = Duration::ZERO;
+    settings.watch_config = false;
+    let running = tollgate::app::spawn(settings).await.expect("app starts");
+    let client =
+        RateLimitServiceClient::connect(format!("http://{}", running.grpc_addr)).await.expect("connect");
+    Instance { running, client }
+}
+
+fn request(user: &str) -> RateLimitRequest {
+    RateLimitRequest {
+        domain: "approx".into(),
+        descriptors: vec![RateLimitDescriptor {
+            entries: vec![Entry { key: "user".into(), value: user.into() }],
+            ..Default::default()
+        }],
+        hits_addend: 0,
+    }
+}
+
+async fn allowed(client: &mut RateLimitServiceClient<Channel>, user: &str) -> bool {
+    let response = client.should_rate_limit(request(user)).await.expect("grpc").into_inner();
+    response.overall_code == Code::Ok as i32
+}
+
+/// `GET path` on the admin port: the body.
+async fn get(running: &Running, path: &str) -> String {
+    let mut stream = tokio::net::TcpStream::connect(running.admin_addr).await.expect("admin");
+    let head = format!("GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n");
+    stream.write_all(head.as_bytes()).await.expect("write");
+    let mut out = String::new();
+    stream.read_to_string(&mut out).await.expect("read");
+    out.split_once("\r\n\r\n").map(|(_, body)| body.to_string()).unwrap_or_default()
+}
+
+/// The value of a metric series (its name and labels as exported), 0 if absent.
+async fn metric(running: &Running, series: &str) -> f64 {
+    let text = get(running, "/metrics").await;
+    text.lines()
+        .find_map(|line| line.strip_prefix(series).and_then(|rest| rest.trim().parse().ok()))
+        .unwrap_or(0.0)
+}
+
+/// Decisions answered by the failure policy.
+async fn failure_decisions(running: &Running) -> f64 {
+    get(running, "/metrics")
+        .await
+        .lines()
+        .filter(|l| l.starts_with("tollgate_decisions_total{") && l.contains("result=\"failure_"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// Polls `ready` every 5 ms for at most 20 s.
+async fn wait_for<F: std::future::Future<Output = bool>>(mut ready: impl FnMut() -> F) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !ready().await {
+        assert!(Instant::now() < deadline, "timed out waiting");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// `calls` of `cmdstat_evalsha` in Redis's `INFO commandstats` (0 before any).
+fn evalsha_calls(redis: &RedisServer) -> u64 {
+    let info = redis.cli(&["INFO", "commandstats"]);
+    info.lines()
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+/// The sum of the current counts of every bucket in Redis.
+fn redis_total(redis: &RedisServer) -> u64 {
+    let script = "local n = 0 for _, k in ipairs(redis.call('KEYS', '*user*')) do \
+                  n = n + tonumber(redis.call('HGET', k, 'c') or 0) end return n";
+    redis.cli(&["EVAL", script, "0"]).trim().parse().unwrap_or(0)
+}
+
+/// The stated bound (README, "Approximate mode"): with N instances, at most
+/// `(N − 1) × ⌈L / 2N⌉ + 2N` over the limit: the half shares the others may have spent
+/// unseen, and the rounding of each share.
+fn bound(instances: u64, limit: u64) -> u64 {
+    (instances - 1) * limit.div_ceil(2 * instances) + 2 * instances
+}
+
+/// Sleeps into a minute with at least `needed` left: the run then sees one sliding
+/// window, with no previous one weighing in (the bound is stated per window).
+async fn within_one_window(needed: Duration) {
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).expect("clock");
+    let into = Duration::from_micros((now.as_micros() % 60_000_000) as u64);
+    if Duration::from_secs(60) - into < needed {
+        tokio::time::sleep(Duration::from_secs(60) - into + Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn three_instances_on_one_key_stay_within_the_stated_bound() {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("approx.yaml"), policy(LIMIT)).expect("write");
+    let mut instances = Vec::new();
+    for _ in 0..3 {
+        instances.push(instance(&redis.url(), dir.path(), Duration::from_secs(10)).await);
+    }
+    // Every instance has beaten its heartbeat (so each sees N = 3) before the run.
+    for i in &mut instances {
+        assert!(allowed(&mut i.client, "warm-up").await);
+    }
+    for i in &instances {
+        wait_for(|| async { metric(&i.running, "tollgate_approximate_instances ").await >= 3.0 }).await;
+    }
+    within_one_window(Duration::from_secs(14)).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    for i in &instances {
+        for _ in 0..8 {
+            let (mut client, stop) = (i.client.clone(), stop.clone());
+            tasks.push(tokio::spawn(async move {
+                let (mut admitted, mut sent) = (0u64, 0u64);
+                while !stop.load(Ordering::Relaxed) {
+                    admitted += u64::from(allowed(&mut client, "hammered").await);
+                    sent += 1;
+                }
+                (admitted, sent)
+            }));
+        }
+    }
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    stop.store(true, Ordering::Relaxed);
+    let (mut admitted, mut sent) = (0, 0);
+    for task in tasks {
+        let (a, s) = task.await.expect("client");
+        admitted += a;
+        sent += s;
+    }
+    for i in &instances {
+        assert_eq!(failure_decisions(&i.running).await, 0.0, "a decision came from the failure policy");
+    }
+    let bound = bound(3, LIMIT);
+    println!("admitted {admitted} of {sent} requests (limit {LIMIT}, stated bound +{bound})");
+    assert!(sent > 3 * LIMIT, "the clients hammered ({sent} requests)");
+    assert!(admitted >= LIMIT, "admitted {admitted}: under the limit");
+    assert!(admitted <= LIMIT + bound, "admitted {admitted}: past {LIMIT} + {bound}");
+    for i in instances {
+        i.running.stop().await.expect("stop");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_buckets_cost_redis_no_reads_and_hot_ones_are_read() {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("approx.yaml"), policy(LIMIT)).expect("write");
+    let mut one = instance(&redis.url(), dir.path(), Duration::from_secs(10)).await;
+    // 20 buckets at 5 % of their limit: idle.
+    for user in 0..20 {
+        for _ in 0..50 {
+            assert!(allowed(&mut one.client, &format!("idle-{user}")).await);
+        }
+    }
+    wait_for(|| async { redis_total(&redis) >= 1000 }).await;
+    redis.cli(&["CONFIG", "RESETSTAT"]);
+    // Observe two seconds (8 intervals) with only idle buckets: no call at all.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(evalsha_calls(&redis), 0, "idle buckets were read");
+    assert_eq!(metric(&one.running, "tollgate_approximate_sync_keys_total{op=\"read\"} ").await, 0.0);
+    // More traffic on them: one call per interval carries the writes, still no reads.
+    let started = Instant::now();
+    for user in 0..20 {
+        assert!(allowed(&mut one.client, &format!("idle-{user}")).await);
+    }
+    wait_for(|| async { redis_total(&redis) >= 1020 }).await;
+    let intervals = started.elapsed().as_millis() as u64 / INTERVAL.as_millis() as u64 + 2;
+    let calls = evalsha_calls(&redis);
+    assert!(calls >= 1 && calls <= intervals, "{calls} calls in {intervals} intervals");
+    assert_eq!(metric(&one.running, "tollgate_approximate_sync_keys_total{op=\"read\"} ").await, 0.0);
+    // A hot bucket (90 %) is read every half interval even with no traffic of its own.
+    for _ in 0..900 {
+        allowed(&mut one.client, "hot").await;
+    }
+    let reads = metric(&one.running, "tollgate_approximate_sync_keys_total{op=\"read\"} ").await;
+    wait_for(|| async {
+        metric(&one.running, "tollgate_approximate_sync_keys_total{op=\"read\"} ").await >= reads + 4.0
+    })
+    .await;
+    let usage = get(&one.running, "/v1/usage?domain=approx&descriptor=user=hot").await;
+    assert!(usage.contains("\"tier\":\"hot\""), "{usage}");
+    // `/v1/usage` reads Redis: the bucket approximate mode wrote, in exact mode's format.
+    assert!(usage.contains("\"consumed\":900"), "{usage}");
+    one.running.stop().await.expect("stop");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_down_decisions_go_on_then_the_failure_policy_and_increments_are_kept() {
+    let mut redis = RedisServer::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("approx.yaml"), policy(LIMIT)).expect("write");
+    let staleness = Duration::from_millis(1500);
+    let mut one = instance(&redis.url(), dir.path(), staleness).await;
+    for _ in 0..10 {
+        assert!(allowed(&mut one.client, "u").await);
+    }
+    wait_for(|| async {
+        metric(&one.running, "tollgate_approximate_syncs_total{result=\"ok\"} ").await >= 1.0
+    })
+    .await;
+    redis.stop();
+    let down = Instant::now();
+    // Within the staleness limit the estimates decide: admitted, and counted for later.
+    let mut during = 0;
+    while down.elapsed() < staleness / 2 {
+        assert!(allowed(&mut one.client, "u").await, "denied while within the staleness limit");
+        during += 1;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    wait_for(|| async {
+        metric(&one.running, "tollgate_approximate_syncs_total{result=\"failed\"} ").await >= 1.0
+    })
+    .await;
+    // Past it: the fail-closed domain denies.
+    wait_for(|| {
+        let mut client = one.client.clone();
+        async move { !allowed(&mut client, "u").await }
+    })
+    .await;
+    assert!(metric(&one.running, "tollgate_approximate_stale_decisions_total ").await >= 1.0);
+    redis.restart();
+    // Back: every admission made while Redis was down reaches it.
+    let expected = 10 + during;
+    wait_for(|| async { redis_total(&redis) >= expected }).await;
+    assert!(allowed(&mut one.client, "u").await, "decisions from the estimates again");
+    one.running.stop().await.expect("stop");
+}
