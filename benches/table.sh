@@ -19,6 +19,9 @@
 #   # extra Tollgate-on-Redis servers given as LABEL=FLAGS (flags split on commas):
 #   ZIPF=1.1 KEY_COUNTS=100000 DESCRIPTORS="1 4" MAIN_ONLY=1 \
 #     REDIS_VARIANTS="redis+leases=--lease-hot-keys redis-no-coalesce=--no-coalesce" benches/table.sh
+#   # Approximate mode (issue 17): every row on the sliding window, plus a server whose
+#   # bench domain is `consistency: approximate` on the same Redis:
+#   ALGORITHM=sliding_window APPROX=1 ZIPF=1.1 KEY_COUNTS=100000 DESCRIPTORS="1 4" MAIN_ONLY=1 benches/table.sh
 #
 # Needs: cargo, redis-server and redis-benchmark (>= 7), curl, python3 (free ports).
 set -euo pipefail
@@ -39,6 +42,11 @@ ZIPF=${ZIPF:-}
 REDIS_VARIANTS=${REDIS_VARIANTS:-}
 # 1: print the main table only (skip connections, half load, flood, bytes per key).
 MAIN_ONLY=${MAIN_ONLY:-0}
+# The bench domain's algorithm (every server of the main table).
+ALGORITHM=${ALGORITHM:-gcra}
+# 1: add a server `approximate` (the bench domain with `consistency: approximate`, Redis
+# store); needs ALGORITHM=sliding_window or fixed_window.
+APPROX=${APPROX:-0}
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -61,13 +69,17 @@ field() { sed -n "s/.*\b$1=\([^ ]*\).*/\1/p"; }
 wait_http() { until curl -sf "$1" >/dev/null; do sleep 0.05; done; }
 
 mkdir -p "$work/config"
-cat >"$work/config/bench.yaml" <<'EOF'
+cat >"$work/config/bench.yaml" <<EOF
 # Limits far above the load: every request is a real store round trip, none is denied.
 domain: bench
 descriptors:
   - key: user
-    rate_limit: { unit: second, requests_per_unit: 1000000 }
+    rate_limit: { unit: second, requests_per_unit: 1000000, algorithm: $ALGORITHM }
 EOF
+if [ "$APPROX" = 1 ]; then
+    mkdir -p "$work/approx-config"
+    { echo "consistency: approximate"; cat "$work/config/bench.yaml"; } >"$work/approx-config/bench.yaml"
+fi
 cat >"$work/config/flood.yaml" <<'EOF'
 # One abusive key: 10 per minute, then denied until the window's debt clears.
 domain: flood
@@ -109,7 +121,7 @@ start_tollgate() {
     shift
     grpc=$(free_port)
     admin=$(free_port)
-    "$bin/tollgate" serve --config "$work/config" --no-watch --drain-seconds 0 \
+    "$bin/tollgate" serve --config "${CONFIG_DIR:-$work/config}" --no-watch --drain-seconds 0 \
         --grpc-addr "127.0.0.1:$grpc" --admin-addr "127.0.0.1:$admin" --store-timeout-ms "$STORE_TIMEOUT_MS" "$@" \
         2>"$work/$name.log" &
     pids+=($!)
@@ -155,6 +167,11 @@ for variant in $REDIS_VARIANTS; do
     grpc_var="variant${n}_grpc" admin_var="variant${n}_admin" pid_var="variant${n}_pid"
     grpc_of[$label]=${!grpc_var} admin_of[$label]=${!admin_var} pid_of[$label]=${!pid_var}
 done
+if [ "$APPROX" = 1 ]; then
+    CONFIG_DIR="$work/approx-config" start_tollgate approximate --store redis --redis-url "redis://127.0.0.1:$redis_port/"
+    servers+=(approximate)
+    grpc_of[approximate]=$approximate_grpc admin_of[approximate]=$approximate_admin pid_of[approximate]=$approximate_pid
+fi
 # Failure-policy decisions so far, over every Tollgate of the main table.
 all_failures() {
     local total=0 label

@@ -217,6 +217,7 @@ pub async fn spawn(settings: ServeSettings) -> anyhow::Result<Running> {
     let live = Arc::new(live);
     log_loaded(&live);
     let store = Arc::new(build_store(&settings)?);
+    warn_unserved_consistency(&live, &store);
     let limiter = RateLimiter::new(
         live.clone(),
         store.clone(),
@@ -333,6 +334,29 @@ fn log_loaded(live: &Live) {
         rules = active.snapshot.rule_count(),
         "config loaded"
     );
+}
+
+/// Approximate domains on a store that cannot sync them (memory, Cluster) are charged
+/// exactly: say so once at startup, so the config's promise is not silently different.
+fn warn_unserved_consistency(live: &Live, store: &Store) {
+    if store.approx().is_some() {
+        return;
+    }
+    let active = live.load();
+    let approximate: Vec<&str> = active
+        .snapshot
+        .domains
+        .values()
+        .filter(|d| d.consistency == crate::config::Consistency::Approximate)
+        .map(|d| d.name.as_str())
+        .collect();
+    if !approximate.is_empty() {
+        tracing::warn!(
+            domains = ?approximate,
+            store = store.name(),
+            "consistency: approximate needs a single Redis or Sentinel; these domains are charged exactly"
+        );
+    }
 }
 
 async fn set_health(health: &HealthReporter, status: ServingStatus) {
