@@ -65,6 +65,22 @@ pub struct StoreStatus {
     pub p99_ms: Option<f64>,
     /// Redacted URL(s) for Redis, key count for memory (as `/rlconfig` shows).
     pub detail: String,
+    /// Approximate mode's estimates, where this store syncs them (single Redis, Sentinel).
+    pub approximate: Option<ApproxStatus>,
+}
+
+/// Approximate mode's state on this instance (`store::approx`).
+#[derive(Debug, Clone, Serialize)]
+pub struct ApproxStatus {
+    /// Buckets held per tier.
+    pub idle: usize,
+    pub low: usize,
+    pub normal: usize,
+    pub hot: usize,
+    /// Live instances at the last sync (the `N` of the share rule).
+    pub instances: u64,
+    /// Seconds since Redis last answered a sync; `null`: never.
+    pub last_sync_seconds_ago: Option<f64>,
 }
 
 /// One domain's policy and traffic.
@@ -238,7 +254,26 @@ fn store_status(store: &Store, p99_ms: Option<f64>) -> StoreStatus {
             (sentinel.client().is_healthy(), sentinel.breaker(), sentinel.client().description())
         }
     };
-    StoreStatus { kind: store.name(), healthy, breaker: breaker.map(breaker_state), p99_ms, detail }
+    let approximate = store.approx().map(|approx| {
+        let [idle, low, normal, hot] = approx.tiers();
+        let now = crate::store::memory::now_us();
+        ApproxStatus {
+            idle,
+            low,
+            normal,
+            hot,
+            instances: approx.instances(),
+            last_sync_seconds_ago: approx.last_sync().map(|at| now.saturating_sub(at) as f64 / 1e6),
+        }
+    });
+    StoreStatus {
+        kind: store.name(),
+        healthy,
+        breaker: breaker.map(breaker_state),
+        p99_ms,
+        detail,
+        approximate,
+    }
 }
 
 fn breaker_state(breaker: &Breaker) -> &'static str {

@@ -242,6 +242,10 @@ async fn idle_buckets_cost_redis_no_reads_and_hot_ones_are_read() {
     assert!(usage.contains("\"tier\":\"hot\""), "{usage}");
     // `/v1/usage` reads Redis: the bucket approximate mode wrote, in exact mode's format.
     assert!(usage.contains("\"consumed\":900"), "{usage}");
+    // The status page counts the buckets per tier.
+    let status = get(&one.running, "/v1/status").await;
+    assert!(status.contains("\"hot\":1"), "{status}");
+    assert!(status.contains("\"idle\":20"), "{status}");
     one.running.stop().await.expect("stop");
 }
 

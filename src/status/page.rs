@@ -152,11 +152,21 @@ fn store_card(out: &mut String, status: &Status) {
         || "<span class=\"muted\">no call in the last minute</span>".to_string(),
         |ms| format!("{ms} ms"),
     );
+    let approximate = store.approximate.as_ref().map_or_else(String::new, |a| {
+        let synced = a
+            .last_sync_seconds_ago
+            .map_or_else(|| "<span class=\"muted\">never</span>".to_string(), |s| format!("{s:.1} s ago"));
+        format!(
+            "<dt>approximate buckets</dt><dd>idle {}, low {}, normal {}, hot {}</dd>\
+             <dt>approximate sync</dt><dd>{synced}, {} live instance(s)</dd>",
+            a.idle, a.low, a.normal, a.hot, a.instances
+        )
+    });
     let _ = writeln!(
         out,
         "<section class=\"card\" id=\"store\"><h2>Store</h2><dl><dt>kind</dt><dd>{}</dd>\
          <dt>address</dt><dd><code>{}</code></dd><dt>health</dt><dd>{health}</dd>\
-         <dt>breaker</dt><dd>{breaker}</dd><dt>p99 latency (1 min)</dt><dd>{p99}</dd></dl></section>",
+         <dt>breaker</dt><dd>{breaker}</dd><dt>p99 latency (1 min)</dt><dd>{p99}</dd>{approximate}</dl></section>",
         store.kind,
         escape_html(&store.detail)
     );
