@@ -33,10 +33,24 @@ const LIMIT: u64 = 1_000;
 const INTERVAL: Duration = Duration::from_millis(250);
 
 fn policy(limit: u64) -> String {
+    policy_as("approximate", limit)
+}
+
+fn policy_as(consistency: &str, limit: u64) -> String {
     format!(
-        "domain: approx\nconsistency: approximate\nfailure_mode: closed\ndescriptors:\n  - key: user\n    \
+        "domain: approx\nconsistency: {consistency}\nfailure_mode: closed\ndescriptors:\n  - key: user\n    \
          rate_limit: {{ unit: minute, requests_per_unit: {limit}, algorithm: sliding_window }}\n"
     )
+}
+
+/// `POST /reload` on the admin port: the status code.
+async fn reload(running: &Running) -> u16 {
+    let mut stream = tokio::net::TcpStream::connect(running.admin_addr).await.expect("admin");
+    let head = "POST /reload HTTP/1.1\r\nhost: x\r\nconnection: close\r\ncontent-length: 0\r\n\r\n";
+    stream.write_all(head.as_bytes()).await.expect("write");
+    let mut out = String::new();
+    stream.read_to_string(&mut out).await.expect("read");
+    out.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0)
 }
 
 struct Instance {
@@ -230,8 +244,14 @@ async fn idle_buckets_cost_redis_no_reads_and_hot_ones_are_read() {
     assert!(calls >= 1 && calls <= intervals, "{calls} calls in {intervals} intervals");
     assert_eq!(metric(&one.running, "tollgate_approximate_sync_keys_total{op=\"read\"} ").await, 0.0);
     // A hot bucket (90 %) is read every half interval even with no traffic of its own.
-    for _ in 0..900 {
-        allowed(&mut one.client, "hot").await;
+    // (Until its first sync a bucket admits half its limit: charge until 900 are in.)
+    let mut admitted = 0;
+    while admitted < 900 {
+        if allowed(&mut one.client, "hot").await {
+            admitted += 1;
+        } else {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
     }
     let reads = metric(&one.running, "tollgate_approximate_sync_keys_total{op=\"read\"} ").await;
     wait_for(|| async {
@@ -288,5 +308,36 @@ async fn redis_down_decisions_go_on_then_the_failure_policy_and_increments_are_k
     let expected = 10 + during;
     wait_for(|| async { redis_total(&redis) >= expected }).await;
     assert!(allowed(&mut one.client, "u").await, "decisions from the estimates again");
+    one.running.stop().await.expect("stop");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_between_exact_and_approximate_keeps_the_counts() {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("approx.yaml");
+    std::fs::write(&file, policy_as("exact", 100)).expect("write");
+    within_one_window(Duration::from_secs(15)).await;
+    let mut one = instance(&redis.url(), dir.path(), Duration::from_secs(10)).await;
+    for _ in 0..60 {
+        assert!(allowed(&mut one.client, "switch").await);
+    }
+    std::fs::write(&file, policy_as("approximate", 100)).expect("write");
+    assert_eq!(reload(&one.running).await, 200);
+    // Approximate now: the bucket's 60 in Redis count once it is synced (the next wake);
+    // until then it admits at most its share, ⌈100 / 2⌉ (README, "Approximate mode").
+    let mut after = 0;
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < deadline {
+        after += u64::from(allowed(&mut one.client, "switch").await);
+    }
+    assert!(after >= 40, "admitted {after} after the switch: the rest of the limit");
+    assert!(after <= 50, "admitted {after} after the switch: past the unsynced share");
+    wait_for(|| async { redis_total(&redis) >= 60 + after }).await;
+    // And back to exact: Redis holds what approximate mode admitted.
+    std::fs::write(&file, policy_as("exact", 100)).expect("write");
+    assert_eq!(reload(&one.running).await, 200);
+    assert!(!allowed(&mut one.client, "switch").await, "exact mode sees approximate mode's counts");
+    assert_eq!(failure_decisions(&one.running).await, 0.0);
     one.running.stop().await.expect("stop");
 }

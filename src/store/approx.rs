@@ -289,14 +289,15 @@ impl Approx {
             joint::apply(&stored, now, &members).decisions
         };
         let instances = self.instances();
-        if instances > 1 {
-            for ((decision, charge), bucket) in decisions.iter_mut().zip(group).zip(buckets) {
-                let Hits::Consume(n) = charge.hits else { continue };
-                if decision.allowed && !within_share(bucket, n, now, instances) {
-                    self.counters.share_denials.fetch_add(1, Ordering::Relaxed);
-                    *decision =
-                        Decision { allowed: false, remaining: 0, reset_us: self.settings.interval_us() };
-                }
+        for ((decision, charge), bucket) in decisions.iter_mut().zip(group).zip(buckets) {
+            let Hits::Consume(n) = charge.hits else { continue };
+            // Alone, an instance sees every admission but those made before it synced the
+            // bucket once (its start, or a reload that made the domain approximate): a
+            // share until then bounds what it can add to counts it has not read.
+            let shared = instances > 1 || bucket.read_at == 0;
+            if shared && decision.allowed && !within_share(bucket, n, now, instances) {
+                self.counters.share_denials.fetch_add(1, Ordering::Relaxed);
+                *decision = Decision { allowed: false, remaining: 0, reset_us: self.settings.interval_us() };
             }
         }
         decisions

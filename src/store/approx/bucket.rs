@@ -142,7 +142,9 @@ impl Bucket {
             pending: 0,
             inflight: 0,
             read_at: 0,
-            next_read: u64::MAX,
+            // Read at the next wake: until its first sync the bucket knows nothing of
+            // what other instances (or this one, before a restart) left in Redis.
+            next_read: 0,
             tier: Tier::Idle,
         }
     }
@@ -245,14 +247,17 @@ mod tests {
     #[test]
     fn promotion_is_immediate_and_only_a_read_demotes() {
         let mut b = Bucket::new(sliding(10));
+        assert_eq!(b.next_read, 0, "a new bucket is read at the next wake");
+        b.fold(Counts::default(), 0, 1_000, 250_000);
+        assert_eq!((b.tier, b.next_read), (Tier::Idle, u64::MAX));
         b.admit(6, 100);
         b.promote(100, 1_000, 250_000);
         assert_eq!(b.tier, Tier::Normal);
-        assert_eq!(b.next_read, 251_000);
+        assert_eq!(b.next_read, 251_000, "one interval after the last read");
         b.admit(3, 200);
         b.promote(200, 2_000, 250_000);
         assert_eq!(b.tier, Tier::Hot);
-        assert_eq!(b.next_read, 127_000, "the new tier counts from the last read (none: now)");
+        assert_eq!(b.next_read, 126_000, "the new tier counts from the last read");
         // A read showing the bucket emptied (a reset) demotes it.
         b.inflight = b.pending;
         b.pending = 0;

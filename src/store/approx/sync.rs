@@ -252,6 +252,12 @@ fn command(items: &[Item], call: Call) -> redis::Cmd {
     cmd
 }
 
+/// [`command`] by SHA, for the unit tests of the call's layout.
+#[cfg(test)]
+pub(super) fn command_for_tests(items: &[Item]) -> redis::Cmd {
+    command(items, Call::Sha)
+}
+
 /// `{now, (s, c, p)×n}`.
 fn parse(value: Value, n: usize) -> Result<(u64, Vec<Counts>), StoreError> {
     let int = |v: &Value| match v {

@@ -15,20 +15,39 @@ fn table() -> Approx {
     Approx::new(ApproxSettings { max_keys: 1024, ..ApproxSettings::default() })
 }
 
+/// Syncs every bucket `approx` holds as if Redis held nothing else: as after a first sync.
+fn sync_empty(approx: &Approx, now: u64) {
+    let items = approx.collect(now, true);
+    let counts: Vec<Counts> = items
+        .iter()
+        .map(|i| {
+            let start = now - now % i.params.unit_us;
+            Counts { start, current: u64::try_from(i.delta).unwrap_or(0), previous: 0 }
+        })
+        .collect();
+    approx.settle_ok(&items, &counts, now, now);
+}
+
 fn allowed(results: &[Result<Decision, StoreError>]) -> bool {
     results.iter().all(|r| r.as_ref().is_ok_and(|d| d.allowed))
 }
 
 #[test]
-fn one_instance_admits_exactly_the_limit_locally() {
+fn one_instance_admits_exactly_the_limit_locally_once_synced() {
     let approx = table();
     let now = 1_000_000_000;
+    // Before its first sync a bucket gets a share only: Redis may hold counts it never read.
+    let first = (0..15)
+        .filter(|_| allowed(&approx.charge_group_at(&[charge("k", 10, Hits::Consume(1))], now)))
+        .count();
+    assert_eq!(first, 5);
+    sync_empty(&approx, now);
     let admitted = (0..15)
         .filter(|_| allowed(&approx.charge_group_at(&[charge("k", 10, Hits::Consume(1))], now)))
         .count();
-    assert_eq!(admitted, 10);
+    assert_eq!(admitted, 5, "the rest of the limit");
     let view = approx.view_at("k", now).expect("held");
-    assert_eq!((view.level, view.pending, view.tier), (10, 10, Tier::Hot));
+    assert_eq!((view.level, view.pending, view.tier), (10, 5, Tier::Hot));
 }
 
 #[test]
@@ -122,4 +141,78 @@ fn eviction_keeps_unsent_increments_for_the_next_sync() {
     let total: i64 = items.iter().map(|i| i.delta).sum();
     assert_eq!(total, 10, "every admission is written, evicted or not");
     assert_eq!(approx.counters.dropped_increments.load(Ordering::Relaxed), 0);
+}
+
+#[test]
+fn fixed_windows_start_again_at_their_edge() {
+    let approx = table();
+    let fixed = |hits| Charge {
+        key: "f".into(),
+        params: Params { algorithm: Algorithm::FixedWindow, limit: 3, unit_us: 1_000_000, burst: 3 },
+        hits,
+    };
+    let now = 1_000_000_000;
+    assert!(allowed(&approx.charge_group_at(&[fixed(Hits::Consume(1))], now)));
+    sync_empty(&approx, now);
+    let admitted =
+        (0..5).filter(|_| allowed(&approx.charge_group_at(&[fixed(Hits::Consume(1))], now))).count();
+    assert_eq!(admitted, 2, "3 in the window");
+    let denied = approx.charge_group_at(&[fixed(Hits::Consume(1))], now + 400_000);
+    assert_eq!(denied[0].as_ref().map(|d| (d.allowed, d.reset_us)), Ok((false, 600_000)));
+    // The next window: empty again, locally, before any sync.
+    assert!(allowed(&approx.charge_group_at(&[fixed(Hits::Consume(1))], now + 1_000_000)));
+}
+
+#[test]
+fn peeks_charge_nothing_and_refunds_are_sent_as_negative_increments() {
+    let approx = table();
+    let now = 1_000_000_000;
+    for _ in 0..4 {
+        approx.charge_group_at(&[charge("k", 10, Hits::Consume(1))], now);
+    }
+    let peek = approx.charge_group_at(&[charge("k", 10, Hits::Peek)], now);
+    assert_eq!(peek[0].as_ref().map(|d| (d.allowed, d.remaining)), Ok((true, 6)));
+    approx.charge_group_at(&[charge("k", 10, Hits::Refund(3))], now);
+    assert_eq!(approx.view_at("k", now).map(|v| (v.level, v.pending)), Some((1, 1)));
+    approx.charge_group_at(&[charge("k", 10, Hits::Refund(5))], now);
+    let items = approx.collect(now, true);
+    assert_eq!(items[0].delta, -4, "the refunds beyond the admissions go to Redis too");
+    assert_eq!(approx.view_at("k", now).map(|v| v.level), Some(0));
+}
+
+#[test]
+fn a_reload_changes_the_limit_of_a_live_bucket() {
+    let approx = table();
+    let now = 1_000_000_000;
+    for _ in 0..5 {
+        approx.charge_group_at(&[charge("k", 10, Hits::Consume(1))], now);
+    }
+    // The same bucket under a limit of 5 (a reload): full.
+    let denied = approx.charge_group_at(&[charge("k", 5, Hits::Consume(1))], now);
+    assert!(denied[0].as_ref().is_ok_and(|d| !d.allowed));
+    assert_eq!(approx.view_at("k", now).map(|v| v.tier), Some(Tier::Hot));
+}
+
+#[test]
+fn the_sync_call_writes_exact_modes_format() {
+    // The layout `approx.lua` reads: 6 reserved arguments (the 6th the test clock), then
+    // (algorithm, unit, increment) per bucket; one key per bucket.
+    let items = [sync::Item {
+        key: "tg:k".into(),
+        params: Params { algorithm: Algorithm::SlidingWindow, limit: 9, unit_us: 60_000_000, burst: 9 },
+        delta: -2,
+        orphan: false,
+    }];
+    let packed = sync::command_for_tests(&items);
+    let args: Vec<String> = packed
+        .args_iter()
+        .map(|a| match a {
+            redis::Arg::Simple(b) => String::from_utf8_lossy(b).into_owned(),
+            _ => String::new(),
+        })
+        .collect();
+    assert_eq!(args[0], "EVALSHA");
+    assert_eq!(&args[2..4], ["1", "tg:k"]);
+    assert_eq!(&args[4..10], ["", "", "", "", "", ""]);
+    assert_eq!(&args[10..], ["1", "60000000", "-2"]);
 }
