@@ -51,6 +51,8 @@ use super::{Charge, Groups, StoreError};
 
 /// How many buckets a full shard samples to pick one to drop.
 const EVICTION_SAMPLE: usize = 16;
+/// A full shard sweeps its spent buckets at most this often (µs).
+const SWEEP_INTERVAL_US: u64 = 100_000;
 
 /// Settings of approximate mode (`--sync-interval-ms`, `--sync-staleness-ms`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -124,6 +126,8 @@ struct Shard {
     map: IndexMap<Box<str>, Bucket>,
     /// Unsent increments of evicted buckets, written by the next sync.
     orphans: Vec<(Box<str>, Params, i64)>,
+    /// Redis-clock µs of the last sweep for room.
+    last_sweep: u64,
 }
 
 /// What a bucket looks like from outside (explain, status, tests).
@@ -193,6 +197,10 @@ impl Approx {
     /// bucket whose estimate is stale (see the module doc).
     pub fn charge_groups(&self, batch: &[Charge], groups: &Groups) -> Vec<Result<Decision, StoreError>> {
         let now = now_us();
+        if groups.is_each() {
+            let redis_now = self.redis_now(now);
+            return batch.iter().map(|charge| self.charge_one(charge, now, redis_now)).collect();
+        }
         let mut results = Vec::with_capacity(batch.len());
         for range in groups.ranges(batch.len()) {
             results.extend(self.charge_group_at(&batch[range], now));
@@ -200,11 +208,79 @@ impl Approx {
         results
     }
 
+    /// A charge decided alone, at local time `now` (Redis clock `redis_now`): one shard
+    /// lock, no allocation but a new bucket's key. What [`charge_group_at`] does for a
+    /// group of one.
+    ///
+    /// [`charge_group_at`]: Self::charge_group_at
+    fn charge_one(&self, charge: &Charge, now: u64, redis_now: u64) -> Result<Decision, StoreError> {
+        let mut shard = lock(&self.shards[self.shard_of(&charge.key)]);
+        let index = match shard.map.get_index_of(&*charge.key) {
+            Some(index) => index,
+            None => {
+                if self.is_stale(now) {
+                    return Err(self.stale(1));
+                }
+                self.make_room(&mut shard, redis_now);
+                shard.map.insert_full(charge.key.as_str().into(), Bucket::new(charge.params)).0
+            }
+        };
+        let Some((_, bucket)) = shard.map.get_index_mut(index) else {
+            return Err(StoreError::Server("approximate bucket vanished under its lock".into()));
+        };
+        if self.is_stale(now) && !self.is_fresh(bucket, now) {
+            return Err(self.stale(1));
+        }
+        // A reload may change the limit: the estimate is read under the new one.
+        bucket.params = charge.params;
+        let state = Some(bucket.estimate(redis_now).state());
+        let mut decision = algorithm::apply(state, redis_now, &charge.params, charge.hits).decision;
+        if decision.allowed && self.over_share(bucket, charge.hits, redis_now) {
+            decision = self.share_denial();
+        }
+        if decision.allowed {
+            match charge.hits {
+                Hits::Consume(n) => bucket.admit(n, redis_now),
+                Hits::Refund(n) => bucket.refund(n, redis_now),
+                Hits::Peek => {}
+            }
+        }
+        bucket.promote(redis_now, now, self.settings.interval_us());
+        Ok(decision)
+    }
+
+    /// Counts `charges` answered stale; the error they answer.
+    fn stale(&self, charges: usize) -> StoreError {
+        self.counters.stale.fetch_add(charges as u64, Ordering::Relaxed);
+        StoreError::Unavailable("approximate estimate stale: Redis not synced".into())
+    }
+
+    /// Whether `hits` would take `bucket` past this instance's share (see [`within_share`]):
+    /// checked with several instances, and alone for a bucket not synced yet.
+    fn over_share(&self, bucket: &Bucket, hits: Hits, now: u64) -> bool {
+        let Hits::Consume(n) = hits else { return false };
+        let instances = self.instances();
+        // Alone, an instance sees every admission but those made before it synced the
+        // bucket once (its start, or a reload that made the domain approximate): a share
+        // until then bounds what it can add to counts it has not read.
+        (instances > 1 || bucket.read_at == 0) && !within_share(bucket, n, now, instances)
+    }
+
+    /// The answer of a charge the share rule denies (counted): retry after half an
+    /// interval, when the bucket's next read may widen the share.
+    fn share_denial(&self) -> Decision {
+        self.counters.share_denials.fetch_add(1, Ordering::Relaxed);
+        Decision { allowed: false, remaining: 0, reset_us: self.settings.interval_us() / 2 }
+    }
+
     /// One group at local time `now` (µs): its shards locked in ascending order (the
     /// memory store's rule, so groups cannot deadlock), decided on the estimates, charged
     /// all or nothing.
     pub fn charge_group_at(&self, group: &[Charge], now: u64) -> Vec<Result<Decision, StoreError>> {
         let redis_now = self.redis_now(now);
+        if let [charge] = group {
+            return vec![self.charge_one(charge, now, redis_now)];
+        }
         let mut order: Vec<usize> = group.iter().map(|c| self.shard_of(&c.key)).collect();
         let shard_of = order.clone();
         order.sort_unstable();
@@ -217,9 +293,7 @@ impl Approx {
                 .enumerate()
                 .all(|(i, c)| locked[guard(i)].map.get(&*c.key).is_some_and(|b| self.is_fresh(b, now)));
             if !fresh {
-                self.counters.stale.fetch_add(group.len() as u64, Ordering::Relaxed);
-                let error = StoreError::Unavailable("approximate estimate stale: Redis not synced".into());
-                return vec![Err(error); group.len()];
+                return vec![Err(self.stale(group.len())); group.len()];
             }
         }
         for (i, charge) in group.iter().enumerate() {
@@ -265,39 +339,27 @@ impl Approx {
         decisions.into_iter().map(Ok).collect()
     }
 
-    /// The decisions of a group on the buckets' estimates at `now` (Redis clock): the
-    /// algorithm's own answer, then the share rule for every consuming member.
+    /// The decisions of a group of two or more on the buckets' estimates at `now` (Redis
+    /// clock): `joint::apply`'s answers, then the share rule for every consuming member.
     fn decide(&self, group: &[Charge], buckets: &[Bucket], now: u64) -> Vec<Decision> {
-        let mut decisions = if let ([charge], [bucket]) = (group, buckets) {
-            let state = Some(bucket.estimate(now).state());
-            vec![algorithm::apply(state, now, &charge.params, charge.hits).decision]
-        } else {
-            let mut keys: Vec<&str> = Vec::with_capacity(group.len());
-            let mut stored = Vec::with_capacity(group.len());
-            let members: Vec<Member> = group
-                .iter()
-                .zip(buckets)
-                .map(|(c, b)| {
-                    let key = keys.iter().position(|k| *k == c.key).unwrap_or_else(|| {
-                        keys.push(&c.key);
-                        stored.push(Some(b.estimate(now).state()));
-                        keys.len() - 1
-                    });
-                    Member { key, params: c.params, hits: c.hits }
-                })
-                .collect();
-            joint::apply(&stored, now, &members).decisions
-        };
-        let instances = self.instances();
+        let mut keys: Vec<&str> = Vec::with_capacity(group.len());
+        let mut stored = Vec::with_capacity(group.len());
+        let members: Vec<Member> = group
+            .iter()
+            .zip(buckets)
+            .map(|(c, b)| {
+                let key = keys.iter().position(|k| *k == c.key).unwrap_or_else(|| {
+                    keys.push(&c.key);
+                    stored.push(Some(b.estimate(now).state()));
+                    keys.len() - 1
+                });
+                Member { key, params: c.params, hits: c.hits }
+            })
+            .collect();
+        let mut decisions = joint::apply(&stored, now, &members).decisions;
         for ((decision, charge), bucket) in decisions.iter_mut().zip(group).zip(buckets) {
-            let Hits::Consume(n) = charge.hits else { continue };
-            // Alone, an instance sees every admission but those made before it synced the
-            // bucket once (its start, or a reload that made the domain approximate): a
-            // share until then bounds what it can add to counts it has not read.
-            let shared = instances > 1 || bucket.read_at == 0;
-            if shared && decision.allowed && !within_share(bucket, n, now, instances) {
-                self.counters.share_denials.fetch_add(1, Ordering::Relaxed);
-                *decision = Decision { allowed: false, remaining: 0, reset_us: self.settings.interval_us() };
+            if decision.allowed && self.over_share(bucket, charge.hits, now) {
+                *decision = self.share_denial();
             }
         }
         decisions
@@ -360,10 +422,15 @@ impl Approx {
         if shard.map.len() < self.shard_cap {
             return;
         }
-        let before = shard.map.len();
-        shard.map.retain(|_, b| !b.is_spent(now));
-        if shard.map.len() < before {
-            return;
+        // Sweep spent buckets at most every 100 ms (a full shard of live buckets must not
+        // be walked on every new key), else evict from a sample.
+        if now >= shard.last_sweep.saturating_add(SWEEP_INTERVAL_US) {
+            shard.last_sweep = now;
+            let before = shard.map.len();
+            shard.map.retain(|_, b| !b.is_spent(now));
+            if shard.map.len() < before {
+                return;
+            }
         }
         let mut rng = rand::rng();
         let len = shard.map.len();
