@@ -97,15 +97,15 @@ fn render_descriptor(
 }
 
 /// How the buckets of a charged descriptor are decided, when not by one atomic store call
-/// (the default says nothing). This is where a bucket's pressure tier would go: `explain`
-/// runs offline and knows the policy only, not a running server's estimates.
+/// (the default says nothing). `explain` runs offline and knows the policy only: a bucket's
+/// pressure tier is a running server's, shown by `tollgate usage` (`GET /v1/usage`).
 fn describe_decision(consistency: Consistency) -> Option<&'static str> {
     match consistency {
         Consistency::Exact => None,
         Consistency::Approximate => Some(
             "decided locally (consistency approximate): from this instance's estimate of the \
              bucket, synced with Redis every --sync-interval-ms in the background (see the \
-             README's Approximate mode)",
+             README's Approximate mode); a running server shows the bucket's tier: tollgate usage",
         ),
     }
 }
