@@ -336,8 +336,9 @@ fn log_loaded(live: &Live) {
     );
 }
 
-/// Approximate domains on a store that cannot sync them (memory, Cluster) are charged
-/// exactly: say so once at startup, so the config's promise is not silently different.
+/// Approximate domains on the memory store (nothing to sync with: each instance counts
+/// alone) are charged exactly: say so once at startup, so the config's promise is not
+/// silently different. Every Redis topology serves them.
 fn warn_unserved_consistency(live: &Live, store: &Store) {
     if store.approx().is_some() {
         return;
@@ -354,7 +355,7 @@ fn warn_unserved_consistency(live: &Live, store: &Store) {
         tracing::warn!(
             domains = ?approximate,
             store = store.name(),
-            "consistency: approximate needs a single Redis or Sentinel; these domains are charged exactly"
+            "consistency: approximate needs --store redis; these domains are charged exactly"
         );
     }
 }
@@ -438,7 +439,8 @@ fn build_redis(settings: &ServeSettings) -> anyhow::Result<Store> {
             Store::Cluster(
                 Guarded::new(client, None)
                     .coalescing(settings.redis.coalesce.then_some(settings.redis.max_inflight))
-                    .with_leases(leases),
+                    .with_leases(leases)
+                    .with_approx(approx),
             )
         }
         RedisTopology::Sentinel { master, sentinels } => {

@@ -65,7 +65,7 @@ pub struct StoreStatus {
     pub p99_ms: Option<f64>,
     /// Redacted URL(s) for Redis, key count for memory (as `/rlconfig` shows).
     pub detail: String,
-    /// Approximate mode's estimates, where this store syncs them (single Redis, Sentinel).
+    /// Approximate mode's estimates, where this store syncs them (every Redis topology).
     pub approximate: Option<ApproxStatus>,
 }
 

@@ -5,7 +5,7 @@
 //! run here with `StoreKind::Redis` meaning a cluster (see `support`). `scaling` covers
 //! what only a cluster shows; `faults` a cluster behind TCP fronts (`support/front.rs`)
 //! whose connections go silent; `sentinel` the Sentinel store; `joint` groups charged together on a cluster and on
-//! Sentinel; `cli` the flags.
+//! Sentinel; `approximate` approximate mode's sync on a cluster; `cli` the flags.
 //!
 //! A missing `redis-server` or `redis-cli` is a loud failure (`make test` installs them).
 
@@ -19,6 +19,8 @@ mod front_support;
 #[path = "support/sentinel.rs"]
 mod sentinel_support;
 
+#[path = "cluster/approximate.rs"]
+mod approximate;
 #[path = "cluster/cli.rs"]
 mod cli;
 #[path = "cluster/coalesce.rs"]

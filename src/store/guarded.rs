@@ -83,7 +83,7 @@ pub struct Guarded<C> {
     /// Leases of hot buckets (`lease`), when enabled; `Store::charge_leasing` uses them.
     leases: Option<LeaseTable>,
     /// Local estimates of approximate domains' buckets (`approx`), synced through this
-    /// client's connections; `None` where a sync cannot run (Cluster).
+    /// client's connections; `None` when built without (`with_approx`).
     approx: Option<Arc<Approx>>,
 }
 

@@ -205,24 +205,26 @@ impl Store {
         }
     }
 
-    /// The local estimates of approximate domains, where this store syncs them (one Redis
-    /// node, Sentinel).
+    /// The local estimates of approximate domains, where this store syncs them (every
+    /// Redis topology).
     pub fn approx(&self) -> Option<&std::sync::Arc<approx::Approx>> {
         match self {
             Store::Redis(r) => r.approx(),
+            Store::Cluster(c) => c.approx(),
             Store::Sentinel(s) => s.approx(),
-            Store::Memory(_) | Store::Cluster(_) => None,
+            Store::Memory(_) => None,
         }
     }
 
-    /// The connections approximate mode syncs on: one Redis node or the Sentinel master.
-    /// `None` for the memory store (local already) and a Cluster (a sync call must hold
-    /// keys of one slot): there approximate domains are served exactly.
-    pub fn sync_link(&self) -> Option<&redis::link::Link> {
+    /// Where approximate mode syncs: one Redis node's or the Sentinel master's connections,
+    /// or the cluster's masters (one call per slot). `None` for the memory store (local
+    /// already): there approximate domains are charged exactly.
+    pub fn sync_via(&self) -> Option<approx::sync::Via<'_>> {
         match self {
-            Store::Redis(r) => Some(r.client().link()),
-            Store::Sentinel(s) => Some(s.client().link()),
-            Store::Memory(_) | Store::Cluster(_) => None,
+            Store::Redis(r) => Some(approx::sync::Via::Link(r.client().link())),
+            Store::Cluster(c) => Some(approx::sync::Via::Cluster(c.client())),
+            Store::Sentinel(s) => Some(approx::sync::Via::Link(s.client().link())),
+            Store::Memory(_) => None,
         }
     }
 

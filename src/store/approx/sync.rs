@@ -10,9 +10,15 @@
 //! counted twice: that errs toward denying, never toward admitting). Idle buckets with
 //! nothing to write are not sent: they cost Redis nothing.
 //!
+//! On a Redis Cluster a script call may only hold keys of one slot: the buckets go as one
+//! call per slot touched (still at most [`CHUNK`] each), the calls of one master as one
+//! pipeline, all masters at once ([`Via::Cluster`]); a wake then costs one call per slot
+//! touched, so a domain with `hash_tag: domain` is one call per [`CHUNK`] buckets.
+//!
 //! Every full interval the same pipeline beats this instance's heartbeat: its id scored
 //! with the time in a sorted set, entries older than the liveness span dropped, the live
-//! count read back — the `N` of the share rule. Plain commands, so that even an instance
+//! count read back — the `N` of the share rule (on a cluster, on the master of that key's
+//! slot). Plain commands, so that even an instance
 //! with nothing to sync is counted from its first interval (a new instance that believed
 //! itself alone would spend the whole headroom).
 //!
@@ -28,6 +34,7 @@ use redis::{Pipeline, Value};
 use tokio::time::Instant;
 
 use crate::algorithm::{Algorithm, Params};
+use crate::store::cluster::{key_slot, ClusterStore};
 use crate::store::memory::now_us;
 use crate::store::redis::link::Link;
 use crate::store::scripts::{send_entries, Call, APPROX_LUA};
@@ -64,6 +71,54 @@ impl SyncTarget {
         SyncTarget {
             instances_key: format!("{key_prefix}tg:approx:instances"),
             id: format!("{:016x}", rand::random::<u64>()),
+        }
+    }
+}
+
+/// Where a store's sync is sent.
+#[derive(Clone, Copy)]
+pub enum Via<'a> {
+    /// One connection lifecycle (one Redis node, the Sentinel master): a wake is one
+    /// pipeline, one round trip.
+    Link(&'a Link),
+    /// A Redis Cluster: a script call may only hold keys of one slot, so a wake's buckets
+    /// go as one call per slot touched (up to [`CHUNK`] buckets each), the calls of one
+    /// master as one pipeline, every master's at once (`cluster::approx`).
+    Cluster(&'a ClusterStore),
+}
+
+impl Via<'_> {
+    /// A wake's buckets cut into calls: runs of at most [`CHUNK`]; on a cluster, of one
+    /// slot each (`items` sorted by slot first).
+    pub(super) fn chunks<'i>(&self, items: &'i mut [Item]) -> Vec<&'i [Item]> {
+        match self {
+            Via::Link(_) => items.chunks(CHUNK).collect(),
+            Via::Cluster(_) => {
+                items.sort_by_cached_key(|item| key_slot(item.key.as_bytes()));
+                let items: &'i [Item] = items;
+                items
+                    .chunk_by(|a, b| key_slot(a.key.as_bytes()) == key_slot(b.key.as_bytes()))
+                    .flat_map(|run| run.chunks(CHUNK))
+                    .collect()
+            }
+        }
+    }
+
+    /// Sends `count` entries (`add` appends entry `i`; on a cluster it goes to the master
+    /// of `slot(i)`); `NOSCRIPT` entries go again once with `EVAL`. One reply per entry.
+    async fn send(
+        self,
+        count: usize,
+        slot: impl Fn(usize) -> u16,
+        deadline: Instant,
+        add: impl Fn(&mut Pipeline, usize, Call),
+    ) -> Vec<Result<Value, StoreError>> {
+        match self {
+            Via::Link(link) => send_entries(link, count, count, deadline, add).await,
+            Via::Cluster(cluster) => {
+                let slots: Vec<u16> = (0..count).map(slot).collect();
+                cluster.send_entries(&slots, deadline, add).await
+            }
         }
     }
 }
@@ -158,9 +213,9 @@ impl Approx {
 
     /// One wake: collect, send, fold. `full`: a whole interval has passed, so increments
     /// are written and the heartbeat is beaten. Returns how many buckets were sent.
-    pub async fn tick(&self, link: &Link, target: &SyncTarget, full: bool, deadline: Instant) -> usize {
+    pub async fn tick(&self, via: Via<'_>, target: &SyncTarget, full: bool, deadline: Instant) -> usize {
         let sent_at = now_us();
-        let items = self.collect(sent_at, full);
+        let mut items = self.collect(sent_at, full);
         if items.is_empty() && !full {
             return 0;
         }
@@ -169,7 +224,7 @@ impl Approx {
         self.counters.keys_read.fetch_add(items.len() as u64 - writes, Ordering::Relaxed);
         let liveness = liveness_us(self.settings.interval_us());
         let beat = if full { BEAT.len() } else { 0 };
-        let chunks: Vec<&[Item]> = items.chunks(CHUNK).collect();
+        let chunks = via.chunks(&mut items);
         let beat_at = self.redis_now(sent_at);
         let add = |pipe: &mut Pipeline, i: usize, call: Call| {
             if i < beat {
@@ -178,8 +233,12 @@ impl Approx {
                 pipe.add_command(command(chunks[i - beat], call));
             }
         };
-        let count = beat + chunks.len();
-        let mut replies = send_entries(link, count, count, deadline, add).await;
+        // On a cluster each entry goes to the master of its slot.
+        let slot = |i: usize| match i.checked_sub(beat) {
+            Some(c) => key_slot(chunks[c][0].key.as_bytes()),
+            None => key_slot(target.instances_key.as_bytes()),
+        };
+        let mut replies = via.send(beat + chunks.len(), slot, deadline, add).await;
         let now = now_us();
         let mid = sent_at + now.saturating_sub(sent_at) / 2;
         let beats: Vec<_> = replies.drain(..beat).collect();
@@ -282,10 +341,10 @@ fn parse(value: Value, n: usize) -> Result<(u64, Vec<Counts>), StoreError> {
 }
 
 /// Runs the sync of `table` against `store` until `stop` resolves, then writes the
-/// increments still waiting, once. A store with no connection of its own to sync on
-/// (memory, Cluster) returns at once: approximate domains are served exactly there.
+/// increments still waiting, once. The memory store (nothing to sync with) returns at
+/// once: approximate domains are charged exactly there.
 pub async fn run(table: Arc<Approx>, store: Arc<Store>, target: SyncTarget, stop: impl Future<Output = ()>) {
-    let Some(link) = store.sync_link() else { return };
+    let Some(via) = store.sync_via() else { return };
     let interval = table.settings().interval;
     let half = u64::try_from((interval / 2).as_micros()).unwrap_or(u64::MAX).max(1_000);
     tokio::pin!(stop);
@@ -299,7 +358,7 @@ pub async fn run(table: Arc<Approx>, store: Arc<Store>, target: SyncTarget, stop
             () = &mut stop => break,
         }
         let full = (next / half).is_multiple_of(2);
-        table.tick(link, &target, full, Instant::now() + interval.max(Duration::from_millis(100))).await;
+        table.tick(via, &target, full, Instant::now() + interval.max(Duration::from_millis(100))).await;
     }
-    table.tick(link, &target, true, Instant::now() + Duration::from_secs(1)).await;
+    table.tick(via, &target, true, Instant::now() + Duration::from_secs(1)).await;
 }

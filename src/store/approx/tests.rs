@@ -216,3 +216,36 @@ fn the_sync_call_writes_exact_modes_format() {
     assert_eq!(&args[4..10], ["", "", "", "", "", ""]);
     assert_eq!(&args[10..], ["1", "60000000", "-2"]);
 }
+
+#[test]
+fn a_cluster_wake_is_one_call_per_slot_of_at_most_a_chunk() {
+    use crate::store::cluster::{key_slot, ClusterSettings, ClusterStore};
+    let params = Params { algorithm: Algorithm::FixedWindow, limit: 9, unit_us: 1_000_000, burst: 9 };
+    let item = |key: String| sync::Item { key: key.into(), params, delta: 1, orphan: false };
+    // 600 buckets of one slot (a hash tag) among 40 of their own slots.
+    let mut items: Vec<sync::Item> = (0..40).map(|i| item(format!("solo:{i}"))).collect();
+    items.extend((0..600).map(|i| item(format!("{{tagged}}:{i}"))));
+    let link =
+        crate::store::RedisSettings::new("redis://127.0.0.1:1").link(std::time::Duration::from_millis(10));
+    let settings = ClusterSettings { nodes: vec!["127.0.0.1:1".into()], ca_file: None, link };
+    let cluster = ClusterStore::new(&settings).expect("lazy: no connection yet");
+    let mut single = items.clone();
+    let chunks = sync::Via::Cluster(&cluster).chunks(&mut items);
+    assert_eq!(chunks.iter().map(|c| c.len()).sum::<usize>(), 640, "every bucket sent once");
+    for chunk in &chunks {
+        let slot = key_slot(chunk[0].key.as_bytes());
+        assert!(chunk.iter().all(|i| key_slot(i.key.as_bytes()) == slot), "one slot per call");
+        assert!(chunk.len() <= sync::CHUNK);
+    }
+    let slots: std::collections::BTreeSet<u16> =
+        chunks.iter().map(|c| key_slot(c[0].key.as_bytes())).collect();
+    // One call per slot, and the tagged slot's 600 in two.
+    assert_eq!(chunks.len(), slots.len() + 1);
+    // A single node: runs of a chunk, in collection order, whatever the slots.
+    let node = crate::store::RedisSettings::new("redis://127.0.0.1:1");
+    let store = crate::store::RedisStore::new(&node, std::time::Duration::from_millis(10)).expect("lazy");
+    assert_eq!(
+        sync::Via::Link(store.link()).chunks(&mut single).iter().map(|c| c.len()).collect::<Vec<_>>(),
+        [512, 128]
+    );
+}

@@ -54,6 +54,7 @@ use self::groups::Parts;
 
 pub use super::slots::{hash_tag, key_slot, SLOTS};
 
+mod approx;
 mod groups;
 mod refresh;
 mod reset;
