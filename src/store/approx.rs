@@ -228,7 +228,7 @@ impl Approx {
         let Some((_, bucket)) = shard.map.get_index_mut(index) else {
             return Err(StoreError::Server("approximate bucket vanished under its lock".into()));
         };
-        if self.is_stale(now) && !self.is_fresh(bucket, now) {
+        if self.bucket_stale(bucket, now) {
             return Err(self.stale(1));
         }
         // A reload may change the limit: the estimate is read under the new one.
@@ -287,14 +287,12 @@ impl Approx {
         order.dedup();
         let mut locked: Vec<MutexGuard<'_, Shard>> = order.iter().map(|&i| lock(&self.shards[i])).collect();
         let guard = |i: usize| order.binary_search(&shard_of[i]).unwrap_or(0);
-        if self.is_stale(now) {
-            let fresh = group
-                .iter()
-                .enumerate()
-                .all(|(i, c)| locked[guard(i)].map.get(&*c.key).is_some_and(|b| self.is_fresh(b, now)));
-            if !fresh {
-                return vec![Err(self.stale(group.len())); group.len()];
-            }
+        let stale = group.iter().enumerate().any(|(i, c)| match locked[guard(i)].map.get(&*c.key) {
+            Some(bucket) => self.bucket_stale(bucket, now),
+            None => self.is_stale(now),
+        });
+        if stale {
+            return vec![Err(self.stale(group.len())); group.len()];
         }
         for (i, charge) in group.iter().enumerate() {
             let shard = &mut locked[guard(i)];
@@ -365,15 +363,21 @@ impl Approx {
         decisions
     }
 
-    /// Whether syncs have been failing for longer than the staleness limit.
+    /// Whether every sync call has been failing for longer than the staleness limit (a
+    /// bucket this instance has never synced is then too stale to start on).
     fn is_stale(&self, now: u64) -> bool {
         let since = self.failing_since.load(Ordering::Relaxed);
         since > 0 && now.saturating_sub(since) > self.settings.staleness_us()
     }
 
-    /// Whether a bucket was synced within the staleness limit.
-    fn is_fresh(&self, bucket: &Bucket, now: u64) -> bool {
-        bucket.read_at > 0 && now.saturating_sub(bucket.read_at) <= self.settings.staleness_us()
+    /// Whether a bucket's estimate is too old to decide on: its own sync has been failing
+    /// for longer than the staleness limit (per bucket: on a cluster one master may be down
+    /// while the others answer), or it was never synced and no sync has succeeded for that
+    /// long. A bucket with nothing to send does not fail: it decides on, within its share.
+    fn bucket_stale(&self, bucket: &Bucket, now: u64) -> bool {
+        let own = bucket.failing_since > 0
+            && now.saturating_sub(bucket.failing_since) > self.settings.staleness_us();
+        own || bucket.read_at == 0 && self.is_stale(now)
     }
 
     /// What a bucket looks like now, if it is held.

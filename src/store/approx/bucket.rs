@@ -129,6 +129,8 @@ pub struct Bucket {
     pub read_at: u64,
     /// Local µs at which a read is due; `u64::MAX`: none (idle).
     pub next_read: u64,
+    /// Local µs of this bucket's first failed sync since its last good one; 0: none.
+    pub failing_since: u64,
     pub tier: Tier,
 }
 
@@ -145,6 +147,7 @@ impl Bucket {
             // Read at the next wake: until its first sync the bucket knows nothing of
             // what other instances (or this one, before a restart) left in Redis.
             next_read: 0,
+            failing_since: 0,
             tier: Tier::Idle,
         }
     }
@@ -193,6 +196,7 @@ impl Bucket {
         self.own = Counts { start: counts.start, current: during, previous: 0 }.at(now_redis, &self.params);
         self.inflight = 0;
         self.read_at = now_local;
+        self.failing_since = 0;
         self.tier = Tier::of(self.estimate(now_redis).level(now_redis, &self.params), self.params.limit);
         self.next_read =
             self.tier.read_after(interval).map_or(u64::MAX, |after| now_local.saturating_add(after));

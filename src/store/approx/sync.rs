@@ -198,6 +198,9 @@ impl Approx {
             if let Some(bucket) = shard.map.get_mut(&*item.key) {
                 bucket.pending = bucket.pending.saturating_add(bucket.inflight);
                 bucket.inflight = 0;
+                if bucket.failing_since == 0 {
+                    bucket.failing_since = now.max(1);
+                }
             } else if item.delta != 0 {
                 // Evicted while in flight: its increments become an orphan's.
                 if shard.orphans.len() < self.shard_cap {

@@ -249,3 +249,38 @@ fn a_cluster_wake_is_one_call_per_slot_of_at_most_a_chunk() {
         [512, 128]
     );
 }
+
+#[test]
+fn staleness_is_per_bucket_so_one_failing_master_does_not_hide_behind_the_others() {
+    let approx = Approx::new(ApproxSettings {
+        staleness: Duration::from_secs(1),
+        max_keys: 1024,
+        ..ApproxSettings::default()
+    });
+    let now = 1_000_000_000;
+    for key in ["down", "up"] {
+        assert!(allowed(&approx.charge_group_at(&[charge(key, 100, Hits::Consume(1))], now)));
+    }
+    // Every wake: the call for "down" fails (its master is down), the one for "up" answers.
+    for step in 0..6u64 {
+        let at = now + step * 250_000;
+        for key in ["down", "up"] {
+            approx.charge_group_at(&[charge(key, 100, Hits::Consume(1))], at);
+        }
+        let items = approx.collect(at, true);
+        let (failed, ok): (Vec<_>, Vec<_>) = items.into_iter().partition(|i| &*i.key == "down");
+        let start = at - at % 60_000_000;
+        let counts: Vec<Counts> =
+            ok.iter().map(|_| Counts { start, current: 2 + step, previous: 0 }).collect();
+        approx.settle_ok(&ok, &counts, at, at);
+        approx.settle_failed(failed, at);
+    }
+    let late = now + 1_400_000;
+    assert!(approx.charge_group_at(&[charge("up", 100, Hits::Consume(1))], late)[0].is_ok());
+    let down = approx.charge_group_at(&[charge("down", 100, Hits::Consume(1))], late);
+    assert!(matches!(down[0], Err(StoreError::Unavailable(_))), "past the limit on its own failures");
+    // Its increments are all still waiting for its master: 6 admitted (the charge of the
+    // last wake, 1.25 s after the first failure, was already stale).
+    let waiting: i64 = approx.collect(late, true).iter().filter(|i| &*i.key == "down").map(|i| i.delta).sum();
+    assert_eq!(waiting, 6);
+}
