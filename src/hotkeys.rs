@@ -15,10 +15,11 @@
 //! bucket keys use for hashed parts (`store::key::part_digest`). Which values show follows
 //! the serving config. Must not know of HTTP or Prometheus.
 //!
-//! Cost on the request path, per charged descriptor: one SipHash of the bucket key, one
-//! uncontended lock of one of [`sketch::SHARDS`] shards, a scan of [`sketch::SLOTS`]
-//! hashes and two increments; when the bucket is new to the table, a scan for the lightest
-//! slot and a copy of the descriptor's entries into that slot's reused buffers.
+//! Cost on the request path, per charged descriptor: one SipHash of the bucket key, a scan
+//! of [`sketch::SLOTS`] hashes and two increments; when the bucket is new to the table, a
+//! scan for the lightest slot and a copy of the descriptor's entries into that slot's
+//! reused buffers. Per request: one small vector of hashes and at most one lock of each
+//! of the [`sketch::SHARDS`] shards (not one per descriptor).
 
 pub mod sketch;
 
@@ -103,14 +104,23 @@ impl SnapshotHotKeys {
         descriptors: &[RateLimitDescriptor],
     ) {
         let Some(sketch) = self.domains.get(domain) else { return };
-        for (plan, descriptor) in plans.iter().zip(descriptors) {
-            let Plan::Limited(limit) = plan else { continue };
-            let Some(charge) = charges.get(limit.charges.clone()).and_then(<[Charge]>::first) else {
-                continue;
-            };
-            let hash = self.hasher.hash_one(charge.key.as_bytes());
-            sketch.record(now, hash, |identity| fill(identity, limit.rule, &charge.key, descriptor));
-        }
+        // Each charged descriptor: the hash of its first limit's key, that limit's rule, the
+        // key and the descriptor (to describe the bucket if it takes a slot).
+        let buckets: Vec<_> = plans
+            .iter()
+            .zip(descriptors)
+            .filter_map(|(plan, descriptor)| {
+                let Plan::Limited(limit) = plan else { return None };
+                let charge = charges.get(limit.charges.clone()).and_then(<[Charge]>::first)?;
+                Some((
+                    self.hasher.hash_one(charge.key.as_bytes()),
+                    (limit.rule, charge.key.as_str(), descriptor),
+                ))
+            })
+            .collect();
+        sketch.record_all(now, &buckets, |&(rule, key, descriptor), identity| {
+            fill(identity, rule, key, descriptor)
+        });
     }
 
     /// The share of the window taken by each domain's `n` busiest buckets (see

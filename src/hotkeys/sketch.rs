@@ -122,6 +122,22 @@ impl Shard {
         self.epoch = epoch;
     }
 
+    /// Counts one decision of bucket `hash` (low bit set) in this shard, rolled to the
+    /// current epoch; `phase` is the seconds elapsed in it.
+    fn count(&mut self, hash: u64, phase: u64, fill: impl FnOnce(&mut Identity)) {
+        self.all[CURRENT] += 1;
+        if let Some(i) = self.hashes.iter().position(|h| *h == hash) {
+            self.total[i][CURRENT] = self.total[i][CURRENT].saturating_add(1);
+            self.seen[i][CURRENT] += 1;
+            return;
+        }
+        let i = self.victim(phase);
+        self.hashes[i] = hash;
+        self.total[i][CURRENT] = self.total[i][CURRENT].saturating_add(1);
+        self.seen[i] = [0, 1];
+        fill(&mut self.identities[i]);
+    }
+
     /// The slot a new bucket takes: an empty one, else the one of least weight now.
     fn victim(&self, phase: u64) -> usize {
         let weight = |pair: &[u64; 2]| {
@@ -156,9 +172,12 @@ impl Sketch {
         (age / WINDOW_SECONDS, age % WINDOW_SECONDS)
     }
 
-    fn shard(&self, hash: u64) -> MutexGuard<'_, Shard> {
-        // The high bits: the low bit is forced to 1 by `record`.
-        let index = (hash >> 59) as usize % SHARDS;
+    /// The shard of a bucket: the hash's high bits (the low bit is forced to 1).
+    fn shard_index(hash: u64) -> usize {
+        (hash >> 59) as usize % SHARDS
+    }
+
+    fn lock(&self, index: usize) -> MutexGuard<'_, Shard> {
         self.shards[index].lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -166,21 +185,39 @@ impl Sketch {
     /// bucket; it runs only when the bucket takes a slot (its previous identity is handed
     /// in, to be overwritten in place).
     pub fn record(&self, now: u64, hash: u64, fill: impl FnOnce(&mut Identity)) {
-        let hash = hash | 1;
         let (epoch, phase) = self.epoch(now);
-        let mut shard = self.shard(hash);
+        let hash = hash | 1;
+        let mut shard = self.lock(Self::shard_index(hash));
         shard.roll(epoch);
-        shard.all[CURRENT] += 1;
-        if let Some(i) = shard.hashes.iter().position(|h| *h == hash) {
-            shard.total[i][CURRENT] = shard.total[i][CURRENT].saturating_add(1);
-            shard.seen[i][CURRENT] += 1;
-            return;
+        shard.count(hash, phase, fill);
+    }
+
+    /// Counts one decision of each bucket of `buckets` (its hash, and what `fill` needs to
+    /// describe it) at second `now`, as calls of [`record`](Self::record) in that order
+    /// would, but locking each shard once: a request of many descriptors takes at most
+    /// [`SHARDS`] locks, not one per descriptor.
+    pub fn record_all<T>(&self, now: u64, buckets: &[(u64, T)], mut fill: impl FnMut(&T, &mut Identity)) {
+        let (epoch, phase) = self.epoch(now);
+        // Buckets of different shards are independent: shard by shard, each in its order.
+        let mut pending = buckets.len();
+        for index in 0..SHARDS {
+            if pending == 0 {
+                break;
+            }
+            let mut shard = None;
+            for (hash, bucket) in buckets.iter().map(|(h, bucket)| (h | 1, bucket)) {
+                if Self::shard_index(hash) != index {
+                    continue;
+                }
+                let shard = shard.get_or_insert_with(|| {
+                    let mut locked = self.lock(index);
+                    locked.roll(epoch);
+                    locked
+                });
+                shard.count(hash, phase, |identity| fill(bucket, identity));
+                pending -= 1;
+            }
         }
-        let i = shard.victim(phase);
-        shard.hashes[i] = hash;
-        shard.total[i][CURRENT] = shard.total[i][CURRENT].saturating_add(1);
-        shard.seen[i] = [0, 1];
-        fill(&mut shard.identities[i]);
     }
 
     /// The sketch as of second `now`, busiest first (buckets without a hit in the window

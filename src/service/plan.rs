@@ -101,7 +101,8 @@ pub fn plan<'a>(
 ) -> (Vec<Plan<'a>>, Vec<Charge>, Groups) {
     let mut plans: Vec<Plan<'a>> = descriptors.iter().map(|d| lookup(domain, d)).collect();
     drop_replaced(&mut plans);
-    let mut charges = Vec::new();
+    // One charge per descriptor is the common case: one allocation.
+    let mut charges = Vec::with_capacity(descriptors.len());
     let mut ends = Vec::new();
     let joint = domain.charge == ChargeMode::AllOrNothing;
     // Joint descriptors first (one group), then every other descriptor (a group each).

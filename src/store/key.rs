@@ -26,6 +26,7 @@
 //! - `hash_tag: domain` puts `{<domain part>}` right after `tg:` in every key of the
 //!   domain, before the key it would otherwise have: one slot for the whole domain.
 
+use std::borrow::Cow;
 use std::fmt::Write as _;
 
 use sha2::{Digest, Sha256};
@@ -100,17 +101,17 @@ pub fn domain_override_key<K: AsRef<[u8]>, V: AsRef<[u8]>>(
     override_key(&tagged_prefix(prefix, domain), &domain.name, algorithm, unit, entries)
 }
 
-/// `prefix`, and with `hash_tag: domain` the domain's hash tag after it.
-fn tagged_prefix(prefix: &str, domain: &Domain) -> String {
+/// `prefix`, and with `hash_tag: domain` the domain's hash tag after it (only then built).
+fn tagged_prefix<'p>(prefix: &'p str, domain: &Domain) -> Cow<'p, str> {
     match domain.hash_tag {
-        HashTag::Descriptor => prefix.to_string(),
+        HashTag::Descriptor => Cow::Borrowed(prefix),
         HashTag::Domain => {
             let mut tagged = String::with_capacity(prefix.len() + domain.name.len() + 8);
             tagged.push_str(prefix);
             tagged.push_str("tg:{");
             push_part(&mut tagged, domain.name.as_bytes());
             tagged.push('}');
-            tagged
+            Cow::Owned(tagged)
         }
     }
 }
@@ -207,15 +208,35 @@ fn push_part(key: &mut String, part: &[u8]) {
     let literal = (part.len() <= MAX_LITERAL_PART)
         .then(|| std::str::from_utf8(part).ok())
         .flatten()
-        .filter(|text| !text.chars().any(|c| c == '{' || c == '}' || c.is_control()));
+        .filter(|text| is_plain(text));
     if let Some(text) = literal {
-        // Writing to a String cannot fail.
-        let _ = write!(key, "{}:", text.len());
+        push_len(key, text.len());
+        key.push(':');
         key.push_str(text);
     } else {
         key.push('#');
         push_hex(key, &part_digest(part));
     }
+}
+
+/// No brace and no control character: a part that can stay literal. Printable ASCII (the
+/// common case) is decided byte by byte; anything else char by char.
+fn is_plain(text: &str) -> bool {
+    let printable = |b: &u8| (0x20..0x7f).contains(b) && *b != b'{' && *b != b'}';
+    text.as_bytes().iter().all(printable) || !text.chars().any(|c| c == '{' || c == '}' || c.is_control())
+}
+
+/// `n` in decimal, without the formatting machinery for the lengths a literal part has.
+fn push_len(key: &mut String, n: usize) {
+    if n >= 100 {
+        // Writing to a String cannot fail.
+        let _ = write!(key, "{n}");
+        return;
+    }
+    if n >= 10 {
+        key.push(char::from(b'0' + (n / 10) as u8));
+    }
+    key.push(char::from(b'0' + (n % 10) as u8));
 }
 
 /// The 128-bit SHA-256 prefix of a part: what a hashed part of a key is made of.
@@ -235,9 +256,10 @@ pub(crate) fn digest_hex(digest: &[u8; 16]) -> String {
 }
 
 fn push_hex(out: &mut String, digest: &[u8; 16]) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
     for byte in digest {
-        // Writing to a String cannot fail.
-        let _ = write!(out, "{byte:02x}");
+        out.push(char::from(DIGITS[usize::from(byte >> 4)]));
+        out.push(char::from(DIGITS[usize::from(byte & 0xf)]));
     }
 }
 
@@ -369,5 +391,20 @@ mod tests {
         }
         assert!(rule_key("pfx:", "api", &r, Algorithm::Gcra, Unit::Minute, e.iter().copied())
             .starts_with("pfx:tg:"));
+    }
+
+    #[test]
+    fn parts_read_as_the_formatted_length_and_hex_they_always_had() {
+        for len in [0, 1, 9, 10, 47, MAX_LITERAL_PART, 100, 12345] {
+            let (mut fast, text) = (String::new(), "é".repeat(len.min(3)));
+            push_len(&mut fast, len);
+            assert_eq!(fast, len.to_string());
+            push_part(&mut fast, text.as_bytes());
+            assert_eq!(fast, format!("{len}{}:{text}", text.len()));
+        }
+        let digest = part_digest(b"x".repeat(100).as_slice());
+        let formatted: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(digest_hex(&digest), formatted);
+        assert!(!is_plain("a\u{85}b") && !is_plain("{") && is_plain("é/ü ~"));
     }
 }

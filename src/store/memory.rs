@@ -17,7 +17,13 @@
 //!    refill time; such evictions are counted apart (`at_limit_evictions`).
 //!
 //! No awaits: a charge holds one shard lock for a few hundred nanoseconds; eviction ranks
-//! the sample with integer arithmetic only (no allocation). A joint group (`Groups`: charges
+//! the sample with integer arithmetic only (no allocation). A charge hashes its key once
+//! (SipHash, keyed per process): the hash picks the shard from bits the shard's table does
+//! not use to place or tag entries, and the same hash finds, updates or inserts the entry
+//! in one probe (`indexmap`'s raw entry API), since every shard's map hashes with the
+//! store's own `RandomState`. Shards sit on cache lines of their own, so two threads
+//! charging neighbouring shards do not take each other's lock line. Keys are held inline
+//! when short (`stored_key`): no allocation per new bucket, no pointer to follow. A joint group (`Groups`: charges
 //! that stand or fall together) holds the locks of every shard it touches, taken in
 //! ascending shard index, while `algorithm::joint` decides it: atomic with respect to every
 //! other charge, and deadlock-free (single charges hold one lock; groups lock in one order).
@@ -28,29 +34,26 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use indexmap::map::raw_entry_v1::{RawEntryApiV1, RawEntryMut};
 use indexmap::IndexMap;
-use rand::Rng;
 
 use crate::algorithm::joint::{self, Member};
-use crate::algorithm::{self, Decision, Params, Standing, State, Write};
+use crate::algorithm::{self, Decision, Params, State, Write};
 
+use self::evict::{pick_victim, sweep};
+use self::stored_key::StoredKey;
 use super::{Charge, Groups};
 
-/// How many entries a full shard looks at to pick a victim.
-const EVICTION_SAMPLE: usize = 16;
-/// How many it looks at in all before it evicts a bucket at its limit: a sample that is
-/// all exhausted by chance (probability `f^16` with a share `f` of the shard exhausted)
-/// must not hand out a reset; `f^64` is below 1e-11 for `f` up to 2/3 and 1e-3 at 0.9.
-/// Only a shard mostly full of exhausted buckets pays for the longer look (~4 µs, cache
-/// misses, against ~1 µs).
-const AT_LIMIT_SAMPLE: usize = 64;
+mod evict;
+mod stored_key;
+
 /// A full shard sweeps all its expired entries at most this often (µs).
 const SWEEP_INTERVAL_US: u64 = 100_000;
 
 /// Process-memory store, capped at `max_keys` buckets.
 #[derive(Debug)]
 pub struct MemoryStore {
-    shards: Box<[Mutex<Shard>]>,
+    shards: Box<[Padded]>,
     shard_cap: usize,
     hasher: RandomState,
     lossless_evictions: AtomicU64,
@@ -58,18 +61,40 @@ pub struct MemoryStore {
     at_limit_evictions: AtomicU64,
 }
 
-#[derive(Debug, Default)]
+/// One shard's lock on cache lines of its own (128 bytes: adjacent-line prefetchers pair
+/// lines): without it, two shards share a line and the threads charging them contend
+/// on it as if on one lock.
+#[derive(Debug)]
+#[repr(align(128))]
+struct Padded(Mutex<Shard>);
+
+impl Padded {
+    /// A poisoned shard only means another thread panicked mid-charge; the map itself is
+    /// still consistent (every mutation is a single insert/remove), so keep serving.
+    fn lock(&self) -> MutexGuard<'_, Shard> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+#[derive(Debug)]
 struct Shard {
-    map: IndexMap<Box<str>, Entry>,
+    /// Hashed with the store's `RandomState`: the hash a charge computes once is the one
+    /// the map would compute (see [`MemoryStore::hash`]).
+    map: IndexMap<StoredKey, Entry, RandomState>,
     /// No entry expires before this (a lower bound; exact right after a sweep).
     min_expiry: u64,
     last_sweep: u64,
 }
 
 impl Shard {
-    /// The state of `key` if it has not expired at `now`.
-    fn live(&self, key: &str, now: u64) -> Option<State> {
-        self.map.get(key).filter(|e| e.expires_at > now).map(|e| e.state)
+    fn new(hasher: RandomState) -> Shard {
+        Shard { map: IndexMap::with_hasher(hasher), min_expiry: 0, last_sweep: 0 }
+    }
+
+    /// The state of `key` (of hash `hash`) if it has not expired at `now`.
+    fn live(&self, hash: u64, key: &str, now: u64) -> Option<State> {
+        let (_, entry) = self.map.raw_entry_v1().from_key_hashed_nocheck(hash, key)?;
+        (entry.expires_at > now).then_some(entry.state)
     }
 }
 
@@ -99,10 +124,11 @@ impl MemoryStore {
     pub fn new(max_keys: usize) -> MemoryStore {
         let shard_count = (max_keys / 1024).clamp(1, 64);
         let shard_cap = max_keys.div_ceil(shard_count).max(1);
+        let hasher = RandomState::new();
         MemoryStore {
-            shards: (0..shard_count).map(|_| Mutex::new(Shard::default())).collect(),
+            shards: (0..shard_count).map(|_| Padded(Mutex::new(Shard::new(hasher.clone())))).collect(),
             shard_cap,
-            hasher: RandomState::new(),
+            hasher,
             lossless_evictions: AtomicU64::new(0),
             lossy_evictions: AtomicU64::new(0),
             at_limit_evictions: AtomicU64::new(0),
@@ -125,12 +151,50 @@ impl MemoryStore {
     }
 
     /// Charges one bucket at `now` (µs since the epoch). Public for deterministic tests.
+    ///
+    /// One hash and one probe of the shard's table: the entry found (or the free place)
+    /// is read, decided on and written without looking the key up again.
     pub fn charge_at(&self, charge: &Charge, now: u64) -> Decision {
-        // A poisoned shard only means another thread panicked mid-charge; the map itself is
-        // still consistent (every mutation is a single insert/remove), so keep serving.
-        let mut shard = self.shards[self.shard_of(&charge.key)].lock().unwrap_or_else(|e| e.into_inner());
-        let outcome = algorithm::apply(shard.live(&charge.key, now), now, &charge.params, charge.hits);
-        self.write(&mut shard, &charge.key, outcome.write, charge.params, now);
+        let key = charge.key.as_str();
+        let hash = self.hash(key);
+        let mut guard = self.shards[self.shard_index(hash)].lock();
+        let shard = &mut *guard;
+        let full = shard.map.len() >= self.shard_cap;
+        let (outcome, expires_at) = match shard.map.raw_entry_mut_v1().from_key_hashed_nocheck(hash, key) {
+            RawEntryMut::Occupied(mut slot) => {
+                let stored = Some(slot.get().state).filter(|_| slot.get().expires_at > now);
+                let outcome = algorithm::apply(stored, now, &charge.params, charge.hits);
+                let expires_at = match outcome.write {
+                    Write::Keep => None,
+                    Write::Delete => {
+                        slot.swap_remove();
+                        None
+                    }
+                    Write::Put { state, expires_at } => {
+                        *slot.get_mut() = Entry { state, expires_at, params: charge.params };
+                        Some(expires_at)
+                    }
+                };
+                (outcome, expires_at)
+            }
+            RawEntryMut::Vacant(place) => {
+                let outcome = algorithm::apply(None, now, &charge.params, charge.hits);
+                let Write::Put { state, expires_at } = outcome.write else {
+                    // Keep or Delete of a bucket that is not there: nothing to write.
+                    return outcome.decision;
+                };
+                let entry = Entry { state, expires_at, params: charge.params };
+                if full {
+                    self.insert_making_room(shard, hash, key, entry, now);
+                } else {
+                    place.insert_hashed_nocheck(hash, key.into(), entry);
+                }
+                (outcome, Some(expires_at))
+            }
+        };
+        if let Some(expires_at) = expires_at {
+            shard.min_expiry = shard.min_expiry.min(expires_at);
+        }
         outcome.decision
     }
 
@@ -175,46 +239,68 @@ impl MemoryStore {
                 Member { key, params: c.params, hits: c.hits }
             })
             .collect();
-        let shard_of: Vec<usize> = keys.iter().map(|k| self.shard_of(k)).collect();
+        let hashes: Vec<u64> = keys.iter().map(|k| self.hash(k)).collect();
+        let shard_of: Vec<usize> = hashes.iter().map(|&h| self.shard_index(h)).collect();
         let mut order = shard_of.clone();
         order.sort_unstable();
         order.dedup();
-        let mut locked: Vec<MutexGuard<'_, Shard>> =
-            order.iter().map(|&i| self.shards[i].lock().unwrap_or_else(|e| e.into_inner())).collect();
+        let mut locked: Vec<MutexGuard<'_, Shard>> = order.iter().map(|&i| self.shards[i].lock()).collect();
         let guard = |i: usize| order.binary_search(&shard_of[i]).unwrap_or(0);
         let stored: Vec<Option<State>> =
-            keys.iter().enumerate().map(|(i, k)| locked[guard(i)].live(k, now)).collect();
+            keys.iter().enumerate().map(|(i, k)| locked[guard(i)].live(hashes[i], k, now)).collect();
         let outcome = joint::apply(&stored, now, &members);
         for w in outcome.writes.iter().flatten() {
-            self.write(&mut locked[guard(w.key)], keys[w.key], w.write, w.params, now);
+            self.write(&mut locked[guard(w.key)], hashes[w.key], keys[w.key], w.write, w.params, now);
         }
         outcome.decisions
     }
 
-    fn shard_of(&self, key: &str) -> usize {
-        (self.hasher.hash_one(key) % self.shards.len() as u64) as usize
+    /// The hash of `key`, as every shard's map computes it (they share `self.hasher`).
+    fn hash(&self, key: &str) -> u64 {
+        self.hasher.hash_one(key)
+    }
+
+    /// The shard of a key of hash `hash`. The table inside the shard places an entry by
+    /// the hash's low bits and tags it with its top 7: the shard is taken from bits 25..57
+    /// (multiply-shift), so the keys of one shard still spread over its whole table.
+    fn shard_index(&self, hash: u64) -> usize {
+        let middle = u64::from((hash >> 25) as u32);
+        ((middle * self.shards.len() as u64) >> 32) as usize
     }
 
     /// Applies one write to a bucket of `shard` (locked by the caller), making room when a
-    /// new bucket meets a full shard.
-    fn write(&self, shard: &mut Shard, key: &str, write: Write, params: Params, now: u64) {
+    /// new bucket meets a full shard. For joint groups; single charges write in place.
+    fn write(&self, shard: &mut Shard, hash: u64, key: &str, write: Write, params: Params, now: u64) {
         match write {
             Write::Keep => {}
             Write::Delete => {
-                shard.map.swap_remove(key);
+                if let RawEntryMut::Occupied(slot) =
+                    shard.map.raw_entry_mut_v1().from_key_hashed_nocheck(hash, key)
+                {
+                    slot.swap_remove();
+                }
             }
             Write::Put { state, expires_at } => {
                 let entry = Entry { state, expires_at, params };
-                if let Some(slot) = shard.map.get_mut(key) {
-                    *slot = entry;
-                } else {
-                    if shard.map.len() >= self.shard_cap {
-                        self.make_room(shard, now);
+                let full = shard.map.len() >= self.shard_cap;
+                match shard.map.raw_entry_mut_v1().from_key_hashed_nocheck(hash, key) {
+                    RawEntryMut::Occupied(mut slot) => *slot.get_mut() = entry,
+                    RawEntryMut::Vacant(place) if !full => {
+                        place.insert_hashed_nocheck(hash, key.into(), entry);
                     }
-                    shard.map.insert(key.into(), entry);
+                    RawEntryMut::Vacant(_) => self.insert_making_room(shard, hash, key, entry, now),
                 }
                 shard.min_expiry = shard.min_expiry.min(expires_at);
             }
+        }
+    }
+
+    /// Inserts a new bucket into a full shard: makes room first, then looks its place up
+    /// anew (making room moves entries).
+    fn insert_making_room(&self, shard: &mut Shard, hash: u64, key: &str, entry: Entry, now: u64) {
+        self.make_room(shard, now);
+        if let RawEntryMut::Vacant(place) = shard.map.raw_entry_mut_v1().from_key_hashed_nocheck(hash, key) {
+            place.insert_hashed_nocheck(hash, key.into(), entry);
         }
     }
 
@@ -239,16 +325,22 @@ impl MemoryStore {
     /// Forgets the bucket of `key` (an operator's reset): its next charge finds it full.
     /// Whether it held one.
     pub fn remove(&self, key: &str) -> bool {
-        let index = (self.hasher.hash_one(key) % self.shards.len() as u64) as usize;
-        let mut shard = self.shards[index].lock().unwrap_or_else(|e| e.into_inner());
-        shard.map.swap_remove(key).is_some()
+        let hash = self.hash(key);
+        let mut shard = self.shards[self.shard_index(hash)].lock();
+        match shard.map.raw_entry_mut_v1().from_key_hashed_nocheck(hash, key) {
+            RawEntryMut::Occupied(slot) => {
+                slot.swap_remove();
+                true
+            }
+            RawEntryMut::Vacant(_) => false,
+        }
     }
 
     /// Removes every expired bucket now (called periodically by the server).
     pub fn sweep_expired(&self, now: u64) -> usize {
         let mut total = 0;
         for shard in self.shards.iter() {
-            let mut shard = shard.lock().unwrap_or_else(|e| e.into_inner());
+            let mut shard = shard.lock();
             if now >= shard.min_expiry {
                 total += sweep(&mut shard, now);
             }
@@ -259,7 +351,7 @@ impl MemoryStore {
 
     /// Current key count and eviction counters.
     pub fn stats(&self) -> MemoryStats {
-        let keys = self.shards.iter().map(|s| s.lock().unwrap_or_else(|e| e.into_inner()).map.len()).sum();
+        let keys = self.shards.iter().map(|s| s.lock().map.len()).sum();
         MemoryStats {
             keys,
             lossless_evictions: self.lossless_evictions.load(Ordering::Relaxed),
@@ -273,48 +365,6 @@ impl MemoryStore {
     pub fn capacity(&self) -> usize {
         self.shard_cap * self.shards.len()
     }
-}
-
-/// The entry to evict among `EVICTION_SAMPLE` random ones (with replacement: cheaper than
-/// distinct picks, and a repeat only narrows the sample), up to `AT_LIMIT_SAMPLE` while
-/// all of them are at their limit: the smallest `(standing, expires_at)`, stopping early
-/// at one that carries nothing.
-fn pick_victim(shard: &Shard, now: u64) -> Option<(usize, Standing)> {
-    let len = shard.map.len();
-    if len == 0 {
-        return None;
-    }
-    let mut rng = rand::rng();
-    let mut victim: Option<(usize, Standing, u64)> = None;
-    for looked in 0..AT_LIMIT_SAMPLE {
-        let enough = looked >= EVICTION_SAMPLE.min(len);
-        if enough && victim.is_some_and(|(_, s, _)| !s.at_limit) {
-            break;
-        }
-        let i = rng.random_range(0..len);
-        let Some((_, entry)) = shard.map.get_index(i) else { continue };
-        let standing = if entry.expires_at <= now {
-            Standing { at_limit: false, given_back: 0 }
-        } else {
-            algorithm::standing(entry.state, now, &entry.params)
-        };
-        if standing.given_back == 0 && !standing.at_limit {
-            return Some((i, standing));
-        }
-        if victim.is_none_or(|(_, s, expires)| (standing, entry.expires_at) < (s, expires)) {
-            victim = Some((i, standing, entry.expires_at));
-        }
-    }
-    victim.map(|(i, standing, _)| (i, standing))
-}
-
-/// Drops every expired entry of a shard and makes `min_expiry` exact.
-fn sweep(shard: &mut Shard, now: u64) -> usize {
-    let before = shard.map.len();
-    shard.map.retain(|_, e| e.expires_at > now);
-    shard.min_expiry = shard.map.values().map(|e| e.expires_at).min().unwrap_or(u64::MAX);
-    shard.last_sweep = now;
-    before - shard.map.len()
 }
 
 /// The system clock in µs since the epoch (0 if the clock is before 1970).

@@ -137,3 +137,22 @@ fn identities_are_filled_once_per_slot_and_reused() {
     assert_eq!(fills, 1, "a bucket in the table is only counted");
     assert_eq!(sketch.read(1).buckets[0].count, 100.0);
 }
+
+#[test]
+fn a_batch_counts_as_its_records_in_order_would() {
+    // Requests of 16 descriptors over 3,000 keys (slots change hands) across two epochs.
+    let mut rng = StdRng::seed_from_u64(11);
+    let (one_by_one, batched) = (Sketch::new(0), Sketch::new(0));
+    for request in 0..2_000u64 {
+        let now = request / 20;
+        let keys: Vec<usize> = (0..16).map(|_| rng.random_range(0..3_000)).collect();
+        for &key in &keys {
+            record(&one_by_one, now, key);
+        }
+        let buckets: Vec<(u64, usize)> = keys.iter().map(|&key| (hash(key), key)).collect();
+        batched.record_all(now, &buckets, |key, identity| identity.key = format!("k{key}"));
+    }
+    for now in [99, 100, 130] {
+        assert_eq!(one_by_one.read(now), batched.read(now));
+    }
+}

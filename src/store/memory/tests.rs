@@ -256,3 +256,10 @@ fn concurrent_overlapping_groups_never_admit_past_the_limit() {
     }
     assert!(admitted.contains(&LIMIT), "the limit was reached: {admitted:?}");
 }
+
+#[test]
+fn a_table_entry_fits_two_cache_lines() {
+    // What the shard's table stores per bucket: its hash, the key and the entry.
+    assert!(std::mem::size_of::<(u64, StoredKey, Entry)>() <= 128);
+    assert_eq!(std::mem::align_of::<Padded>(), 128);
+}
