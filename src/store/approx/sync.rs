@@ -40,8 +40,29 @@ use crate::store::redis::link::Link;
 use crate::store::scripts::{send_entries, Call, APPROX_LUA};
 use crate::store::{Store, StoreError};
 
-use super::bucket::Counts;
+use super::bucket::{Counts, Tier};
 use super::{lock, Approx};
+
+/// What a wake of the sync sends: the grid of half intervals, every second wake a full one,
+/// every eighth a long one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wake {
+    /// The reads due (hot buckets every half interval), with their increments.
+    Half,
+    /// Also every bucket's increments but idle ones', and the heartbeat.
+    Full,
+    /// Also idle buckets' increments (every 4 intervals), and at shutdown everything.
+    Long,
+}
+
+/// A spent bucket (its counts expired, nothing to send) synced within this long stays: it
+/// is an idle bucket whose next charge needs no first read. Older, it is dropped.
+pub const FORGET_AFTER_US: u64 = 30_000_000;
+
+/// How long a sync may take before it counts as failed: 4 intervals, at least 1 s.
+fn sync_deadline(interval: Duration) -> Duration {
+    (interval * 4).max(Duration::from_secs(1))
+}
 
 /// Buckets per script call: a call runs alone on the server, so it is kept short (~0.5 ms).
 pub const CHUNK: usize = 512;
@@ -124,19 +145,27 @@ impl Via<'_> {
 }
 
 impl Approx {
-    /// Takes what a wake sends: buckets with increments (`full`: a whole interval has
-    /// passed) or a due read, and evicted buckets' increments. Moves their increments to
-    /// `inflight`. On full wakes also drops spent buckets.
-    pub fn collect(&self, now: u64, full: bool) -> Vec<Item> {
+    /// Takes what a wake sends (see [`Wake`]): buckets with increments to write or a read
+    /// due, and evicted buckets' increments. Moves their increments to `inflight`. On
+    /// full wakes also drops buckets with nothing left to say that were not synced within
+    /// [`FORGET_AFTER_US`] (a spent bucket synced since is an idle one: it needs no read).
+    pub fn collect(&self, now: u64, wake: Wake) -> Vec<Item> {
         let redis_now = self.redis_now(now);
+        let full = wake != Wake::Half;
         let mut items = Vec::new();
         for shard in self.shards.iter() {
             let mut shard = lock(shard);
             if full {
-                shard.map.retain(|_, b| !b.is_spent(redis_now));
+                shard
+                    .map
+                    .retain(|_, b| !b.is_spent(redis_now) || now.saturating_sub(b.read_at) < FORGET_AFTER_US);
             }
             for (key, bucket) in shard.map.iter_mut() {
-                let write = bucket.pending != 0 && full;
+                // Idle buckets' increments wait for a long wake (a fourth of the full
+                // ones): below a tenth of the limit a delay costs nothing of the bound
+                // (shares cap what is unwritten) and a busy bucket is written once for
+                // many charges.
+                let write = bucket.pending != 0 && full && (wake == Wake::Long || bucket.tier != Tier::Idle);
                 if !(write || bucket.next_read <= now) {
                     continue;
                 }
@@ -214,11 +243,12 @@ impl Approx {
         self.counters.syncs_failed.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// One wake: collect, send, fold. `full`: a whole interval has passed, so increments
-    /// are written and the heartbeat is beaten. Returns how many buckets were sent.
-    pub async fn tick(&self, via: Via<'_>, target: &SyncTarget, full: bool, deadline: Instant) -> usize {
+    /// One wake: collect, send, fold; on full wakes (see [`Wake`]) the heartbeat is beaten
+    /// too. Returns how many buckets were sent.
+    pub async fn tick(&self, via: Via<'_>, target: &SyncTarget, wake: Wake, deadline: Instant) -> usize {
+        let full = wake != Wake::Half;
         let sent_at = now_us();
-        let mut items = self.collect(sent_at, full);
+        let mut items = self.collect(sent_at, wake);
         if items.is_empty() && !full {
             return 0;
         }
@@ -360,8 +390,14 @@ pub async fn run(table: Arc<Approx>, store: Arc<Store>, target: SyncTarget, stop
             () = tokio::time::sleep(Duration::from_micros(next - now)) => {}
             () = &mut stop => break,
         }
-        let full = (next / half).is_multiple_of(2);
-        table.tick(via, &target, full, Instant::now() + interval.max(Duration::from_millis(100))).await;
+        let wake = match next / half % 8 {
+            0 => Wake::Long,
+            n if n % 2 == 0 => Wake::Full,
+            _ => Wake::Half,
+        };
+        // A sync slower than a wake delays the next one (the grid skips what passed): the
+        // deadline is for a Redis that does not answer, not for a busy one.
+        table.tick(via, &target, wake, Instant::now() + sync_deadline(interval)).await;
     }
-    table.tick(via, &target, true, Instant::now() + Duration::from_secs(1)).await;
+    table.tick(via, &target, Wake::Long, Instant::now() + Duration::from_secs(1)).await;
 }

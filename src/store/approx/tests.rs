@@ -17,7 +17,7 @@ fn table() -> Approx {
 
 /// Syncs every bucket `approx` holds as if Redis held nothing else: as after a first sync.
 fn sync_empty(approx: &Approx, now: u64) {
-    let items = approx.collect(now, true);
+    let items = approx.collect(now, sync::Wake::Long);
     let counts: Vec<Counts> = items
         .iter()
         .map(|i| {
@@ -60,7 +60,7 @@ fn a_share_of_the_headroom_per_sync_with_several_instances() {
     assert_eq!(admitted, 17, "⌈100 / 6⌉ before a sync");
     assert_eq!(approx.counters.share_denials.load(Ordering::Relaxed), 83);
     // A sync shows 17 + 57 from the others: the share is now ⌈26 / 6⌉ = 5 more.
-    let items = approx.collect(now, true);
+    let items = approx.collect(now, sync::Wake::Long);
     assert_eq!(items.len(), 1);
     assert_eq!(items[0].delta, 17);
     let start = now - now % 60_000_000;
@@ -79,9 +79,9 @@ fn a_failed_sync_keeps_the_increments_and_staleness_hands_over_to_the_failure_po
     let now = 1_000_000_000;
     let one = [charge("k", 100, Hits::Consume(1))];
     assert!(allowed(&approx.charge_group_at(&one, now)));
-    let items = approx.collect(now, true);
+    let items = approx.collect(now, sync::Wake::Long);
     approx.settle_failed(items, now);
-    let again = approx.collect(now + 250_000, true);
+    let again = approx.collect(now + 250_000, sync::Wake::Long);
     assert_eq!(again[0].delta, 1, "the increment goes with the next tick");
     approx.settle_failed(again, now + 250_000);
     // Within the staleness limit: decided from the estimate.
@@ -100,7 +100,7 @@ fn idle_buckets_are_not_read_and_hot_ones_every_half_interval() {
     for _ in 0..90 {
         approx.charge_group_at(&[charge("hot", 100, Hits::Consume(1))], now);
     }
-    let items = approx.collect(now, true);
+    let items = approx.collect(now, sync::Wake::Long);
     assert_eq!(items.len(), 2, "both have increments to write");
     let start = now - now % 60_000_000;
     let counts = [Counts { start, current: 1, previous: 0 }, Counts { start, current: 90, previous: 0 }];
@@ -111,7 +111,7 @@ fn idle_buckets_are_not_read_and_hot_ones_every_half_interval() {
     assert_eq!(approx.view_at("hot", now).map(|v| v.tier), Some(Tier::Hot));
     // Half an interval later only the hot bucket is due; a full interval later too (the
     // idle one has nothing to write).
-    let half = approx.collect(now + 125_000, false);
+    let half = approx.collect(now + 125_000, sync::Wake::Half);
     assert_eq!(half.iter().map(|i| &*i.key).collect::<Vec<_>>(), ["hot"]);
     assert_eq!(half[0].delta, 0, "a read");
 }
@@ -137,7 +137,7 @@ fn eviction_keeps_unsent_increments_for_the_next_sync() {
     }
     assert!(approx.len() <= 8);
     assert_eq!(approx.counters.evictions.load(Ordering::Relaxed), 2);
-    let items = approx.collect(now, true);
+    let items = approx.collect(now, sync::Wake::Long);
     let total: i64 = items.iter().map(|i| i.delta).sum();
     assert_eq!(total, 10, "every admission is written, evicted or not");
     assert_eq!(approx.counters.dropped_increments.load(Ordering::Relaxed), 0);
@@ -175,7 +175,7 @@ fn peeks_charge_nothing_and_refunds_are_sent_as_negative_increments() {
     approx.charge_group_at(&[charge("k", 10, Hits::Refund(3))], now);
     assert_eq!(approx.view_at("k", now).map(|v| (v.level, v.pending)), Some((1, 1)));
     approx.charge_group_at(&[charge("k", 10, Hits::Refund(5))], now);
-    let items = approx.collect(now, true);
+    let items = approx.collect(now, sync::Wake::Long);
     assert_eq!(items[0].delta, -4, "the refunds beyond the admissions go to Redis too");
     assert_eq!(approx.view_at("k", now).map(|v| v.level), Some(0));
 }
@@ -267,7 +267,7 @@ fn staleness_is_per_bucket_so_one_failing_master_does_not_hide_behind_the_others
         for key in ["down", "up"] {
             approx.charge_group_at(&[charge(key, 100, Hits::Consume(1))], at);
         }
-        let items = approx.collect(at, true);
+        let items = approx.collect(at, sync::Wake::Long);
         let (failed, ok): (Vec<_>, Vec<_>) = items.into_iter().partition(|i| &*i.key == "down");
         let start = at - at % 60_000_000;
         let counts: Vec<Counts> =
@@ -281,6 +281,7 @@ fn staleness_is_per_bucket_so_one_failing_master_does_not_hide_behind_the_others
     assert!(matches!(down[0], Err(StoreError::Unavailable(_))), "past the limit on its own failures");
     // Its increments are all still waiting for its master: 6 admitted (the charge of the
     // last wake, 1.25 s after the first failure, was already stale).
-    let waiting: i64 = approx.collect(late, true).iter().filter(|i| &*i.key == "down").map(|i| i.delta).sum();
+    let waiting: i64 =
+        approx.collect(late, sync::Wake::Long).iter().filter(|i| &*i.key == "down").map(|i| i.delta).sum();
     assert_eq!(waiting, 6);
 }

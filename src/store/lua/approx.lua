@@ -44,8 +44,12 @@ for i = 1, #KEYS do
     else
       current = math.max(current - int(-delta), 0)
     end
+    -- The expiry follows from the window's start: a hash already of this window has it.
+    local same = stored[1] and int(stored[1]) == ws
     if current == 0 and previous == 0 then
       redis.call('DEL', key)
+    elseif same then
+      redis.call('HSET', key, 'c', str(current))
     elseif sliding then
       redis.call('HSET', key, 's', str(ws), 'c', str(current), 'p', str(previous))
       redis.call('PEXPIREAT', key, str(ms_ceil(add(add(ws, unit), unit))))
