@@ -144,9 +144,9 @@ impl Bucket {
             pending: 0,
             inflight: 0,
             read_at: 0,
-            // Read at the next wake: until its first sync the bucket knows nothing of
-            // what other instances (or this one, before a restart) left in Redis.
-            next_read: 0,
+            // No read of its own: its first sync is its first write (or a promotion's
+            // read); until then the share rule caps it (see `approx`).
+            next_read: u64::MAX,
             failing_since: 0,
             tier: Tier::Idle,
         }
@@ -251,7 +251,7 @@ mod tests {
     #[test]
     fn promotion_is_immediate_and_only_a_read_demotes() {
         let mut b = Bucket::new(sliding(10));
-        assert_eq!(b.next_read, 0, "a new bucket is read at the next wake");
+        assert_eq!(b.next_read, u64::MAX, "a new bucket is synced by its first write");
         b.fold(Counts::default(), 0, 1_000, 250_000);
         assert_eq!((b.tier, b.next_read), (Tier::Idle, u64::MAX));
         b.admit(6, 100);
