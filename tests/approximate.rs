@@ -153,7 +153,8 @@ fn bound(instances: u64, limit: u64) -> u64 {
 }
 
 /// Sleeps into a minute with at least `needed` left: the run then sees one sliding
-/// window, with no previous one weighing in (the bound is stated per window).
+/// window, with no previous one weighing in (the bound is stated per window, and the
+/// counts read back from Redis are the current window's).
 async fn within_one_window(needed: Duration) {
     let now = SystemTime::now().duration_since(UNIX_EPOCH).expect("clock");
     let into = Duration::from_micros((now.as_micros() % 60_000_000) as u64);
@@ -217,6 +218,8 @@ async fn three_instances_on_one_key_stay_within_the_stated_bound() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_buckets_cost_redis_no_reads_and_hot_ones_are_read() {
+    // One window for the whole test: the counts it reads back are the current window's.
+    within_one_window(Duration::from_secs(20)).await;
     let redis = RedisServer::start();
     let dir = tempfile::tempdir().expect("tempdir");
     std::fs::write(dir.path().join("approx.yaml"), policy(LIMIT)).expect("write");
@@ -271,6 +274,7 @@ async fn idle_buckets_cost_redis_no_reads_and_hot_ones_are_read() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_down_decisions_go_on_then_the_failure_policy_and_increments_are_kept() {
+    within_one_window(Duration::from_secs(20)).await;
     let mut redis = RedisServer::start();
     let dir = tempfile::tempdir().expect("tempdir");
     std::fs::write(dir.path().join("approx.yaml"), policy(LIMIT)).expect("write");
