@@ -9,14 +9,18 @@
 //! the limit working).
 
 #[allow(dead_code)]
+#[path = "support/approx.rs"]
+mod approx_support;
+#[allow(dead_code)]
 #[path = "support/redis.rs"]
 mod redis_support;
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
+use approx_support::{admin_get, bound, within_one_window, SUM_OF_COUNTS};
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
@@ -91,32 +95,22 @@ async fn allowed(client: &mut RateLimitServiceClient<Channel>, user: &str) -> bo
     response.overall_code == Code::Ok as i32
 }
 
-/// `GET path` on the admin port: the body.
+/// `GET path` on the instance's admin port: the body.
 async fn get(running: &Running, path: &str) -> String {
-    let mut stream = tokio::net::TcpStream::connect(running.admin_addr).await.expect("admin");
-    let head = format!("GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n");
-    stream.write_all(head.as_bytes()).await.expect("write");
-    let mut out = String::new();
-    stream.read_to_string(&mut out).await.expect("read");
-    out.split_once("\r\n\r\n").map(|(_, body)| body.to_string()).unwrap_or_default()
+    admin_get(running.admin_addr, path).await
 }
 
-/// The value of a metric series (its name and labels as exported), 0 if absent.
 async fn metric(running: &Running, series: &str) -> f64 {
-    let text = get(running, "/metrics").await;
-    text.lines()
-        .find_map(|line| line.strip_prefix(series).and_then(|rest| rest.trim().parse().ok()))
-        .unwrap_or(0.0)
+    approx_support::metric(running.admin_addr, series).await
 }
 
-/// Decisions answered by the failure policy.
 async fn failure_decisions(running: &Running) -> f64 {
-    get(running, "/metrics")
-        .await
-        .lines()
-        .filter(|l| l.starts_with("tollgate_decisions_total{") && l.contains("result=\"failure_"))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
+    approx_support::failure_decisions(running.admin_addr).await
+}
+
+/// The sum of the current counts of every bucket in Redis.
+fn redis_total(redis: &RedisServer) -> u64 {
+    redis.cli(&["EVAL", SUM_OF_COUNTS, "0"]).trim().parse().unwrap_or(0)
 }
 
 /// Polls `ready` every 5 ms for at most 20 s.
@@ -136,31 +130,6 @@ fn evalsha_calls(redis: &RedisServer) -> u64 {
         .and_then(|rest| rest.split(',').next())
         .and_then(|n| n.parse().ok())
         .unwrap_or(0)
-}
-
-/// The sum of the current counts of every bucket in Redis.
-fn redis_total(redis: &RedisServer) -> u64 {
-    let script = "local n = 0 for _, k in ipairs(redis.call('KEYS', '*user*')) do \
-                  n = n + tonumber(redis.call('HGET', k, 'c') or 0) end return n";
-    redis.cli(&["EVAL", script, "0"]).trim().parse().unwrap_or(0)
-}
-
-/// The stated bound (README, "Approximate mode"): with N instances, at most
-/// `(N − 1) × ⌈L / 2N⌉ + 2N` over the limit: the half shares the others may have spent
-/// unseen, and the rounding of each share.
-fn bound(instances: u64, limit: u64) -> u64 {
-    (instances - 1) * limit.div_ceil(2 * instances) + 2 * instances
-}
-
-/// Sleeps into a minute with at least `needed` left: the run then sees one sliding
-/// window, with no previous one weighing in (the bound is stated per window, and the
-/// counts read back from Redis are the current window's).
-async fn within_one_window(needed: Duration) {
-    let now = SystemTime::now().duration_since(UNIX_EPOCH).expect("clock");
-    let into = Duration::from_micros((now.as_micros() % 60_000_000) as u64);
-    if Duration::from_secs(60) - into < needed {
-        tokio::time::sleep(Duration::from_secs(60) - into + Duration::from_millis(50)).await;
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

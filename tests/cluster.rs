@@ -10,6 +10,9 @@
 //! A missing `redis-server` or `redis-cli` is a loud failure (`make test` installs them).
 
 #[allow(dead_code)]
+#[path = "support/approx.rs"]
+mod approx_support;
+#[allow(dead_code)]
 #[path = "support/cluster.rs"]
 mod cluster_support;
 #[allow(dead_code)]

@@ -12,9 +12,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::Instant;
 
+use crate::approx_support::{admin_get, bound, within_one_window, SUM_OF_COUNTS};
 use crate::cluster_support::MASTERS;
 use crate::support::*;
 
@@ -27,33 +27,17 @@ async fn allowed(app: &TestApp, value: &str) -> bool {
     !over(&app.check(request("approx", &[&[("user", value)]])).await)
 }
 
-/// `GET path` on the admin port: the body.
+/// `GET path` on the app's admin port: the body.
 async fn get(app: &TestApp, path: &str) -> String {
-    let addr = app.running.as_ref().expect("running").admin_addr;
-    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("admin");
-    let head = format!("GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n");
-    stream.write_all(head.as_bytes()).await.expect("write");
-    let mut out = String::new();
-    stream.read_to_string(&mut out).await.expect("read");
-    out.split_once("\r\n\r\n").map(|(_, body)| body.to_string()).unwrap_or_default()
+    admin_get(app.running.as_ref().expect("running").admin_addr, path).await
 }
 
-/// The value of a metric series (its name and labels as exported), 0 if absent.
 async fn metric(app: &TestApp, series: &str) -> f64 {
-    let text = get(app, "/metrics").await;
-    text.lines()
-        .find_map(|line| line.strip_prefix(series).and_then(|rest| rest.trim().parse().ok()))
-        .unwrap_or(0.0)
+    crate::approx_support::metric(app.running.as_ref().expect("running").admin_addr, series).await
 }
 
-/// Decisions answered by the failure policy.
 async fn failure_decisions(app: &TestApp) -> f64 {
-    get(app, "/metrics")
-        .await
-        .lines()
-        .filter(|l| l.starts_with("tollgate_decisions_total{") && l.contains("result=\"failure_"))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
+    crate::approx_support::failure_decisions(app.running.as_ref().expect("running").admin_addr).await
 }
 
 /// Polls `ready` for at most 20 s.
@@ -65,9 +49,7 @@ async fn wait_for<F: std::future::Future<Output = bool>>(what: &str, ready: impl
 fn counted_on(cluster: &RedisCluster, i: usize) -> u64 {
     // A script without flags may read this node's keys of any slot (Redis ≥ 7 allows it
     // for compatibility); every key it reads is local.
-    let script = "local n = 0 for _, k in ipairs(redis.call('KEYS', '*user*')) do \
-                  n = n + tonumber(redis.call('HGET', k, 'c') or 0) end return n";
-    cluster.cli(i, &["EVAL", script, "0"]).parse().unwrap_or(0)
+    cluster.cli(i, &["EVAL", SUM_OF_COUNTS, "0"]).parse().unwrap_or(0)
 }
 
 /// The current counts of every bucket, over the whole cluster.
@@ -83,21 +65,6 @@ fn script_calls(cluster: &RedisCluster, i: usize) -> u64 {
         .filter_map(|prefix| info.lines().find_map(|l| l.strip_prefix(prefix)))
         .filter_map(|rest| rest.split(',').next()?.parse::<u64>().ok())
         .sum()
-}
-
-/// The README's bound over the limit with N instances: `(N − 1) × ⌈L / 2N⌉ + 2N`.
-fn bound(instances: u64, limit: u64) -> u64 {
-    (instances - 1) * limit.div_ceil(2 * instances) + 2 * instances
-}
-
-/// Sleeps into a minute with at least `needed` left: the run then sees one sliding
-/// window, with no previous one weighing in (the bound is stated per window).
-async fn within_one_window(needed: Duration) {
-    let now = SystemTime::now().duration_since(UNIX_EPOCH).expect("clock");
-    let into = Duration::from_micros((now.as_micros() % 60_000_000) as u64);
-    if Duration::from_secs(60) - into < needed {
-        tokio::time::sleep(Duration::from_secs(60) - into + Duration::from_millis(50)).await;
-    }
 }
 
 /// Values whose buckets land on every master (and on many slots).

@@ -1,0 +1,59 @@
+//! What the approximate-mode tests share, on a single Redis (`tests/approximate.rs`) and on
+//! a cluster (`tests/cluster/approximate.rs`): the admin port's answers, the README's
+//! bound, and the minute window a test must stay in.
+
+use std::net::SocketAddr;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// A Lua script summing the current count (`c`) of every bucket of the `user` descriptor
+/// on one node (`EVAL <script> 0`).
+pub const SUM_OF_COUNTS: &str = "local n = 0 for _, k in ipairs(redis.call('KEYS', '*user*')) do \
+                                 n = n + tonumber(redis.call('HGET', k, 'c') or 0) end return n";
+
+/// `GET path` on an admin port: the body.
+pub async fn admin_get(admin: SocketAddr, path: &str) -> String {
+    let mut stream = tokio::net::TcpStream::connect(admin).await.expect("admin");
+    let head = format!("GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n");
+    stream.write_all(head.as_bytes()).await.expect("write");
+    let mut out = String::new();
+    stream.read_to_string(&mut out).await.expect("read");
+    out.split_once("\r\n\r\n").map(|(_, body)| body.to_string()).unwrap_or_default()
+}
+
+/// The value of a metric series (its name and labels as exported), 0 if absent.
+pub async fn metric(admin: SocketAddr, series: &str) -> f64 {
+    let text = admin_get(admin, "/metrics").await;
+    text.lines()
+        .find_map(|line| line.strip_prefix(series).and_then(|rest| rest.trim().parse().ok()))
+        .unwrap_or(0.0)
+}
+
+/// Decisions answered by the failure policy.
+pub async fn failure_decisions(admin: SocketAddr) -> f64 {
+    admin_get(admin, "/metrics")
+        .await
+        .lines()
+        .filter(|l| l.starts_with("tollgate_decisions_total{") && l.contains("result=\"failure_"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// The stated bound over the limit (README, "Approximate mode"): with N instances,
+/// `(N − 1) × ⌈L / 2N⌉ + 2N` — the half shares the others may have spent unseen, and the
+/// rounding of each share.
+pub fn bound(instances: u64, limit: u64) -> u64 {
+    (instances - 1) * limit.div_ceil(2 * instances) + 2 * instances
+}
+
+/// Sleeps into a minute with at least `needed` left: the run then sees one sliding
+/// window, with no previous one weighing in (the bound is stated per window, and the
+/// counts read back from Redis are the current window's).
+pub async fn within_one_window(needed: Duration) {
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).expect("clock");
+    let into = Duration::from_micros((now.as_micros() % 60_000_000) as u64);
+    if Duration::from_secs(60) - into < needed {
+        tokio::time::sleep(Duration::from_secs(60) - into + Duration::from_millis(50)).await;
+    }
+}
