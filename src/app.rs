@@ -287,10 +287,15 @@ pub async fn spawn(settings: ServeSettings) -> anyhow::Result<Running> {
         }));
     }
     if let Some(approx) = store_for_sync.approx().cloned() {
+        let live_for_sync = live.clone();
         let target = SyncTarget::new(&settings.redis_key_prefix);
         let stop = stopped(signal.clone());
         tasks.push(tokio::spawn(async move {
-            crate::store::approx::sync::run(approx, store_for_sync, target, stop).await;
+            // The heartbeat only where an approximate domain is configured (or buckets
+            // are held): exact-only deployments send Redis nothing more.
+            let live = live_for_sync;
+            let configured = move || live.load().snapshot.has_approximate();
+            crate::store::approx::sync::run(approx, store_for_sync, target, configured, stop).await;
             Ok(())
         }));
     }

@@ -314,3 +314,18 @@ async fn a_reload_between_exact_and_approximate_keeps_the_counts() {
     assert_eq!(failure_decisions(&one.running).await, 0.0);
     one.running.stop().await.expect("stop");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exact_only_server_sends_no_heartbeat() {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("approx.yaml"), policy_as("exact", LIMIT)).expect("write");
+    let mut one = instance(&redis.url(), dir.path(), Duration::from_secs(10)).await;
+    assert!(allowed(&mut one.client, "u").await);
+    // Observe four intervals: an instance with an approximate domain beats every one.
+    tokio::time::sleep(INTERVAL * 4).await;
+    let stats = redis.cli(&["INFO", "commandstats"]);
+    assert!(!stats.contains("cmdstat_zadd"), "{stats}");
+    assert_eq!(metric(&one.running, "tollgate_approximate_instances ").await, 1.0);
+    one.running.stop().await.expect("stop");
+}

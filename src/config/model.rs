@@ -30,6 +30,11 @@ impl Snapshot {
         self.domains.get(name)
     }
 
+    /// Whether any domain is `consistency: approximate`.
+    pub fn has_approximate(&self) -> bool {
+        self.domains.values().any(|d| d.consistency == Consistency::Approximate)
+    }
+
     /// Number of rules (limited, unlimited or allow nodes with a rate_limit) over all domains.
     pub fn rule_count(&self) -> usize {
         self.domains.values().map(|d| d.rules.len()).sum()

@@ -18,9 +18,10 @@
 //! Every full interval the same pipeline beats this instance's heartbeat: its id scored
 //! with the time in a sorted set, entries older than the liveness span dropped, the live
 //! count read back — the `N` of the share rule (on a cluster, on the master of that key's
-//! slot). Plain commands, so that even an instance
-//! with nothing to sync is counted from its first interval (a new instance that believed
-//! itself alone would spend the whole headroom).
+//! slot). Plain commands, so that even an instance with nothing to sync is counted from
+//! its first interval (a new instance that believed itself alone would spend more of the
+//! headroom); only where an approximate domain is configured or buckets are held, so an
+//! exact-only deployment sends Redis nothing more.
 //!
 //! The task owns everything in flight: no request waits for it, and stopping it sends the
 //! increments still waiting once, within a second.
@@ -244,9 +245,17 @@ impl Approx {
     }
 
     /// One wake: collect, send, fold; on full wakes (see [`Wake`]) the heartbeat is beaten
-    /// too. Returns how many buckets were sent.
-    pub async fn tick(&self, via: Via<'_>, target: &SyncTarget, wake: Wake, deadline: Instant) -> usize {
-        let full = wake != Wake::Half;
+    /// too, when `heartbeat` (an approximate domain is configured) or buckets are held.
+    /// Returns how many buckets were sent.
+    pub async fn tick(
+        &self,
+        via: Via<'_>,
+        target: &SyncTarget,
+        wake: Wake,
+        heartbeat: bool,
+        deadline: Instant,
+    ) -> usize {
+        let full = wake != Wake::Half && (heartbeat || !self.is_empty());
         let sent_at = now_us();
         let mut items = self.collect(sent_at, wake);
         if items.is_empty() && !full {
@@ -376,7 +385,13 @@ fn parse(value: Value, n: usize) -> Result<(u64, Vec<Counts>), StoreError> {
 /// Runs the sync of `table` against `store` until `stop` resolves, then writes the
 /// increments still waiting, once. The memory store (nothing to sync with) returns at
 /// once: approximate domains are charged exactly there.
-pub async fn run(table: Arc<Approx>, store: Arc<Store>, target: SyncTarget, stop: impl Future<Output = ()>) {
+pub async fn run(
+    table: Arc<Approx>,
+    store: Arc<Store>,
+    target: SyncTarget,
+    approximate_configured: impl Fn() -> bool,
+    stop: impl Future<Output = ()>,
+) {
     let Some(via) = store.sync_via() else { return };
     let interval = table.settings().interval;
     let half = u64::try_from((interval / 2).as_micros()).unwrap_or(u64::MAX).max(1_000);
@@ -397,7 +412,8 @@ pub async fn run(table: Arc<Approx>, store: Arc<Store>, target: SyncTarget, stop
         };
         // A sync slower than a wake delays the next one (the grid skips what passed): the
         // deadline is for a Redis that does not answer, not for a busy one.
-        table.tick(via, &target, wake, Instant::now() + sync_deadline(interval)).await;
+        let beat = approximate_configured();
+        table.tick(via, &target, wake, beat, Instant::now() + sync_deadline(interval)).await;
     }
-    table.tick(via, &target, Wake::Long, Instant::now() + Duration::from_secs(1)).await;
+    table.tick(via, &target, Wake::Long, false, Instant::now() + Duration::from_secs(1)).await;
 }
