@@ -216,14 +216,15 @@ impl Store {
         }
     }
 
-    /// Where approximate mode syncs: one Redis node's or the Sentinel master's connections,
-    /// or the cluster's masters (one call per slot). `None` for the memory store (local
+    /// Where approximate mode syncs: a connection of its own to the Redis node or the
+    /// Sentinel master, or one per cluster master (one call per slot): a sync of many
+    /// buckets never holds up the charges of exact domains. `None` for the memory store (local
     /// already): there approximate domains are charged exactly.
     pub fn sync_via(&self) -> Option<approx::sync::Via<'_>> {
         match self {
-            Store::Redis(r) => Some(approx::sync::Via::Link(r.client().link())),
+            Store::Redis(r) => Some(approx::sync::Via::Link(r.client().sync_link())),
             Store::Cluster(c) => Some(approx::sync::Via::Cluster(c.client())),
-            Store::Sentinel(s) => Some(approx::sync::Via::Link(s.client().link())),
+            Store::Sentinel(s) => Some(approx::sync::Via::Link(s.client().sync_link())),
             Store::Memory(_) => None,
         }
     }

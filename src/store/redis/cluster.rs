@@ -100,6 +100,9 @@ struct Shared {
     settings: LinkSettings,
     /// One lifecycle per master, by `host:port`.
     links: Mutex<HashMap<Node, Arc<Link>>>,
+    /// Approximate mode's own connection per master (a sync of many buckets must not hold
+    /// up the charges pipelined behind it).
+    sync_links: Mutex<HashMap<Node, Arc<Link>>>,
     map: ArcSwap<SlotMap>,
     refresh: Mutex<RefreshState>,
     refreshed: Notify,
@@ -136,6 +139,7 @@ impl ClusterStore {
                 seeds,
                 settings: settings.link,
                 links: Mutex::new(HashMap::new()),
+                sync_links: Mutex::new(HashMap::new()),
                 map: ArcSwap::from_pointee(SlotMap::default()),
                 refresh: Mutex::new(RefreshState::default()),
                 refreshed: Notify::new(),
@@ -193,12 +197,27 @@ impl Shared {
 
     /// The lifecycle of `node`, made on first use (with the first seed's credentials and TLS).
     fn link(&self, node: &Node) -> Arc<Link> {
-        let mut links = self.links();
+        self.link_in(&self.links, node, self.settings)
+    }
+
+    /// Approximate mode's own connection to `node` (see `sync_links`).
+    fn sync_link(&self, node: &Node) -> Arc<Link> {
+        self.link_in(&self.sync_links, node, LinkSettings { connections: 1, ..self.settings })
+    }
+
+    /// The link of `node` in `links`, made with `settings` if there is none yet.
+    fn link_in(
+        &self,
+        links: &Mutex<HashMap<Node, Arc<Link>>>,
+        node: &Node,
+        settings: LinkSettings,
+    ) -> Arc<Link> {
+        let mut links = links.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(link) = links.get(node) {
             return link.clone();
         }
         let info = with_address(&self.seeds[0], &node.0, node.1);
-        let link = Arc::new(Link::new(self.settings, address(&info), connect_to(info)));
+        let link = Arc::new(Link::new(settings, address(&info), connect_to(info)));
         links.insert(node.clone(), link.clone());
         link
     }

@@ -64,6 +64,8 @@ impl fmt::Debug for SentinelSettings {
 /// Sentinel-backed store.
 pub struct SentinelStore {
     link: Arc<Link>,
+    /// Approximate mode's own connection to the master (as `RedisStore`'s).
+    sync_link: Arc<Link>,
     scripts: Scripts,
     master: String,
     sentinels: Vec<String>,
@@ -87,11 +89,14 @@ impl SentinelStore {
         let urls: Vec<String> = settings.sentinels.iter().map(|s| node_url(s)).collect();
         let master_url = settings.master_url.as_deref().unwrap_or("redis://127.0.0.1:6379/");
         let template = connection_info(master_url, settings.ca_file.as_ref())?;
-        let connect = connect_to_master(template, urls.clone(), settings.master.clone());
+        let connect = connect_to_master(template.clone(), urls.clone(), settings.master.clone());
         let shown: Vec<String> = urls.iter().map(|u| redact_url(u)).collect();
         let description = format!("{} via {}", settings.master, shown.join(","));
+        let sync = LinkSettings { connections: 1, ..settings.link };
+        let sync_connect = connect_to_master(template, urls.clone(), settings.master.clone());
         Ok(SentinelStore {
             link: Arc::new(Link::new(settings.link, description.clone(), connect)),
+            sync_link: Arc::new(Link::new(sync, format!("{description} (sync)"), sync_connect)),
             scripts: Scripts::new(),
             master: settings.master.clone(),
             sentinels: urls,
@@ -121,6 +126,21 @@ impl SentinelStore {
         &self.link
     }
 
+    /// Approximate mode's own connection to the master; starts the watch of the sentinels
+    /// if no charge has.
+    pub(crate) fn sync_link(&self) -> &Link {
+        self.watch();
+        &self.sync_link
+    }
+
+    /// Starts, once, the task that follows a master switch (both links).
+    fn watch(&self) {
+        self.watching.call_once(|| {
+            let links = vec![Arc::downgrade(&self.link), Arc::downgrade(&self.sync_link)];
+            tokio::spawn(watch_master(links, self.sentinels.clone(), self.master.clone()));
+        });
+    }
+
     /// Charges the batch in one round trip (two if some scripts were missing), by `deadline`.
     pub async fn charge(&self, batch: &[Charge], deadline: Instant) -> Vec<Result<Decision, StoreError>> {
         self.charge_groups(batch, &Groups::each(), deadline).await
@@ -134,10 +154,7 @@ impl SentinelStore {
         groups: &Groups,
         deadline: Instant,
     ) -> Vec<Result<Decision, StoreError>> {
-        self.watching.call_once(|| {
-            let link = Arc::downgrade(&self.link);
-            tokio::spawn(watch_master(link, self.sentinels.clone(), self.master.clone()));
-        });
+        self.watch();
         let results = charge_groups_pipelined(&self.link, &self.scripts, batch, groups, deadline).await;
         self.health.record(&results);
         results
@@ -166,14 +183,17 @@ fn connect_to_master(template: ConnectionInfo, sentinels: Vec<String>, master: S
 
 /// Until the store is dropped: asks the sentinels which node is master every
 /// `WATCH_PERIOD` and drops every kept connection when the answer changes.
-async fn watch_master(link: Weak<Link>, sentinels: Vec<String>, master: String) {
+async fn watch_master(links: Vec<Weak<Link>>, sentinels: Vec<String>, master: String) {
     let mut conns: Vec<Option<MultiplexedConnection>> = vec![None; sentinels.len()];
     let mut known: Option<(String, u16)> = None;
     let mut tick = tokio::time::interval(WATCH_PERIOD);
     loop {
         tick.tick().await;
         let answer = ask_sentinels(&sentinels, &mut conns, &master).await;
-        let Some(link) = link.upgrade() else { return };
+        let links: Vec<Arc<Link>> = links.iter().filter_map(Weak::upgrade).collect();
+        if links.is_empty() {
+            return;
+        }
         let Some(now) = answer else { continue };
         if let Some(before) = known.as_ref().filter(|before| **before != now) {
             tracing::warn!(
@@ -182,7 +202,7 @@ async fn watch_master(link: Weak<Link>, sentinels: Vec<String>, master: String) 
                 to = %format!("{}:{}", now.0, now.1),
                 "the sentinels switched master; reconnecting"
             );
-            link.renew();
+            links.iter().for_each(|link| link.renew());
         }
         known = Some(now);
     }

@@ -19,12 +19,15 @@ use crate::algorithm::Decision;
 use super::super::guarded::Charged;
 use super::super::scripts::{charge_groups_pipelined, Scripts};
 use super::super::{Charge, Groups, StoreError};
-use super::link::{Link, Replaced};
+use super::link::{Link, LinkSettings, Replaced};
 use super::{address, connect_to, connection_info, redact_url, Health, RedisSettings};
 
 /// Redis-backed store.
 pub struct RedisStore {
     link: Link,
+    /// One connection of its own for approximate mode's sync: a sync of many buckets must
+    /// not hold up the requests pipelined behind it on a shared connection.
+    sync_link: Link,
     scripts: Scripts,
     health: Health,
     url: String,
@@ -42,8 +45,11 @@ impl RedisStore {
     pub fn new(settings: &RedisSettings, store_timeout: Duration) -> Result<RedisStore, StoreError> {
         let info = connection_info(&settings.url, settings.ca_file.as_ref())?;
         let name = address(&info);
+        let link = settings.link(store_timeout);
+        let sync = LinkSettings { connections: 1, ..link };
         Ok(RedisStore {
-            link: Link::new(settings.link(store_timeout), name, connect_to(info)),
+            sync_link: Link::new(sync, format!("{name} (sync)"), connect_to(info.clone())),
+            link: Link::new(link, name, connect_to(info)),
             scripts: Scripts::new(),
             health: Health::new(redact_url(&settings.url)),
             url: settings.url.clone(),
@@ -68,6 +74,11 @@ impl RedisStore {
     /// The connections (for commands other than charges: `reset`).
     pub(crate) fn link(&self) -> &Link {
         &self.link
+    }
+
+    /// Approximate mode's own connection (see the field).
+    pub(crate) fn sync_link(&self) -> &Link {
+        &self.sync_link
     }
 
     /// Charges the batch in one round trip (two if some scripts were missing), by `deadline`.

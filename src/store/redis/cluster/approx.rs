@@ -76,7 +76,7 @@ impl Shared {
     ) -> Vec<(usize, Result<Value, StoreError>)> {
         let mut pipe = Pipeline::with_capacity(owned.len());
         owned.iter().for_each(|&i| add(&mut pipe, i, Call::Sha));
-        let values = match self.link(node).send(pipe, owned.len(), deadline).await {
+        let values = match self.sync_link(node).send(pipe, owned.len(), deadline).await {
             Ok(values) => values,
             Err(e) => {
                 self.failed(&e);
@@ -123,7 +123,7 @@ impl Shared {
                         pipe.add_command(redis::cmd("ASKING"));
                     }
                     add(&mut pipe, i, call);
-                    match self.link(&node).send(pipe, 1 + usize::from(asking), deadline).await {
+                    match self.sync_link(&node).send(pipe, 1 + usize::from(asking), deadline).await {
                         Ok(mut values) => values.pop().unwrap_or(Value::Nil),
                         Err(e) => {
                             self.failed(&e);

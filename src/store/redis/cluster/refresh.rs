@@ -83,6 +83,10 @@ impl Shared {
                 tracing::info!(masters = map.nodes().len(), "redis cluster slot map updated");
             }
             self.links().retain(|node, _| map.nodes().contains(node));
+            self.sync_links
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .retain(|node, _| map.nodes().contains(node));
             self.map.store(Arc::new(map));
             break;
         }
