@@ -162,14 +162,9 @@ impl ClusterStore {
 
     /// Connections replaced since the start, over the masters known now.
     pub fn replaced(&self) -> Replaced {
-        let links: Vec<Arc<Link>> = self.shared.links().values().cloned().collect();
-        links.iter().map(|l| l.replaced()).fold(Replaced::default(), |a, b| Replaced {
-            closed: a.closed + b.closed,
-            failed: a.failed + b.failed,
-            readonly: a.readonly + b.readonly,
-            no_reply: a.no_reply + b.no_reply,
-            renewed: a.renewed + b.renewed,
-        })
+        let mut links: Vec<Arc<Link>> = self.shared.links().values().cloned().collect();
+        links.extend(self.shared.sync_links.lock().unwrap_or_else(|e| e.into_inner()).values().cloned());
+        links.iter().map(|l| l.replaced()).fold(Replaced::default(), |a, b| a + b)
     }
 
     /// Charges the batch: the charges of one master as one pipeline, every master's at

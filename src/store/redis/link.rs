@@ -91,6 +91,20 @@ pub struct Replaced {
     pub renewed: u64,
 }
 
+impl std::ops::Add for Replaced {
+    type Output = Replaced;
+
+    fn add(self, b: Replaced) -> Replaced {
+        Replaced {
+            closed: self.closed + b.closed,
+            failed: self.failed + b.failed,
+            readonly: self.readonly + b.readonly,
+            no_reply: self.no_reply + b.no_reply,
+            renewed: self.renewed + b.renewed,
+        }
+    }
+}
+
 /// A few shared connections to one server, made and replaced in the background.
 pub struct Link {
     inner: Arc<Inner>,

@@ -118,7 +118,7 @@ impl SentinelStore {
 
     /// Connections replaced since the start, by reason.
     pub fn replaced(&self) -> Replaced {
-        self.link.replaced()
+        self.link.replaced() + self.sync_link.replaced()
     }
 
     /// The master's connections (for commands other than charges: `reset`).

@@ -68,7 +68,7 @@ impl RedisStore {
 
     /// Connections replaced since the start, by reason.
     pub fn replaced(&self) -> Replaced {
-        self.link.replaced()
+        self.link.replaced() + self.sync_link.replaced()
     }
 
     /// The connections (for commands other than charges: `reset`).
