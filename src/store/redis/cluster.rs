@@ -95,6 +95,14 @@ pub struct ClusterStore {
     shared: Arc<Shared>,
 }
 
+/// Which connections of a master a command rides: the charges' shared ones, or
+/// approximate mode's own (see `Shared::sync_links`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Lane {
+    Charges,
+    Sync,
+}
+
 struct Shared {
     seeds: Vec<ConnectionInfo>,
     settings: LinkSettings,
@@ -300,19 +308,38 @@ impl Shared {
         batch: &[Charge],
         members: &[usize],
         coalesced: bool,
-        mut reply: Option<(Node, Value)>,
+        reply: Option<(Node, Value)>,
         deadline: Instant,
     ) -> Vec<Result<Decision, StoreError>> {
-        let fail = |e: StoreError| vec![Err(e); members.len()];
         let slot = members.first().map_or(0, |&i| key_slot(batch[i].key.as_bytes()));
+        // A coalesced call weighs its charges against `--redis-max-inflight` (see `Link`).
+        let weight = if coalesced { members.len() } else { 1 };
+        let build = |pipe: &mut Pipeline, call: Call| {
+            pipe.add_command(self.scripts.part(batch, members, coalesced, call));
+        };
+        let value = self.send_alone(slot, reply, Lane::Charges, weight, deadline, build).await;
+        parse_part(value, members.len())
+    }
+
+    /// One command of `slot` (`build` appends it, by SHA or with its source) sent alone on
+    /// `lane`, counted as `weight` commands in flight — or, with `reply`, starting from a
+    /// reply `node` already gave it — following redirects until a node runs it; a
+    /// `NOSCRIPT` goes once more with the source. What charges, `DEL` and approximate
+    /// mode's sync share: a redirected command did not run, so sending it again is safe.
+    pub(super) async fn send_alone(
+        self: &Arc<Self>,
+        slot: u16,
+        mut reply: Option<(Node, Value)>,
+        lane: Lane,
+        weight: usize,
+        deadline: Instant,
+        build: impl Fn(&mut Pipeline, Call),
+    ) -> Result<Value, StoreError> {
         let mut node = match &reply {
             Some((node, _)) => node.clone(),
             None => match self.map.load().owner(slot) {
                 Some(node) => node.clone(),
-                None => match self.refreshed_owner(slot, deadline).await {
-                    Ok(node) => node,
-                    Err(e) => return fail(e),
-                },
+                None => self.refreshed_owner(slot, deadline).await?,
             },
         };
         let (mut asking, mut call) = (false, Call::Sha);
@@ -324,30 +351,29 @@ impl Shared {
                     if asking {
                         pipe.add_command(redis::cmd("ASKING"));
                     }
-                    pipe.add_command(self.scripts.part(batch, members, coalesced, call));
+                    build(&mut pipe, call);
                     let count = 1 + usize::from(asking);
-                    let weight = if coalesced { members.len() + usize::from(asking) } else { count };
-                    match self.link(&node).send_weighted(pipe, count, weight, deadline).await {
+                    let link = match lane {
+                        Lane::Charges => self.link(&node),
+                        Lane::Sync => self.sync_link(&node),
+                    };
+                    match link.send_weighted(pipe, count, weight + usize::from(asking), deadline).await {
                         Ok(mut values) => values.pop().unwrap_or(Value::Nil),
                         Err(e) => {
                             self.failed(&e);
-                            return fail(e.into());
+                            return Err(e.into());
                         }
                     }
                 }
             };
             match Redirect::of(&value, &node.0) {
-                None => return parse_part(Ok(value), members.len()),
+                None => return Ok(value),
                 Some(Redirect::NoScript) if call == Call::Sha => call = Call::Source,
-                Some(Redirect::NoScript) => return parse_part(Ok(value), members.len()),
-                Some(redirect) => {
-                    if let Err(e) = self.follow(redirect, slot, &mut node, &mut asking, deadline).await {
-                        return fail(e);
-                    }
-                }
+                Some(Redirect::NoScript) => return Ok(value),
+                Some(redirect) => self.follow(redirect, slot, &mut node, &mut asking, deadline).await?,
             }
         }
-        fail(StoreError::Server(format!("more than {MAX_REDIRECTS} cluster redirects for slot {slot}")))
+        Err(StoreError::Server(format!("more than {MAX_REDIRECTS} cluster redirects for slot {slot}")))
     }
 
     /// Where a command of `slot` that got `redirect` goes next (`node`, and whether after

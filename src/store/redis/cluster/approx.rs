@@ -17,7 +17,7 @@ use tokio::time::Instant;
 
 use super::super::super::scripts::Call;
 use super::super::slots::Node;
-use super::{Redirect, Shared, StoreError, MAX_REDIRECTS};
+use super::{Lane, Redirect, Shared, StoreError};
 
 impl super::ClusterStore {
     /// Sends entry `i` (appended by `add` to a pipeline, called by `Call`) to the master of
@@ -95,50 +95,17 @@ impl Shared {
         replies
     }
 
-    /// Entry `i`, of `slot`, sent alone — or, with `reply`, starting from a reply `node`
-    /// already gave it — following redirects until a node runs it (`NOSCRIPT`: once more
-    /// with `EVAL`).
+    /// Entry `i`, of `slot`, sent alone on the sync's connections — or, with `reply`,
+    /// starting from a reply `node` already gave it — following redirects until a node
+    /// runs it (`Shared::send_alone`).
     async fn entry_alone(
         self: &Arc<Self>,
         slot: u16,
         i: usize,
-        mut reply: Option<(Node, Value)>,
+        reply: Option<(Node, Value)>,
         deadline: Instant,
         add: &impl Fn(&mut Pipeline, usize, Call),
     ) -> Result<Value, StoreError> {
-        let mut node = match &reply {
-            Some((node, _)) => node.clone(),
-            None => match self.map.load().owner(slot) {
-                Some(node) => node.clone(),
-                None => self.refreshed_owner(slot, deadline).await?,
-            },
-        };
-        let (mut asking, mut call) = (false, Call::Sha);
-        for _ in 0..=MAX_REDIRECTS {
-            let value = match reply.take() {
-                Some((_, value)) => value,
-                None => {
-                    let mut pipe = Pipeline::with_capacity(2);
-                    if asking {
-                        pipe.add_command(redis::cmd("ASKING"));
-                    }
-                    add(&mut pipe, i, call);
-                    match self.sync_link(&node).send(pipe, 1 + usize::from(asking), deadline).await {
-                        Ok(mut values) => values.pop().unwrap_or(Value::Nil),
-                        Err(e) => {
-                            self.failed(&e);
-                            return Err(e.into());
-                        }
-                    }
-                }
-            };
-            match Redirect::of(&value, &node.0) {
-                None => return Ok(value),
-                Some(Redirect::NoScript) if call == Call::Sha => call = Call::Source,
-                Some(Redirect::NoScript) => return Ok(value),
-                Some(redirect) => self.follow(redirect, slot, &mut node, &mut asking, deadline).await?,
-            }
-        }
-        Err(StoreError::Server(format!("more than {MAX_REDIRECTS} cluster redirects for slot {slot}")))
+        self.send_alone(slot, reply, Lane::Sync, 1, deadline, |pipe, call| add(pipe, i, call)).await
     }
 }
