@@ -177,6 +177,9 @@ pub struct Running {
     drain: Duration,
     shutdown: watch::Sender<bool>,
     tasks: Vec<JoinHandle<anyhow::Result<()>>>,
+    /// Approximate mode's sync, stopped after the servers (it writes what they admitted
+    /// last), and its stop signal.
+    sync: Option<(watch::Sender<bool>, JoinHandle<anyhow::Result<()>>)>,
     _watcher: Option<notify::RecommendedWatcher>,
 }
 
@@ -196,13 +199,23 @@ impl Running {
             }
             anyhow::Ok(())
         };
-        match tokio::time::timeout(self.drain.max(Duration::from_secs(1)), finish).await {
+        let finished = match tokio::time::timeout(self.drain.max(Duration::from_secs(1)), finish).await {
             Ok(result) => result,
             Err(_) => {
                 tracing::warn!("in-flight requests did not finish within the drain period");
                 Ok(())
             }
+        };
+        // Every request is answered: the last increments are written and this instance
+        // leaves the heartbeat set (the task bounds that to 1 s).
+        if let Some((stop, task)) = self.sync {
+            let _ = stop.send(true);
+            match tokio::time::timeout(Duration::from_secs(2), task).await {
+                Ok(joined) => joined.context("sync task panicked")??,
+                Err(_) => tracing::warn!("the approximate sync's last write did not finish"),
+            }
         }
+        finished
     }
 }
 
@@ -211,6 +224,7 @@ impl Running {
 pub async fn spawn(settings: ServeSettings) -> anyhow::Result<Running> {
     // rustls needs one process-wide crypto provider (Redis TLS); a second install is a no-op.
     let _ = rustls::crypto::ring::default_provider().install_default();
+    validate(&settings)?;
     let metrics = Arc::new(Metrics::with_limits(settings.metric_series));
     let live = Live::load_initial_with(&settings.config, settings.config_options, metrics.clone())
         .map_err(|errors| anyhow::anyhow!("invalid config {}:\n{errors}", settings.config.display()))?;
@@ -286,18 +300,21 @@ pub async fn spawn(settings: ServeSettings) -> anyhow::Result<Running> {
             Ok(())
         }));
     }
+    let mut sync = None;
     if let Some(approx) = store_for_sync.approx().cloned() {
         let live_for_sync = live.clone();
         let target = SyncTarget::new(&settings.redis_key_prefix);
-        let stop = stopped(signal.clone());
-        tasks.push(tokio::spawn(async move {
+        let (sync_stop, sync_signal) = watch::channel(false);
+        let stop = stopped(sync_signal);
+        let task = tokio::spawn(async move {
             // The heartbeat only where an approximate domain is configured (or buckets
             // are held): exact-only deployments send Redis nothing more.
             let live = live_for_sync;
             let configured = move || live.load().snapshot.has_approximate();
             crate::store::approx::sync::run(approx, store_for_sync, target, configured, stop).await;
             Ok(())
-        }));
+        });
+        sync = Some((sync_stop, task));
     }
     #[cfg(unix)]
     tokio::spawn(crate::reload::reload_on_sighup(live.clone(), signal.clone()));
@@ -319,8 +336,22 @@ pub async fn spawn(settings: ServeSettings) -> anyhow::Result<Running> {
         drain: settings.drain,
         shutdown,
         tasks,
+        sync,
         _watcher: watcher,
     })
+}
+
+/// Refuses settings no server can keep its promises with, before anything starts.
+fn validate(settings: &ServeSettings) -> anyhow::Result<()> {
+    if settings.store_timeout.is_zero() {
+        anyhow::bail!("--store-timeout-ms must be at least 1: with 0 every charge would be answered by the failure policy");
+    }
+    let approx = ApproxSettings {
+        interval: settings.sync_interval,
+        staleness: settings.sync_staleness,
+        max_keys: settings.memory_max_keys,
+    };
+    approx.validate().map_err(|e| anyhow::anyhow!(e))
 }
 
 /// Runs until `shutdown` resolves, then stops gracefully.

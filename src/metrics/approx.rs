@@ -40,6 +40,11 @@ pub struct ApproxMetrics {
     share_denials: Counter,
     dropped: Counter,
     evictions: Counter,
+    first_reads: Family<ResultLabel, Counter>,
+    live: Gauge,
+    ready: Gauge,
+    backlog: Gauge,
+    backlog_oldest: Gauge<f64, AtomicU64>,
 }
 
 impl ApproxMetrics {
@@ -55,6 +60,11 @@ impl ApproxMetrics {
             share_denials: Counter::default(),
             dropped: Counter::default(),
             evictions: Counter::default(),
+            first_reads: Family::default(),
+            live: Gauge::default(),
+            ready: Gauge::default(),
+            backlog: Gauge::default(),
+            backlog_oldest: Gauge::default(),
         };
         registry.register(
             "tollgate_approximate_syncs",
@@ -73,8 +83,33 @@ impl ApproxMetrics {
         );
         registry.register(
             "tollgate_approximate_instances",
-            "Instances that synced approximate buckets within the liveness span, at the last sync",
+            "The N of approximate mode's share rule: the most instances a heartbeat counted in the last 30 s",
             metrics.instances.clone(),
+        );
+        registry.register(
+            "tollgate_approximate_live_instances",
+            "Instances the last heartbeat counted (each beat within the liveness span)",
+            metrics.live.clone(),
+        );
+        registry.register(
+            "tollgate_approximate_ready",
+            "1 once the heartbeat has counted the other instances and approximate domains are decided locally; 0 while they are decided exactly",
+            metrics.ready.clone(),
+        );
+        registry.register(
+            "tollgate_approximate_first_reads",
+            "Buckets read on a request's path before their first local decision, by result (ok, failed: held to a share)",
+            metrics.first_reads.clone(),
+        );
+        registry.register(
+            "tollgate_approximate_backlog_buckets",
+            "Buckets with increments due that the last sync wake left waiting (its budget was spent)",
+            metrics.backlog.clone(),
+        );
+        registry.register(
+            "tollgate_approximate_backlog_oldest_seconds",
+            "Age of the oldest admitted increment not yet written to Redis",
+            metrics.backlog_oldest.clone(),
         );
         registry.register(
             "tollgate_approximate_last_sync_timestamp_seconds",
@@ -116,6 +151,16 @@ impl ApproxMetrics {
         set_counter(&self.share_denials, get(&c.share_denials));
         set_counter(&self.dropped, get(&c.dropped_increments));
         set_counter(&self.evictions, get(&c.evictions));
+        set_counter(&self.first_reads.get_or_create(&ResultLabel { result: "ok" }), get(&c.first_reads_ok));
+        set_counter(
+            &self.first_reads.get_or_create(&ResultLabel { result: "failed" }),
+            get(&c.first_reads_failed),
+        );
+        self.live.set(i64::try_from(approx.live_instances()).unwrap_or(i64::MAX));
+        self.ready.set(i64::from(approx.is_ready()));
+        let (waiting, oldest_us) = approx.backlog(crate::store::memory::now_us());
+        self.backlog.set(i64::try_from(waiting).unwrap_or(i64::MAX));
+        self.backlog_oldest.set(oldest_us as f64 / 1e6);
         for (tier, count) in ["idle", "low", "normal", "hot"].into_iter().zip(approx.tiers()) {
             self.buckets.get_or_create(&TierLabel { tier }).set(i64::try_from(count).unwrap_or(i64::MAX));
         }

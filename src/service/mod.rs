@@ -148,9 +148,17 @@ impl RateLimiter {
             // No Redis on the request path: the local estimates decide (`store::approx`).
             // A request's own `limit` of an algorithm the mode does not serve (GCRA, the
             // default of `--default-algorithm`) sends the request to the store exactly.
+            // Until its heartbeat has counted the other instances (`Approx::is_ready`), an
+            // instance decides approximate domains exactly. A bucket it has never read is
+            // read first, on this request's path.
             Some(approx)
-                if domain.consistency == Consistency::Approximate && charges.iter().all(Approx::serves) =>
+                if domain.consistency == Consistency::Approximate
+                    && approx.is_ready()
+                    && charges.iter().all(Approx::serves) =>
             {
+                if let Some(via) = self.store.read_via() {
+                    approx.read_unread(via, &charges, deadline).await;
+                }
                 approx.charge_groups(&charges, &groups)
             }
             _ => {

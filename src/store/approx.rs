@@ -35,7 +35,7 @@ pub mod sync;
 
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -45,7 +45,7 @@ use rand::Rng;
 use crate::algorithm::joint::{self, Member};
 use crate::algorithm::{self, Algorithm, Decision, Hits, Params};
 
-use self::bucket::{Bucket, Tier};
+use self::bucket::{Bucket, Counts, Tier, Unsent};
 use super::memory::now_us;
 use super::{Charge, Groups, StoreError};
 
@@ -53,6 +53,10 @@ use super::{Charge, Groups, StoreError};
 const EVICTION_SAMPLE: usize = 16;
 /// A full shard sweeps its spent buckets at most this often (µs).
 const SWEEP_INTERVAL_US: u64 = 100_000;
+/// How long the largest instance count a heartbeat answered is kept as `N` (µs): a rolling
+/// restart (one instance leaves, its successor joins) or a brief partition does not widen
+/// the shares of the instances that stay.
+pub const PEAK_SPAN_US: u64 = 30_000_000;
 
 /// Settings of approximate mode (`--sync-interval-ms`, `--sync-staleness-ms`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -83,6 +87,22 @@ impl ApproxSettings {
     fn staleness_us(&self) -> u64 {
         u64::try_from(self.staleness.as_micros()).unwrap_or(u64::MAX)
     }
+
+    /// Refuses settings the mode cannot keep its promises with: a staleness limit below
+    /// the sync interval would hand every bucket to the failure policy between two syncs.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.interval.is_zero() {
+            return Err("--sync-interval-ms must be at least 1".into());
+        }
+        if self.staleness < self.interval {
+            return Err(format!(
+                "--sync-staleness-ms ({} ms) must be at least --sync-interval-ms ({} ms)",
+                self.staleness.as_millis(),
+                self.interval.as_millis()
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// The local estimates of every approximate bucket of one store.
@@ -92,14 +112,33 @@ pub struct Approx {
     shards: Box<[Mutex<Shard>]>,
     shard_cap: usize,
     hasher: RandomState,
-    /// Redis's clock minus ours (µs), from the last sync.
+    /// Redis's clock minus ours (µs), from the last call answered; new buckets start with it.
     offset: AtomicI64,
-    /// Instances live at the last sync (≥ 1).
+    /// Whether `offset` was measured (before: the heartbeat asks `TIME` first).
+    offset_known: AtomicBool,
+    /// Instances the last heartbeat counted (≥ 1).
+    live: AtomicU64,
+    /// The `N` of the share rule: the largest count of the last [`PEAK_SPAN_US`] (≥ 1).
     instances: AtomicU64,
-    /// Local µs of the last sync Redis answered; 0: none yet.
+    /// The largest count recently answered, and local µs when it was last answered.
+    peak: AtomicU64,
+    peak_at: AtomicU64,
+    /// Local µs of the first heartbeat answered; 0: none yet.
+    first_beat: AtomicU64,
+    /// A heartbeat answered at least one interval after the first: every instance that
+    /// was running then has counted this one, and this one them. Until then approximate
+    /// domains are decided exactly.
+    ready: AtomicBool,
+    /// Local µs of the last sync call Redis answered; 0: none yet.
     last_sync: AtomicU64,
-    /// Local µs of the first failed sync since the last good one; 0: not failing.
+    /// Local µs of the first failed call since the last answered one; 0: not failing.
     failing_since: AtomicU64,
+    /// Where the next collect and sweep start (every shard gets its turn first).
+    next_shard: AtomicUsize,
+    /// Buckets due that the last wake left waiting (its budget was spent).
+    backlog: AtomicU64,
+    /// Local µs of the oldest increment waiting to be written; 0: none.
+    oldest_unsent: AtomicU64,
     pub(crate) counters: Counters,
 }
 
@@ -110,8 +149,11 @@ pub struct Counters {
     pub syncs_failed: AtomicU64,
     /// Buckets sent with increments.
     pub keys_written: AtomicU64,
-    /// Buckets sent only to be read.
+    /// Buckets read before their first decision (`read_unread`).
     pub keys_read: AtomicU64,
+    /// Those first reads answered, and failed or timed out (held to a share then).
+    pub first_reads_ok: AtomicU64,
+    pub first_reads_failed: AtomicU64,
     /// Charges answered with a store error because the estimate was stale.
     pub stale: AtomicU64,
     /// Charges denied by the share rule though the estimate had room.
@@ -125,9 +167,20 @@ pub struct Counters {
 struct Shard {
     map: IndexMap<Box<str>, Bucket>,
     /// Unsent increments of evicted buckets, written by the next sync.
-    orphans: Vec<(Box<str>, Params, i64)>,
+    orphans: Vec<Orphan>,
+    /// Keys of buckets with increments to send, oldest first (a bucket is in it once:
+    /// `Bucket::queued`; a key whose bucket is gone is skipped).
+    dirty: Vec<Box<str>>,
     /// Redis-clock µs of the last sweep for room.
     last_sweep: u64,
+}
+
+/// An evicted bucket's increments, waiting for the next sync.
+#[derive(Debug, Clone)]
+struct Orphan {
+    key: Box<str>,
+    params: Params,
+    unsent: Unsent,
 }
 
 /// What a bucket looks like from outside (explain, status, tests).
@@ -152,9 +205,18 @@ impl Approx {
             shard_cap,
             hasher: RandomState::new(),
             offset: AtomicI64::new(0),
+            offset_known: AtomicBool::new(false),
+            live: AtomicU64::new(1),
             instances: AtomicU64::new(1),
+            peak: AtomicU64::new(1),
+            peak_at: AtomicU64::new(0),
+            first_beat: AtomicU64::new(0),
+            ready: AtomicBool::new(false),
             last_sync: AtomicU64::new(0),
             failing_since: AtomicU64::new(0),
+            next_shard: AtomicUsize::new(0),
+            backlog: AtomicU64::new(0),
+            oldest_unsent: AtomicU64::new(0),
             counters: Counters::default(),
         }
     }
@@ -168,9 +230,21 @@ impl Approx {
         matches!(charge.params.algorithm, Algorithm::SlidingWindow | Algorithm::FixedWindow)
     }
 
-    /// Instances live at the last sync (1 before any).
+    /// The `N` the share rule divides by: the largest instance count a heartbeat answered
+    /// within [`PEAK_SPAN_US`] (1 before any).
     pub fn instances(&self) -> u64 {
         self.instances.load(Ordering::Relaxed).max(1)
+    }
+
+    /// Instances the last heartbeat counted (1 before any).
+    pub fn live_instances(&self) -> u64 {
+        self.live.load(Ordering::Relaxed).max(1)
+    }
+
+    /// Whether this instance decides approximate domains locally: its heartbeat has
+    /// answered twice, an interval apart (until then they are decided exactly).
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Relaxed)
     }
 
     /// Buckets held now.
@@ -180,7 +254,7 @@ impl Approx {
 
     /// Whether no bucket is held.
     pub fn is_empty(&self) -> bool {
-        self.len() == 0
+        self.shards.iter().all(|s| lock(s).map.is_empty())
     }
 
     /// Local µs of the last answered sync; `None`: none yet.
@@ -188,8 +262,104 @@ impl Approx {
         Some(self.last_sync.load(Ordering::Relaxed)).filter(|&t| t > 0)
     }
 
+    /// Buckets due that the last wake left waiting, and the age (µs) of the oldest
+    /// increment not yet written at `now` (local).
+    pub fn backlog(&self, now: u64) -> (u64, u64) {
+        let oldest = self.oldest_unsent.load(Ordering::Relaxed);
+        let age = if oldest == 0 { 0 } else { now.saturating_sub(oldest) };
+        (self.backlog.load(Ordering::Relaxed), age)
+    }
+
+    fn offset(&self) -> i64 {
+        self.offset.load(Ordering::Relaxed)
+    }
+
     fn redis_now(&self, local: u64) -> u64 {
-        local.saturating_add_signed(self.offset.load(Ordering::Relaxed))
+        local.saturating_add_signed(self.offset())
+    }
+
+    /// A heartbeat answered `live` instances at local `now`: the share rule's `N` is the
+    /// largest count of the last [`PEAK_SPAN_US`], and the second answer an interval after
+    /// the first ends the warm-up.
+    pub(crate) fn beaten(&self, live: u64, now: u64) {
+        let live = live.max(1);
+        self.live.store(live, Ordering::Relaxed);
+        let peak = self.peak.load(Ordering::Relaxed);
+        if live >= peak || now.saturating_sub(self.peak_at.load(Ordering::Relaxed)) > PEAK_SPAN_US {
+            self.peak.store(live, Ordering::Relaxed);
+            self.peak_at.store(now, Ordering::Relaxed);
+        }
+        self.instances.store(live.max(self.peak.load(Ordering::Relaxed)), Ordering::Relaxed);
+        let first = self.first_beat.load(Ordering::Relaxed);
+        if first == 0 {
+            self.first_beat.store(now.max(1), Ordering::Relaxed);
+        } else if now >= first.saturating_add(self.settings.interval_us())
+            && !self.ready.swap(true, Ordering::Relaxed)
+        {
+            tracing::info!(instances = self.instances(), "approximate mode ready: deciding locally");
+        }
+        self.answered(now);
+    }
+
+    /// Redis answered a call at local `now`.
+    fn answered(&self, now: u64) {
+        self.last_sync.store(now, Ordering::Relaxed);
+        self.failing_since.store(0, Ordering::Relaxed);
+    }
+
+    /// A call failed at local `now`.
+    fn failed(&self, now: u64) {
+        let _ = self.failing_since.compare_exchange(0, now.max(1), Ordering::Relaxed, Ordering::Relaxed);
+        self.counters.syncs_failed.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Learned Redis's clock: `redis` (µs) at local `mid`.
+    fn clock(&self, redis: u64, mid: u64) -> i64 {
+        let offset = i64::try_from(redis).unwrap_or(i64::MAX).saturating_sub(i64::try_from(mid).unwrap_or(0));
+        self.offset.store(offset, Ordering::Relaxed);
+        self.offset_known.store(true, Ordering::Relaxed);
+        offset
+    }
+
+    /// The indexes of `batch` whose bucket this instance has never read (not held, or
+    /// never synced): `sync::read_unread` reads them before they are decided.
+    pub fn unread(&self, batch: &[Charge]) -> Vec<usize> {
+        let mut unread = Vec::new();
+        for (i, charge) in batch.iter().enumerate() {
+            if matches!(charge.hits, Hits::Peek) {
+                continue;
+            }
+            let shard = lock(&self.shards[self.shard_of(&charge.key)]);
+            if shard.map.get(&*charge.key).is_none_or(|b| b.read_at == 0) {
+                unread.push(i);
+            }
+        }
+        unread
+    }
+
+    /// Folds a first read of `key` (Redis's `counts` at `redis_now`, local `now`, the
+    /// call's clock `offset`) into its bucket, made if needed — unless a sync answered for
+    /// it meanwhile, or a call carrying its increments is in flight (its answer folds).
+    pub(crate) fn seed(
+        &self,
+        key: &str,
+        params: Params,
+        counts: Counts,
+        redis_now: u64,
+        now: u64,
+        offset: i64,
+    ) {
+        let mut shard = lock(&self.shards[self.shard_of(key)]);
+        if !shard.map.contains_key(key) {
+            self.make_room(&mut shard, redis_now, &[]);
+            shard.map.insert(key.into(), Bucket::new(params, offset));
+        }
+        if let Some(bucket) = shard.map.get_mut(key) {
+            if bucket.read_at == 0 && bucket.inflight.is_empty() {
+                bucket.params = params;
+                bucket.fold(counts, redis_now, now, offset);
+            }
+        }
     }
 
     /// Decides a batch whose `groups` stand or fall together (see [`Groups`]), locally.
@@ -198,8 +368,7 @@ impl Approx {
     pub fn charge_groups(&self, batch: &[Charge], groups: &Groups) -> Vec<Result<Decision, StoreError>> {
         let now = now_us();
         if groups.is_each() {
-            let redis_now = self.redis_now(now);
-            return batch.iter().map(|charge| self.charge_one(charge, now, redis_now)).collect();
+            return batch.iter().map(|charge| self.charge_one(charge, now)).collect();
         }
         let mut results = Vec::with_capacity(batch.len());
         for range in groups.ranges(batch.len()) {
@@ -208,24 +377,23 @@ impl Approx {
         results
     }
 
-    /// A charge decided alone, at local time `now` (Redis clock `redis_now`): one shard
-    /// lock, no allocation but a new bucket's key. What [`charge_group_at`] does for a
-    /// group of one.
+    /// A charge decided alone, at local time `now`: one shard lock, no allocation but a
+    /// new bucket's key (and its key again when it first has something to send). What
+    /// [`charge_group_at`] does for a group of one.
     ///
     /// [`charge_group_at`]: Self::charge_group_at
-    fn charge_one(&self, charge: &Charge, now: u64, redis_now: u64) -> Result<Decision, StoreError> {
+    fn charge_one(&self, charge: &Charge, now: u64) -> Result<Decision, StoreError> {
         let mut shard = lock(&self.shards[self.shard_of(&charge.key)]);
         let index = match shard.map.get_index_of(&*charge.key) {
             Some(index) => index,
             None => {
-                if self.is_stale(now) {
-                    return Err(self.stale(1));
-                }
-                self.make_room(&mut shard, redis_now);
-                shard.map.insert_full(charge.key.as_str().into(), Bucket::new(charge.params)).0
+                // Made even when stale: its own sync (or read) may prove its master healthy.
+                self.make_room(&mut shard, self.redis_now(now), &[]);
+                shard.map.insert_full(charge.key.as_str().into(), Bucket::new(charge.params, self.offset())).0
             }
         };
-        let Some((_, bucket)) = shard.map.get_index_mut(index) else {
+        let Shard { map, dirty, .. } = &mut *shard;
+        let Some((key, bucket)) = map.get_index_mut(index) else {
             return Err(StoreError::Server("approximate bucket vanished under its lock".into()));
         };
         if self.bucket_stale(bucket, now) {
@@ -233,19 +401,21 @@ impl Approx {
         }
         // A reload may change the limit: the estimate is read under the new one.
         bucket.params = charge.params;
+        let redis_now = bucket.redis_now(now);
         let state = Some(bucket.estimate(redis_now).state());
         let mut decision = algorithm::apply(state, redis_now, &charge.params, charge.hits).decision;
-        if decision.allowed && self.over_share(bucket, charge.hits, redis_now) {
+        if decision.allowed && self.over_share(bucket, charge.hits, 0, redis_now) {
             decision = self.share_denial();
         }
         if decision.allowed {
             match charge.hits {
-                Hits::Consume(n) => bucket.admit(n, redis_now),
-                Hits::Refund(n) => bucket.refund(n, redis_now),
+                Hits::Consume(n) => bucket.admit(n, redis_now, now),
+                Hits::Refund(n) => bucket.refund(n, redis_now, now),
                 Hits::Peek => {}
             }
         }
-        bucket.promote(redis_now, now, self.settings.interval_us());
+        queue(key, bucket, dirty);
+        bucket.promote(redis_now);
         Ok(decision)
     }
 
@@ -255,19 +425,17 @@ impl Approx {
         StoreError::Unavailable("approximate estimate stale: Redis not synced".into())
     }
 
-    /// Whether `hits` would take `bucket` past this instance's share (see [`within_share`]):
-    /// checked with several instances, and alone for a bucket not synced yet.
-    fn over_share(&self, bucket: &Bucket, hits: Hits, now: u64) -> bool {
+    /// Whether `hits`, after `earlier` hits of the same group on the same bucket, would
+    /// take `bucket` past this instance's share (see [`within_share`]). Always checked,
+    /// alone too: an instance that believes itself alone may not be (one that joined has
+    /// not been counted yet), and a share bounds what it writes unseen.
+    fn over_share(&self, bucket: &Bucket, hits: Hits, earlier: u64, now: u64) -> bool {
         let Hits::Consume(n) = hits else { return false };
-        let instances = self.instances();
-        // Alone, an instance sees every admission but those made before it synced the
-        // bucket once (its start, or a reload that made the domain approximate): a share
-        // until then bounds what it can add to counts it has not read.
-        (instances > 1 || bucket.read_at == 0) && !within_share(bucket, n, now, instances)
+        !within_share(bucket, n.saturating_add(earlier), now, self.instances())
     }
 
     /// The answer of a charge the share rule denies (counted): retry after half an
-    /// interval, when the bucket's next read may widen the share.
+    /// interval, when the bucket's next sync may widen the share.
     fn share_denial(&self) -> Decision {
         self.counters.share_denials.fetch_add(1, Ordering::Relaxed);
         Decision { allowed: false, remaining: 0, reset_us: self.settings.interval_us() / 2 }
@@ -275,11 +443,10 @@ impl Approx {
 
     /// One group at local time `now` (µs): its shards locked in ascending order (the
     /// memory store's rule, so groups cannot deadlock), decided on the estimates, charged
-    /// all or nothing.
+    /// all or nothing. Making room for a new member never evicts another member.
     pub fn charge_group_at(&self, group: &[Charge], now: u64) -> Vec<Result<Decision, StoreError>> {
-        let redis_now = self.redis_now(now);
         if let [charge] = group {
-            return vec![self.charge_one(charge, now, redis_now)];
+            return vec![self.charge_one(charge, now)];
         }
         let mut order: Vec<usize> = group.iter().map(|c| self.shard_of(&c.key)).collect();
         let shard_of = order.clone();
@@ -287,20 +454,23 @@ impl Approx {
         order.dedup();
         let mut locked: Vec<MutexGuard<'_, Shard>> = order.iter().map(|&i| lock(&self.shards[i])).collect();
         let guard = |i: usize| order.binary_search(&shard_of[i]).unwrap_or(0);
-        let stale = group.iter().enumerate().any(|(i, c)| match locked[guard(i)].map.get(&*c.key) {
-            Some(bucket) => self.bucket_stale(bucket, now),
-            None => self.is_stale(now),
+        let members: Vec<&str> = group.iter().map(|c| c.key.as_str()).collect();
+        let offset = self.offset();
+        for (i, charge) in group.iter().enumerate() {
+            let shard = &mut locked[guard(i)];
+            if !shard.map.contains_key(&*charge.key) {
+                self.make_room(shard, now.saturating_add_signed(offset), &members);
+                shard.map.insert(charge.key.as_str().into(), Bucket::new(charge.params, offset));
+            }
+        }
+        let stale = group.iter().enumerate().any(|(i, c)| {
+            locked[guard(i)].map.get(&*c.key).is_none_or(|bucket| self.bucket_stale(bucket, now))
         });
         if stale {
             return vec![Err(self.stale(group.len())); group.len()];
         }
         for (i, charge) in group.iter().enumerate() {
-            let shard = &mut locked[guard(i)];
-            if !shard.map.contains_key(&*charge.key) {
-                self.make_room(shard, redis_now);
-                shard.map.insert(charge.key.as_str().into(), Bucket::new(charge.params));
-            }
-            if let Some(bucket) = shard.map.get_mut(&*charge.key) {
+            if let Some(bucket) = locked[guard(i)].map.get_mut(&*charge.key) {
                 // A reload may change the limit: the estimate is read under the new one.
                 bucket.params = charge.params;
             }
@@ -308,21 +478,26 @@ impl Approx {
         let buckets: Vec<Bucket> = group
             .iter()
             .enumerate()
-            .map(|(i, c)| locked[guard(i)].map.get(&*c.key).copied().unwrap_or_else(|| Bucket::new(c.params)))
+            .map(|(i, c)| {
+                locked[guard(i)].map.get(&*c.key).copied().unwrap_or_else(|| Bucket::new(c.params, offset))
+            })
             .collect();
+        // One instant for the group, in the clock of its first member's master.
+        let redis_now = buckets.first().map_or(self.redis_now(now), |b| b.redis_now(now));
         let mut decisions = self.decide(group, &buckets, redis_now);
         let all_allowed = decisions.iter().all(|d| d.allowed);
-        let interval = self.settings.interval_us();
         for (i, charge) in group.iter().enumerate() {
-            let Some(bucket) = locked[guard(i)].map.get_mut(&*charge.key) else { continue };
+            let Shard { map, dirty, .. } = &mut *locked[guard(i)];
+            let Some((_, key, bucket)) = map.get_full_mut(&*charge.key) else { continue };
             if all_allowed {
                 match charge.hits {
-                    Hits::Consume(n) => bucket.admit(n, redis_now),
-                    Hits::Refund(n) => bucket.refund(n, redis_now),
+                    Hits::Consume(n) => bucket.admit(n, redis_now, now),
+                    Hits::Refund(n) => bucket.refund(n, redis_now, now),
                     Hits::Peek => {}
                 }
             }
-            bucket.promote(redis_now, now, interval);
+            queue(key, bucket, dirty);
+            bucket.promote(redis_now);
         }
         if !all_allowed && group.len() > 1 {
             // A denied group: the members that passed describe their bucket as it is.
@@ -338,7 +513,8 @@ impl Approx {
     }
 
     /// The decisions of a group of two or more on the buckets' estimates at `now` (Redis
-    /// clock): `joint::apply`'s answers, then the share rule for every consuming member.
+    /// clock): `joint::apply`'s answers, then the share rule for every consuming member —
+    /// a bucket met twice spends its share once for both.
     fn decide(&self, group: &[Charge], buckets: &[Bucket], now: u64) -> Vec<Decision> {
         let mut keys: Vec<&str> = Vec::with_capacity(group.len());
         let mut stored = Vec::with_capacity(group.len());
@@ -355,9 +531,15 @@ impl Approx {
             })
             .collect();
         let mut decisions = joint::apply(&stored, now, &members).decisions;
-        for ((decision, charge), bucket) in decisions.iter_mut().zip(group).zip(buckets) {
-            if decision.allowed && self.over_share(bucket, charge.hits, now) {
+        let mut spent = vec![0u64; keys.len()];
+        for ((decision, member), bucket) in decisions.iter_mut().zip(&members).zip(buckets) {
+            if !decision.allowed {
+                continue;
+            }
+            if self.over_share(bucket, member.hits, spent[member.key], now) {
                 *decision = self.share_denial();
+            } else if let Hits::Consume(n) = member.hits {
+                spent[member.key] = spent[member.key].saturating_add(n);
             }
         }
         decisions
@@ -372,7 +554,7 @@ impl Approx {
 
     /// Whether a bucket's estimate is too old to decide on: its own sync has been failing
     /// for longer than the staleness limit (per bucket: on a cluster one master may be down
-    /// while the others answer), or it was never synced and no sync has succeeded for that
+    /// while the others answer), or it was never synced and no call has answered for that
     /// long. A bucket with nothing to send does not fail: it decides on, within its share.
     fn bucket_stale(&self, bucket: &Bucket, now: u64) -> bool {
         let own = bucket.failing_since > 0
@@ -387,13 +569,15 @@ impl Approx {
 
     /// [`view`](Self::view) at local time `now` (µs).
     pub fn view_at(&self, key: &str, now: u64) -> Option<BucketView> {
-        let redis_now = self.redis_now(now);
         let shard = lock(&self.shards[self.shard_of(key)]);
-        shard.map.get(key).map(|b| BucketView {
-            tier: b.tier,
-            level: b.estimate(redis_now).level(redis_now, &b.params),
-            synced_ago_us: (b.read_at > 0).then(|| now.saturating_sub(b.read_at)),
-            pending: b.pending.saturating_add(b.inflight),
+        shard.map.get(key).map(|b| {
+            let redis_now = b.redis_now(now);
+            BucketView {
+                tier: b.tier,
+                level: b.estimate(redis_now).level(redis_now, &b.params),
+                synced_ago_us: (b.read_at > 0).then(|| now.saturating_sub(b.read_at)),
+                pending: unsent_total(b.pending).saturating_add(unsent_total(b.inflight)),
+            }
         })
     }
 
@@ -413,7 +597,7 @@ impl Approx {
     pub fn remove(&self, key: &str) {
         let mut shard = lock(&self.shards[self.shard_of(key)]);
         shard.map.swap_remove(key);
-        shard.orphans.retain(|(k, _, _)| &**k != key);
+        shard.orphans.retain(|o| &*o.key != key);
     }
 
     fn shard_of(&self, key: &str) -> usize {
@@ -421,8 +605,9 @@ impl Approx {
     }
 
     /// Frees a slot in a full shard: spent buckets first, else the lowest level of a
-    /// sample; a dropped bucket's unsent increments are kept for the next sync.
-    fn make_room(&self, shard: &mut Shard, now: u64) {
+    /// sample; a dropped bucket's unsent increments are kept for the next sync. Never
+    /// drops one of `keep` (the members of the group being decided).
+    fn make_room(&self, shard: &mut Shard, now: u64, keep: &[&str]) {
         if shard.map.len() < self.shard_cap {
             return;
         }
@@ -431,29 +616,52 @@ impl Approx {
         if now >= shard.last_sweep.saturating_add(SWEEP_INTERVAL_US) {
             shard.last_sweep = now;
             let before = shard.map.len();
-            shard.map.retain(|_, b| !b.is_spent(now));
+            shard.map.retain(|k, b| !b.is_spent(now) || keep.contains(&&**k));
             if shard.map.len() < before {
                 return;
             }
         }
         let mut rng = rand::rng();
         let len = shard.map.len();
-        let victim = (0..EVICTION_SAMPLE.min(len)).map(|_| rng.random_range(0..len)).min_by_key(|&i| {
-            shard.map.get_index(i).map_or(u64::MAX, |(_, b)| b.estimate(now).level(now, &b.params))
-        });
+        let victim = (0..EVICTION_SAMPLE.min(len))
+            .map(|_| rng.random_range(0..len))
+            .filter(|&i| shard.map.get_index(i).is_some_and(|(k, _)| !keep.contains(&&**k)))
+            .min_by_key(|&i| {
+                shard.map.get_index(i).map_or(u64::MAX, |(_, b)| {
+                    let t = b.redis_now(now_us());
+                    b.estimate(t).level(t, &b.params)
+                })
+            });
         let Some((key, bucket)) = victim.and_then(|i| shard.map.swap_remove_index(i)) else { return };
         self.counters.evictions.fetch_add(1, Ordering::Relaxed);
-        // What is in flight belongs to the call: written by it, or made an orphan's by
-        // `settle_failed` when it fails.
-        let unsent = bucket.pending;
-        if unsent != 0 {
-            if shard.orphans.len() < self.shard_cap {
-                shard.orphans.push((key, bucket.params, unsent));
-            } else {
-                self.counters.dropped_increments.fetch_add(unsent.unsigned_abs(), Ordering::Relaxed);
-            }
+        // What is in flight belongs to the call: written by it, or given to the bucket's
+        // successor (or made an orphan's) by `settle_failed` when it fails.
+        if !bucket.pending.is_empty() {
+            self.orphan(shard, Orphan { key, params: bucket.params, unsent: bucket.pending });
         }
     }
+
+    /// Keeps an evicted bucket's increments for the next sync, within the shard's cap.
+    fn orphan(&self, shard: &mut Shard, orphan: Orphan) {
+        if shard.orphans.len() < self.shard_cap {
+            shard.orphans.push(orphan);
+        } else {
+            let lost = unsent_total(orphan.unsent).unsigned_abs();
+            self.counters.dropped_increments.fetch_add(lost, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Puts `key` in its shard's send list if its bucket now has increments and is not in it.
+fn queue(key: &str, bucket: &mut Bucket, dirty: &mut Vec<Box<str>>) {
+    if !bucket.queued && !bucket.pending.is_empty() {
+        bucket.queued = true;
+        dirty.push(key.into());
+    }
+}
+
+fn unsent_total(u: Unsent) -> i64 {
+    u.delta.saturating_add(u.carry)
 }
 
 /// The share rule: `n` more fit in this instance's share of the headroom the last sync

@@ -223,8 +223,19 @@ impl Store {
     pub fn sync_via(&self) -> Option<approx::sync::Via<'_>> {
         match self {
             Store::Redis(r) => Some(approx::sync::Via::Link(r.client().sync_link())),
-            Store::Cluster(c) => Some(approx::sync::Via::Cluster(c.client())),
+            Store::Cluster(c) => Some(approx::sync::Via::Cluster(c.client(), cluster::Lane::Sync)),
             Store::Sentinel(s) => Some(approx::sync::Via::Link(s.client().sync_link())),
+            Store::Memory(_) => None,
+        }
+    }
+
+    /// Where approximate mode reads a bucket on a request's path (its first read): the
+    /// connections exact charges ride, not the sync's (a long sync must not hold it up).
+    pub fn read_via(&self) -> Option<approx::sync::Via<'_>> {
+        match self {
+            Store::Redis(r) => Some(approx::sync::Via::Link(r.client().link())),
+            Store::Cluster(c) => Some(approx::sync::Via::Cluster(c.client(), cluster::Lane::Charges)),
+            Store::Sentinel(s) => Some(approx::sync::Via::Link(s.client().link())),
             Store::Memory(_) => None,
         }
     }

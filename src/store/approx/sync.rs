@@ -1,54 +1,73 @@
-//! The background sync of approximate mode: one task per store, one pipeline per tick.
+//! The background sync of approximate mode: one task per store, woken every half interval,
+//! and the first read of a bucket on a request's path.
 //!
-//! The task wakes every half `--sync-interval-ms`. Each wake it takes, under the shard
-//! locks, the buckets that have something to say: on every other wake (a full interval)
-//! every bucket with increments, and on every wake the buckets whose read is due (hot ones
-//! every half interval; see `bucket::Tier`). It sends them as `approx.lua` calls of up to
-//! [`CHUNK`] buckets in one pipeline (so a tick costs a few commands whatever the traffic)
-//! and folds the answers into the estimates. A call that fails puts its increments back
-//! (they go with the next tick; after a timeout the script may have run, so they may be
-//! counted twice: that errs toward denying, never toward admitting). Idle buckets with
-//! nothing to write are not sent: they cost Redis nothing.
+//! **Work per wake follows what changed.** A bucket is sent only when this instance has
+//! increments for it (admissions or refunds since its last send); each write also answers
+//! the bucket's counts, which is its read. A bucket nobody here charges costs nothing,
+//! however full it is. Each shard keeps the keys of its buckets with something to send
+//! (oldest first), so a wake walks those, not every bucket held. When increments go: hot
+//! buckets on every wake (half an interval), low and normal ones every full interval, idle
+//! ones every fourth (`bucket::Tier`).
+//!
+//! **Calls stand alone.** A wake's buckets go as `approx.lua` calls of up to [`CHUNK`]
+//! buckets, at most [`CALLS_IN_FLIGHT`] outstanding on the sync's connection (Redis runs a
+//! pipeline's queued calls back to back, so a long pipeline would hold up every other
+//! client's command for its whole length), each judged by its own deadline ([`sync_deadline`],
+//! not the store timeout) and folded as soon as it answers, with its own clock offset.
+//! A call that fails puts its increments back for the next wake; once one fails for want
+//! of Redis, the calls not yet sent in that wake are not sent (they certainly did not run).
+//! A call that timed out or lost its connection after it was written may have run: its
+//! increments are written again with the next wake, so Redis may count them twice — an
+//! error toward denying, never toward admitting (README, "Approximate mode").
+//!
+//! **A bounded wake.** A wake sends at most [`MAX_PER_WAKE`] buckets; the rest wait, oldest
+//! first, and are counted as the backlog (`tollgate_approximate_backlog_*`). A bucket that
+//! waits keeps deciding within its share, so a backlog costs admissions, never the bound.
 //!
 //! On a Redis Cluster a script call may only hold keys of one slot: the buckets go as one
-//! call per slot touched (still at most [`CHUNK`] each), the calls of one master as one
-//! pipeline, all masters at once ([`Via::Cluster`]); a wake then costs one call per slot
-//! touched, so a domain with `hash_tag: domain` is one call per [`CHUNK`] buckets.
+//! call per slot touched (still at most [`CHUNK`] each), each sent to its master
+//! ([`Via::Cluster`]); a `MOVED`/`ASK` entry did not run and follows its redirect alone.
 //!
-//! Every full interval the same pipeline beats this instance's heartbeat: its id scored
-//! with the time in a sorted set, entries older than the liveness span dropped, the live
-//! count read back — the `N` of the share rule (on a cluster, on the master of that key's
-//! slot). Plain commands, so that even an instance with nothing to sync is counted from
-//! its first interval (a new instance that believed itself alone would spend more of the
-//! headroom); only where an approximate domain is configured or buckets are held, so an
-//! exact-only deployment sends Redis nothing more.
+//! **The heartbeat**, every full interval: this instance's id scored with Redis's time in
+//! a sorted set, entries older than the liveness span dropped, the live count read back —
+//! the `N` of the share rule (on a cluster, on the master of that key's slot). Plain
+//! commands, sent as a call of their own, only where an approximate domain is configured
+//! or buckets are held: an exact-only deployment sends Redis nothing more. The first beat
+//! goes at start (after a `TIME`, so its score is Redis's clock too).
+//!
+//! **First reads.** A bucket this instance has never read is read on the request's path
+//! before it is decided (`read_unread`): a new instance, or a new key, cannot spend
+//! counts other instances wrote. A read that does not answer by the request's deadline
+//! leaves the bucket held to a share of the whole limit until its first sync.
 //!
 //! The task owns everything in flight: no request waits for it, and stopping it sends the
-//! increments still waiting once, within a second.
+//! increments still waiting once and takes this instance out of the heartbeat set.
 
 use std::future::Future;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::future::{join, join_all};
 use redis::{Pipeline, Value};
+use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
 use crate::algorithm::{Algorithm, Params};
-use crate::store::cluster::{key_slot, ClusterStore};
+use crate::store::cluster::{key_slot, ClusterStore, Lane};
 use crate::store::memory::now_us;
 use crate::store::redis::link::Link;
 use crate::store::scripts::{send_entries, Call, APPROX_LUA};
-use crate::store::{Store, StoreError};
+use crate::store::{Charge, Store, StoreError};
 
-use super::bucket::{Counts, Tier};
-use super::{lock, Approx};
+use super::bucket::{Counts, Tier, Unsent};
+use super::{lock, queue, Approx, Orphan};
 
 /// What a wake of the sync sends: the grid of half intervals, every second wake a full one,
 /// every eighth a long one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Wake {
-    /// The reads due (hot buckets every half interval), with their increments.
+    /// Hot buckets' increments.
     Half,
     /// Also every bucket's increments but idle ones', and the heartbeat.
     Full,
@@ -56,25 +75,43 @@ pub enum Wake {
     Long,
 }
 
+impl Wake {
+    /// Whether a bucket of `tier` with increments is sent on this wake.
+    fn sends(self, tier: Tier) -> bool {
+        match tier {
+            Tier::Hot => true,
+            Tier::Low | Tier::Normal => self != Wake::Half,
+            Tier::Idle => self == Wake::Long,
+        }
+    }
+}
+
 /// A spent bucket (its counts expired, nothing to send) synced within this long stays: it
 /// is an idle bucket whose next charge needs no first read. Older, it is dropped.
 pub const FORGET_AFTER_US: u64 = 30_000_000;
 
-/// How long a sync may take before it counts as failed: 4 intervals, at least 1 s.
-fn sync_deadline(interval: Duration) -> Duration {
+/// How long a sync call may take before it counts as failed: 4 intervals, at least 1 s.
+pub fn sync_deadline(interval: Duration) -> Duration {
     (interval * 4).max(Duration::from_secs(1))
 }
 
-/// Buckets per script call: a call runs alone on the server, so it is kept short (~0.5 ms).
+/// Buckets per script call: a call runs alone on the server, so it is kept short (~1 ms).
 pub const CHUNK: usize = 512;
+
+/// Sync calls outstanding at once per connection: one runs while the next travels, and
+/// Redis serves other clients between them.
+pub const CALLS_IN_FLIGHT: usize = 2;
+
+/// Most buckets one wake sends (32 calls); the rest wait for the next wake, oldest first.
+pub const MAX_PER_WAKE: usize = 32 * CHUNK;
 
 /// One bucket sent in a tick.
 #[derive(Debug, Clone)]
 pub struct Item {
     pub key: Box<str>,
     pub params: Params,
-    /// Increments to add (negative: refunds); 0 for a read.
-    pub delta: i64,
+    /// Increments to add, by window (empty: a read).
+    pub unsent: Unsent,
     /// An evicted bucket's increments: written, its answer not folded anywhere.
     pub orphan: bool,
 }
@@ -97,16 +134,15 @@ impl SyncTarget {
     }
 }
 
-/// Where a store's sync is sent.
+/// Where a store's approximate calls are sent.
 #[derive(Clone, Copy)]
 pub enum Via<'a> {
-    /// One connection lifecycle (one Redis node, the Sentinel master): a wake is one
-    /// pipeline, one round trip.
+    /// One connection lifecycle (one Redis node, the Sentinel master).
     Link(&'a Link),
-    /// A Redis Cluster: a script call may only hold keys of one slot, so a wake's buckets
-    /// go as one call per slot touched (up to [`CHUNK`] buckets each), the calls of one
-    /// master as one pipeline, every master's at once (`cluster::approx`).
-    Cluster(&'a ClusterStore),
+    /// A Redis Cluster: a script call may only hold keys of one slot, so buckets go as one
+    /// call per slot touched (up to [`CHUNK`] buckets each), each to its master, on the
+    /// lane's connections (`cluster::approx`).
+    Cluster(&'a ClusterStore, Lane),
 }
 
 impl Via<'_> {
@@ -115,7 +151,7 @@ impl Via<'_> {
     pub(super) fn chunks<'i>(&self, items: &'i mut [Item]) -> Vec<&'i [Item]> {
         match self {
             Via::Link(_) => items.chunks(CHUNK).collect(),
-            Via::Cluster(_) => {
+            Via::Cluster(..) => {
                 items.sort_by_cached_key(|item| key_slot(item.key.as_bytes()));
                 let items: &'i [Item] = items;
                 items
@@ -126,126 +162,130 @@ impl Via<'_> {
         }
     }
 
-    /// Sends `count` entries (`add` appends entry `i`; on a cluster it goes to the master
-    /// of `slot(i)`); `NOSCRIPT` entries go again once with `EVAL`. One reply per entry.
+    /// Calls outstanding at once: [`CALLS_IN_FLIGHT`] per connection, a few masters' worth
+    /// on a cluster.
+    fn calls_in_flight(&self) -> usize {
+        match self {
+            Via::Link(_) => CALLS_IN_FLIGHT,
+            Via::Cluster(..) => 3 * CALLS_IN_FLIGHT,
+        }
+    }
+
+    /// Sends `count` commands of `slot` as one pipeline (`add` appends command `i`);
+    /// a `NOSCRIPT` entry goes again once with `EVAL`. One reply per command.
     async fn send(
         self,
         count: usize,
-        slot: impl Fn(usize) -> u16,
+        slot: u16,
         deadline: Instant,
         add: impl Fn(&mut Pipeline, usize, Call),
     ) -> Vec<Result<Value, StoreError>> {
         match self {
             Via::Link(link) => send_entries(link, count, count, deadline, add).await,
-            Via::Cluster(cluster) => {
-                let slots: Vec<u16> = (0..count).map(slot).collect();
-                cluster.send_entries(&slots, deadline, add).await
+            Via::Cluster(cluster, lane) => {
+                cluster.send_entries(&vec![slot; count], lane, deadline, add).await
             }
         }
     }
 }
 
 impl Approx {
-    /// Takes what a wake sends (see [`Wake`]): buckets with increments to write or a read
-    /// due, and evicted buckets' increments. Moves their increments to `inflight`. On
-    /// full wakes also drops buckets with nothing left to say that were not synced within
-    /// [`FORGET_AFTER_US`] (a spent bucket synced since is an idle one: it needs no read).
-    pub fn collect(&self, now: u64, wake: Wake) -> Vec<Item> {
-        let redis_now = self.redis_now(now);
-        let full = wake != Wake::Half;
-        let mut items = Vec::new();
-        for shard in self.shards.iter() {
-            let mut shard = lock(shard);
-            if full {
-                shard
-                    .map
-                    .retain(|_, b| !b.is_spent(redis_now) || now.saturating_sub(b.read_at) < FORGET_AFTER_US);
-            }
-            for (key, bucket) in shard.map.iter_mut() {
-                // Idle buckets' increments wait for a long wake (a fourth of the full
-                // ones): below a tenth of the limit a delay costs nothing of the bound
-                // (shares cap what is unwritten) and a busy bucket is written once for
-                // many charges.
-                let write = bucket.pending != 0 && full && (wake == Wake::Long || bucket.tier != Tier::Idle);
-                if !(write || bucket.next_read <= now) {
-                    continue;
-                }
-                bucket.inflight = bucket.pending;
-                bucket.pending = 0;
-                items.push(Item {
-                    key: key.clone(),
-                    params: bucket.params,
-                    delta: bucket.inflight,
-                    orphan: false,
+    /// Takes what a wake sends (see [`Wake`]), at most `budget` buckets, oldest first:
+    /// buckets with increments due, and evicted buckets' increments. Moves their
+    /// increments to `inflight`. On full wakes also sweeps one shard (in turn) of buckets
+    /// with nothing left to say that were not synced within [`FORGET_AFTER_US`].
+    pub fn collect(&self, now: u64, wake: Wake, budget: usize) -> Vec<Item> {
+        let shards = self.shards.len();
+        let first = self.next_shard.fetch_add(1, Ordering::Relaxed) % shards;
+        let (mut items, mut waiting, mut oldest) = (Vec::new(), 0u64, u64::MAX);
+        for k in 0..shards {
+            let mut shard = lock(&self.shards[(first + k) % shards]);
+            if k == 0 && wake != Wake::Half {
+                shard.map.retain(|_, b| {
+                    !b.is_spent(b.redis_now(now))
+                        || b.queued
+                        || now.saturating_sub(b.read_at) < FORGET_AFTER_US
                 });
             }
-            items.extend(shard.orphans.drain(..).map(|(key, params, delta)| Item {
-                key,
-                params,
-                delta,
+            let orphans = std::mem::take(&mut shard.orphans);
+            items.extend(orphans.into_iter().map(|o| Item {
+                key: o.key,
+                params: o.params,
+                unsent: o.unsent,
                 orphan: true,
             }));
+            let dirty = std::mem::take(&mut shard.dirty);
+            let mut keep = Vec::new();
+            for key in dirty {
+                let Some(bucket) = shard.map.get_mut(&*key) else { continue };
+                if bucket.pending.is_empty() {
+                    bucket.queued = false;
+                    continue;
+                }
+                let due = wake.sends(bucket.tier);
+                if !due || items.len() >= budget {
+                    waiting += u64::from(due);
+                    oldest = oldest.min(bucket.dirty_since);
+                    keep.push(key);
+                    continue;
+                }
+                bucket.queued = false;
+                let unsent = bucket.send();
+                items.push(Item { key, params: bucket.params, unsent, orphan: false });
+            }
+            shard.dirty = keep;
         }
+        self.backlog.store(waiting, Ordering::Relaxed);
+        self.oldest_unsent.store(if oldest == u64::MAX { 0 } else { oldest }, Ordering::Relaxed);
         items
     }
 
-    /// Folds a chunk's answer (`counts` per item, in order) taken at `redis_now`, ours
-    /// `now`.
-    pub(super) fn settle_ok(&self, items: &[Item], counts: &[Counts], redis_now: u64, now: u64) {
-        let interval = self.settings.interval_us();
+    /// Folds a call's answer (`counts` per item, in order): Redis ran it at `redis_now`;
+    /// we sent it at local `sent` and had the answer at `answered`.
+    pub(super) fn settle_ok(
+        &self,
+        items: &[Item],
+        counts: &[Counts],
+        redis_now: u64,
+        sent: u64,
+        answered: u64,
+    ) {
+        let offset = self.clock(redis_now, sent + answered.saturating_sub(sent) / 2);
         for (item, counts) in items.iter().zip(counts) {
             if item.orphan {
                 continue;
             }
             let mut shard = lock(&self.shards[self.shard_of(&item.key)]);
             if let Some(bucket) = shard.map.get_mut(&*item.key) {
-                bucket.fold(*counts, redis_now, now, interval);
+                bucket.fold(*counts, redis_now, answered, offset);
             }
         }
-        self.offset.store(i64::try_from(redis_now).unwrap_or(i64::MAX) - now as i64, Ordering::Relaxed);
-        self.beaten(now);
+        self.answered(answered);
         self.counters.syncs_ok.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Redis answered at `now`: the sync is healthy.
-    fn beaten(&self, now: u64) {
-        self.last_sync.store(now, Ordering::Relaxed);
-        self.failing_since.store(0, Ordering::Relaxed);
-    }
-
-    /// Puts a failed chunk's increments back, for the next tick.
+    /// Puts a failed call's increments back, for the next wake: into the bucket (the one
+    /// that sent them, or its successor if it was evicted and made anew meanwhile), else
+    /// as an orphan's.
     pub(super) fn settle_failed(&self, items: Vec<Item>, now: u64) {
         for item in items {
             let mut shard = lock(&self.shards[self.shard_of(&item.key)]);
-            if item.orphan {
-                if shard.orphans.len() < self.shard_cap {
-                    shard.orphans.push((item.key, item.params, item.delta));
-                } else {
-                    self.counters.dropped_increments.fetch_add(item.delta.unsigned_abs(), Ordering::Relaxed);
+            let shard = &mut *shard;
+            match shard.map.get_full_mut(&*item.key) {
+                Some((_, key, bucket)) if !item.orphan => {
+                    bucket.unsend(item.unsent, now);
+                    queue(key, bucket, &mut shard.dirty);
                 }
-                continue;
-            }
-            if let Some(bucket) = shard.map.get_mut(&*item.key) {
-                bucket.pending = bucket.pending.saturating_add(bucket.inflight);
-                bucket.inflight = 0;
-                if bucket.failing_since == 0 {
-                    bucket.failing_since = now.max(1);
-                }
-            } else if item.delta != 0 {
-                // Evicted while in flight: its increments become an orphan's.
-                if shard.orphans.len() < self.shard_cap {
-                    shard.orphans.push((item.key, item.params, item.delta));
-                } else {
-                    self.counters.dropped_increments.fetch_add(item.delta.unsigned_abs(), Ordering::Relaxed);
-                }
+                _ if item.unsent.is_empty() => {}
+                _ => self.orphan(shard, Orphan { key: item.key, params: item.params, unsent: item.unsent }),
             }
         }
-        let _ = self.failing_since.compare_exchange(0, now.max(1), Ordering::Relaxed, Ordering::Relaxed);
-        self.counters.syncs_failed.fetch_add(1, Ordering::Relaxed);
+        self.failed(now);
     }
 
     /// One wake: collect, send, fold; on full wakes (see [`Wake`]) the heartbeat is beaten
     /// too, when `heartbeat` (an approximate domain is configured) or buckets are held.
+    /// `leave`: this is the last wake — take this instance out of the heartbeat set.
     /// Returns how many buckets were sent.
     pub async fn tick(
         &self,
@@ -253,67 +293,175 @@ impl Approx {
         target: &SyncTarget,
         wake: Wake,
         heartbeat: bool,
-        deadline: Instant,
+        budget: usize,
     ) -> usize {
-        let full = wake != Wake::Half && (heartbeat || !self.is_empty());
-        let sent_at = now_us();
-        let mut items = self.collect(sent_at, wake);
-        if items.is_empty() && !full {
+        let beat = wake != Wake::Half && (heartbeat || !self.is_empty());
+        let deadline = sync_deadline(self.settings.interval);
+        if beat && !self.offset_known.load(Ordering::Relaxed) {
+            self.learn_clock(via, target, Instant::now() + deadline).await;
+        }
+        let mut items = self.collect(now_us(), wake, budget);
+        if items.is_empty() && !beat {
             return 0;
         }
-        let writes = items.iter().filter(|i| i.delta != 0).count() as u64;
+        let writes = items.iter().filter(|i| !i.unsent.is_empty()).count() as u64;
         self.counters.keys_written.fetch_add(writes, Ordering::Relaxed);
-        self.counters.keys_read.fetch_add(items.len() as u64 - writes, Ordering::Relaxed);
-        let liveness = liveness_us(self.settings.interval_us());
-        let beat = if full { BEAT.len() } else { 0 };
         let chunks = via.chunks(&mut items);
-        let beat_at = self.redis_now(sent_at);
-        let add = |pipe: &mut Pipeline, i: usize, call: Call| {
-            if i < beat {
-                pipe.add_command(beat_command(target, i, beat_at, liveness));
-            } else {
-                pipe.add_command(command(chunks[i - beat], call));
+        let permits = Semaphore::new(via.calls_in_flight());
+        let gone = AtomicBool::new(false);
+        let calls = chunks.iter().map(|chunk| async {
+            let _permit = permits.acquire().await;
+            if gone.load(Ordering::Relaxed) {
+                // Redis did not answer this wake's earlier call: this one was not sent.
+                self.settle_failed(chunk.to_vec(), now_us());
+                return;
             }
-        };
-        // On a cluster each entry goes to the master of its slot.
-        let slot = |i: usize| match i.checked_sub(beat) {
-            Some(c) => key_slot(chunks[c][0].key.as_bytes()),
-            None => key_slot(target.instances_key.as_bytes()),
-        };
-        let mut replies = via.send(beat + chunks.len(), slot, deadline, add).await;
-        let now = now_us();
-        let mid = sent_at + now.saturating_sub(sent_at) / 2;
-        let beats: Vec<_> = replies.drain(..beat).collect();
-        if let Some(Ok(Value::Int(live))) = beats.last() {
-            self.instances.store((*live).max(1) as u64, Ordering::Relaxed);
-        }
-        let mut failed = Vec::new();
-        let mut first_error = beats.into_iter().find_map(Result::err);
-        for (chunk, reply) in chunks.iter().zip(replies) {
+            let sent = now_us();
+            let slot = key_slot(chunk[0].key.as_bytes());
+            let mut replies =
+                via.send(1, slot, Instant::now() + deadline, |pipe, _, call| {
+                pipe.add_command(command(chunk, call));
+            }).await;
+            let answered = now_us();
+            let reply = replies.pop().unwrap_or(Err(StoreError::Server("no reply for a sync call".into())));
             match reply.and_then(|value| parse(value, chunk.len())) {
-                Ok((redis_now, counts)) => self.settle_ok(chunk, &counts, redis_now, mid),
-                Err(e) => {
-                    first_error.get_or_insert(e);
-                    failed.extend(chunk.iter().cloned());
+                Ok((redis_now, counts)) => self.settle_ok(chunk, &counts, redis_now, sent, answered),
+                Err(error) => {
+                    if error.is_unreachable() {
+                        gone.store(true, Ordering::Relaxed);
+                    }
+                    if self.failing_since.load(Ordering::Relaxed) == 0 {
+                        tracing::warn!(%error, buckets = chunk.len(), "approximate sync call failed: increments kept for the next wake");
+                    }
+                    self.settle_failed(chunk.to_vec(), answered);
                 }
             }
-        }
-        match first_error {
-            Some(error) => {
-                if self.failing_since.load(Ordering::Relaxed) == 0 {
-                    tracing::warn!(%error, buckets = failed.len(), "approximate sync failed: increments kept for the next tick");
-                }
-                self.settle_failed(failed, now);
+        });
+        let heartbeat = async {
+            if beat {
+                self.beat(via, target, Instant::now() + deadline).await;
             }
-            None if chunks.is_empty() => self.beaten(now),
-            None => {}
-        }
+        };
+        join(heartbeat, join_all(calls)).await;
         items.len()
+    }
+
+    /// Beats the heartbeat (see the module doc) and takes its answer: the live count.
+    async fn beat(&self, via: Via<'_>, target: &SyncTarget, deadline: Instant) {
+        let at = self.redis_now(now_us());
+        let liveness = liveness_us(self.settings.interval_us());
+        let slot = key_slot(target.instances_key.as_bytes());
+        let add = |pipe: &mut Pipeline, i: usize, _: Call| {
+            pipe.add_command(beat_command(target, i, at, liveness));
+        };
+        let replies = via.send(BEAT.len(), slot, deadline, add).await;
+        let now = now_us();
+        match replies.last() {
+            Some(Ok(Value::Int(live))) => {
+                self.beaten(u64::try_from(*live).unwrap_or(1), now);
+                self.counters.syncs_ok.fetch_add(1, Ordering::Relaxed);
+            }
+            other => {
+                // N stays what it was: a heartbeat key's master down must not make this
+                // instance believe itself alone.
+                let error = match other {
+                    Some(Err(e)) => e.to_string(),
+                    other => format!("unexpected heartbeat reply {other:?}"),
+                };
+                tracing::debug!(%error, "approximate heartbeat failed");
+                self.failed(now);
+            }
+        }
+    }
+
+    /// Asks Redis's clock (`TIME`), so that the first heartbeat is scored in it too.
+    async fn learn_clock(&self, via: Via<'_>, target: &SyncTarget, deadline: Instant) {
+        let slot = key_slot(target.instances_key.as_bytes());
+        let sent = now_us();
+        let replies = via
+            .send(1, slot, deadline, |pipe, _, _| {
+                pipe.add_command(redis::cmd("TIME"));
+            })
+            .await;
+        let answered = now_us();
+        if let Some(Ok(Value::Array(parts))) = replies.first() {
+            let number = |v: Option<&Value>| match v {
+                Some(Value::BulkString(b)) => std::str::from_utf8(b).ok().and_then(|s| s.parse::<u64>().ok()),
+                Some(Value::Int(i)) => u64::try_from(*i).ok(),
+                _ => None,
+            };
+            if let (Some(secs), Some(micros)) = (number(parts.first()), number(parts.get(1))) {
+                self.clock(
+                    secs.saturating_mul(1_000_000).saturating_add(micros),
+                    sent + (answered - sent) / 2,
+                );
+            }
+        }
+    }
+
+    /// Takes this instance out of the heartbeat set (it is stopping: the others' `N`
+    /// drops at their next beat instead of after the liveness span).
+    async fn leave(&self, via: Via<'_>, target: &SyncTarget, deadline: Instant) {
+        let slot = key_slot(target.instances_key.as_bytes());
+        let add = |pipe: &mut Pipeline, _: usize, _: Call| {
+            pipe.add_command(redis::cmd("ZREM").arg(&target.instances_key).arg(&target.id).clone());
+        };
+        via.send(1, slot, deadline, add).await;
+    }
+
+    /// Reads, before they are decided, the buckets of `batch` this instance has never read
+    /// (see the module doc), by `deadline`, on the request path's connections (`via`). A
+    /// read that fails leaves its bucket unread (held to a share until its first sync).
+    pub async fn read_unread(&self, via: Via<'_>, batch: &[Charge], deadline: Instant) {
+        let unread = self.unread(batch);
+        if unread.is_empty() {
+            return;
+        }
+        let mut items: Vec<Item> = Vec::with_capacity(unread.len());
+        for i in unread {
+            let charge = &batch[i];
+            if items.iter().all(|item| *item.key != *charge.key) {
+                items.push(Item {
+                    key: charge.key.as_str().into(),
+                    params: charge.params,
+                    unsent: Unsent::default(),
+                    orphan: false,
+                });
+            }
+        }
+        self.counters.keys_read.fetch_add(items.len() as u64, Ordering::Relaxed);
+        let chunks = via.chunks(&mut items);
+        let calls = chunks.iter().map(|chunk| async {
+            let sent = now_us();
+            let slot = key_slot(chunk[0].key.as_bytes());
+            let mut replies = via.send(1, slot, deadline, |pipe, _, call| {
+                pipe.add_command(command(chunk, call));
+            }).await;
+            let answered = now_us();
+            let reply = replies.pop().unwrap_or(Err(StoreError::Server("no reply for a read".into())));
+            match reply.and_then(|value| parse(value, chunk.len())) {
+                Ok((redis_now, counts)) => {
+                    let offset = self.clock(redis_now, sent + answered.saturating_sub(sent) / 2);
+                    for (item, counts) in chunk.iter().zip(counts) {
+                        self.seed(&item.key, item.params, counts, redis_now, answered, offset);
+                    }
+                    self.answered(answered);
+                    self.counters.first_reads_ok.fetch_add(chunk.len() as u64, Ordering::Relaxed);
+                }
+                Err(error) => {
+                    tracing::debug!(%error, buckets = chunk.len(), "approximate first read failed: held to a share");
+                    self.counters.first_reads_failed.fetch_add(chunk.len() as u64, Ordering::Relaxed);
+                }
+            }
+        });
+        // The request's own deadline bounds the wait; a call cut short changes nothing
+        // shared (its answer, if any, is not folded).
+        let _ = tokio::time::timeout_at(deadline, join_all(calls)).await;
     }
 }
 
-/// The heartbeat: four commands in the sync's pipeline (plain commands, not a script:
-/// `INFO commandstats` tells them from syncs). The last answers the live instances.
+/// The heartbeat: four commands in one call (plain commands, not a script: `INFO
+/// commandstats` tells them from syncs). The last answers the live instances.
 const BEAT: [&str; 4] = ["ZADD", "ZREMRANGEBYSCORE", "PEXPIRE", "ZCARD"];
 
 /// Command `i` of the heartbeat at `now` (Redis clock, µs).
@@ -348,7 +496,8 @@ fn command(items: &[Item], call: Call) -> redis::Cmd {
     cmd.arg("").arg("").arg("").arg("").arg("").arg("");
     for item in items {
         let algorithm = if item.params.algorithm == Algorithm::SlidingWindow { 1 } else { 2 };
-        cmd.arg(algorithm).arg(item.params.unit_us).arg(item.delta);
+        let u = item.unsent;
+        cmd.arg(algorithm).arg(item.params.unit_us).arg(u.start).arg(u.delta).arg(u.carry);
     }
     cmd
 }
@@ -383,8 +532,8 @@ fn parse(value: Value, n: usize) -> Result<(u64, Vec<Counts>), StoreError> {
 }
 
 /// Runs the sync of `table` against `store` until `stop` resolves, then writes the
-/// increments still waiting, once. The memory store (nothing to sync with) returns at
-/// once: approximate domains are charged exactly there.
+/// increments still waiting, once, and leaves the heartbeat set. The memory store (nothing
+/// to sync with) returns at once: approximate domains are charged exactly there.
 pub async fn run(
     table: Arc<Approx>,
     store: Arc<Store>,
@@ -396,24 +545,37 @@ pub async fn run(
     let interval = table.settings().interval;
     let half = u64::try_from((interval / 2).as_micros()).unwrap_or(u64::MAX).max(1_000);
     tokio::pin!(stop);
+    // The first heartbeat at once: the warm-up (decided exactly) ends one interval after it.
+    let mut first = approximate_configured();
     loop {
-        // Wake on the wall-clock grid of half intervals, as every other instance does: a
-        // wake on an even multiple is a full one.
-        let now = now_us();
-        let next = (now / half + 1) * half;
-        tokio::select! {
-            () = tokio::time::sleep(Duration::from_micros(next - now)) => {}
-            () = &mut stop => break,
-        }
-        let wake = match next / half % 8 {
-            0 => Wake::Long,
-            n if n % 2 == 0 => Wake::Full,
-            _ => Wake::Half,
+        let wake = if first {
+            first = false;
+            Wake::Full
+        } else {
+            // Wake on the wall-clock grid of half intervals, as every other instance does:
+            // a wake on an even multiple is a full one.
+            let now = now_us();
+            let next = (now / half + 1) * half;
+            tokio::select! {
+                () = tokio::time::sleep(Duration::from_micros(next - now)) => {}
+                () = &mut stop => break,
+            }
+            match next / half % 8 {
+                0 => Wake::Long,
+                n if n % 2 == 0 => Wake::Full,
+                _ => Wake::Half,
+            }
         };
-        // A sync slower than a wake delays the next one (the grid skips what passed): the
-        // deadline is for a Redis that does not answer, not for a busy one.
+        // A sync slower than a wake delays the next one (the grid skips what passed): each
+        // call's deadline is for a Redis that does not answer, not for a busy one. A tick is
+        // never cut short (its increments in flight are settled by it).
         let beat = approximate_configured();
-        table.tick(via, &target, wake, beat, Instant::now() + sync_deadline(interval)).await;
+        table.tick(via, &target, wake, beat, MAX_PER_WAKE).await;
     }
-    table.tick(via, &target, Wake::Long, false, Instant::now() + Duration::from_secs(1)).await;
+    let deadline = Instant::now() + Duration::from_secs(1);
+    let last = async {
+        table.tick(via, &target, Wake::Long, false, usize::MAX).await;
+        table.leave(via, &target, deadline).await;
+    };
+    let _ = tokio::time::timeout_at(deadline, last).await;
 }

@@ -1,6 +1,6 @@
 use std::sync::atomic::Ordering;
 
-use super::bucket::{Counts, Tier};
+use super::bucket::{Counts, Tier, Unsent};
 use super::*;
 
 fn charge(key: &str, limit: u64, hits: Hits) -> Charge {
@@ -15,17 +15,22 @@ fn table() -> Approx {
     Approx::new(ApproxSettings { max_keys: 1024, ..ApproxSettings::default() })
 }
 
+/// Everything a wake of `wake` would send, no budget.
+fn collect(approx: &Approx, now: u64, wake: sync::Wake) -> Vec<sync::Item> {
+    approx.collect(now, wake, usize::MAX)
+}
+
 /// Syncs every bucket `approx` holds as if Redis held nothing else: as after a first sync.
 fn sync_empty(approx: &Approx, now: u64) {
-    let items = approx.collect(now, sync::Wake::Long);
+    let items = collect(approx, now, sync::Wake::Long);
     let counts: Vec<Counts> = items
         .iter()
         .map(|i| {
             let start = now - now % i.params.unit_us;
-            Counts { start, current: u64::try_from(i.delta).unwrap_or(0), previous: 0 }
+            Counts { start, current: u64::try_from(i.unsent.delta).unwrap_or(0), previous: 0 }
         })
         .collect();
-    approx.settle_ok(&items, &counts, now, now);
+    approx.settle_ok(&items, &counts, now, now, now);
 }
 
 fn allowed(results: &[Result<Decision, StoreError>]) -> bool {
@@ -33,21 +38,30 @@ fn allowed(results: &[Result<Decision, StoreError>]) -> bool {
 }
 
 #[test]
-fn one_instance_admits_exactly_the_limit_locally_once_synced() {
+fn one_instance_spends_half_the_headroom_per_sync_and_reaches_the_limit_exactly() {
     let approx = table();
     let now = 1_000_000_000;
+    let one = [charge("k", 10, Hits::Consume(1))];
     // Before its first sync a bucket gets a share only: Redis may hold counts it never read.
-    let first = (0..15)
-        .filter(|_| allowed(&approx.charge_group_at(&[charge("k", 10, Hits::Consume(1))], now)))
-        .count();
+    let first = (0..15).filter(|_| allowed(&approx.charge_group_at(&one, now))).count();
     assert_eq!(first, 5);
-    sync_empty(&approx, now);
-    let admitted = (0..15)
-        .filter(|_| allowed(&approx.charge_group_at(&[charge("k", 10, Hits::Consume(1))], now)))
-        .count();
-    assert_eq!(admitted, 5, "the rest of the limit");
+    // Alone too, half of the headroom per sync (an instance that believes itself alone
+    // may have company its heartbeat has not counted yet): 5, then 3, 1, 1 — the limit.
+    let (mut total, mut redis) = (first, 0);
+    for expected in [3, 1, 1, 0] {
+        // A sync: Redis holds what this instance wrote, nothing else.
+        let items = collect(&approx, now, sync::Wake::Long);
+        redis += items.iter().map(|i| i.unsent.delta).sum::<i64>();
+        let start = now - now % 60_000_000;
+        let counts = vec![Counts { start, current: redis as u64, previous: 0 }; items.len()];
+        approx.settle_ok(&items, &counts, now, now, now);
+        let admitted = (0..15).filter(|_| allowed(&approx.charge_group_at(&one, now))).count();
+        assert_eq!(admitted, expected);
+        total += admitted;
+    }
+    assert_eq!(total, 10, "exactly the limit");
     let view = approx.view_at("k", now).expect("held");
-    assert_eq!((view.level, view.pending, view.tier), (10, 5, Tier::Hot));
+    assert_eq!((view.level, view.tier), (10, Tier::Hot));
 }
 
 #[test]
@@ -60,11 +74,11 @@ fn a_share_of_the_headroom_per_sync_with_several_instances() {
     assert_eq!(admitted, 17, "⌈100 / 6⌉ before a sync");
     assert_eq!(approx.counters.share_denials.load(Ordering::Relaxed), 83);
     // A sync shows 17 + 57 from the others: the share is now ⌈26 / 6⌉ = 5 more.
-    let items = approx.collect(now, sync::Wake::Long);
+    let items = collect(&approx, now, sync::Wake::Long);
     assert_eq!(items.len(), 1);
-    assert_eq!(items[0].delta, 17);
+    assert_eq!(items[0].unsent.delta, 17);
     let start = now - now % 60_000_000;
-    approx.settle_ok(&items, &[Counts { start, current: 74, previous: 0 }], now, now);
+    approx.settle_ok(&items, &[Counts { start, current: 74, previous: 0 }], now, now, now);
     let admitted = (0..100).filter(|_| allowed(&approx.charge_group_at(&one, now))).count();
     assert_eq!(admitted, 5);
 }
@@ -79,10 +93,10 @@ fn a_failed_sync_keeps_the_increments_and_staleness_hands_over_to_the_failure_po
     let now = 1_000_000_000;
     let one = [charge("k", 100, Hits::Consume(1))];
     assert!(allowed(&approx.charge_group_at(&one, now)));
-    let items = approx.collect(now, sync::Wake::Long);
+    let items = collect(&approx, now, sync::Wake::Long);
     approx.settle_failed(items, now);
-    let again = approx.collect(now + 250_000, sync::Wake::Long);
-    assert_eq!(again[0].delta, 1, "the increment goes with the next tick");
+    let again = collect(&approx, now + 250_000, sync::Wake::Long);
+    assert_eq!(again[0].unsent.delta, 1, "the increment goes with the next tick");
     approx.settle_failed(again, now + 250_000);
     // Within the staleness limit: decided from the estimate.
     assert!(allowed(&approx.charge_group_at(&one, now + 900_000)));
@@ -93,27 +107,56 @@ fn a_failed_sync_keeps_the_increments_and_staleness_hands_over_to_the_failure_po
 }
 
 #[test]
-fn idle_buckets_are_not_read_and_hot_ones_every_half_interval() {
+fn a_wake_sends_only_buckets_with_increments_hot_ones_every_half_interval() {
     let approx = table();
     let now = 1_000_000_000;
     assert!(allowed(&approx.charge_group_at(&[charge("idle", 100, Hits::Consume(1))], now)));
-    for _ in 0..90 {
+    for _ in 0..45 {
         approx.charge_group_at(&[charge("hot", 100, Hits::Consume(1))], now);
     }
-    let items = approx.collect(now, sync::Wake::Long);
+    let items = collect(&approx, now, sync::Wake::Long);
     assert_eq!(items.len(), 2, "both have increments to write");
     let start = now - now % 60_000_000;
-    let counts = [Counts { start, current: 1, previous: 0 }, Counts { start, current: 90, previous: 0 }];
-    let (first, second) =
-        if &*items[0].key == "idle" { (counts[0], counts[1]) } else { (counts[1], counts[0]) };
-    approx.settle_ok(&items, &[first, second], now, now);
+    let counts: Vec<Counts> = items
+        .iter()
+        .map(|i| Counts { start, current: if &*i.key == "idle" { 1 } else { 90 }, previous: 0 })
+        .collect();
+    approx.settle_ok(&items, &counts, now, now, now);
     assert_eq!(approx.view_at("idle", now).map(|v| v.tier), Some(Tier::Idle));
     assert_eq!(approx.view_at("hot", now).map(|v| v.tier), Some(Tier::Hot));
-    // Half an interval later only the hot bucket is due; a full interval later too (the
-    // idle one has nothing to write).
-    let half = approx.collect(now + 125_000, sync::Wake::Half);
+    // Nothing charged since: nothing is sent, however full a bucket is.
+    for wake in [sync::Wake::Half, sync::Wake::Full, sync::Wake::Long] {
+        assert!(collect(&approx, now + 125_000, wake).is_empty());
+    }
+    // A local denial is not asking: the full bucket stays unsent.
+    let denied = approx.charge_group_at(&[charge("hot", 100, Hits::Consume(50))], now);
+    assert!(denied[0].as_ref().is_ok_and(|d| !d.allowed));
+    assert!(collect(&approx, now + 125_000, sync::Wake::Long).is_empty());
+    // Admissions: the hot bucket goes on a half wake, the idle one waits for a long one.
+    approx.charge_group_at(&[charge("hot", 100, Hits::Consume(1))], now);
+    approx.charge_group_at(&[charge("idle", 100, Hits::Consume(1))], now);
+    let half = collect(&approx, now + 125_000, sync::Wake::Half);
     assert_eq!(half.iter().map(|i| &*i.key).collect::<Vec<_>>(), ["hot"]);
-    assert_eq!(half[0].delta, 0, "a read");
+    assert!(collect(&approx, now + 250_000, sync::Wake::Full).is_empty(), "idle: every 4 intervals");
+    let long = collect(&approx, now + 1_000_000, sync::Wake::Long);
+    assert_eq!(long.iter().map(|i| &*i.key).collect::<Vec<_>>(), ["idle"]);
+}
+
+#[test]
+fn a_wake_past_its_budget_leaves_the_rest_waiting_oldest_first() {
+    let approx = Approx::new(ApproxSettings { max_keys: 64, ..ApproxSettings::default() });
+    let now = 1_000_000_000;
+    for i in 0..10u64 {
+        approx.charge_group_at(&[charge(&format!("k{i}"), 100, Hits::Consume(1))], now + i);
+    }
+    let first = approx.collect(now + 100, sync::Wake::Long, 4);
+    assert_eq!(first.len(), 4);
+    assert_eq!(approx.backlog(now + 1_000), (6, 996), "6 due left, the oldest admitted at `now + 4`");
+    let keys = |items: &[sync::Item]| items.iter().map(|i| i.key.to_string()).collect::<Vec<_>>();
+    assert_eq!(keys(&first), ["k0", "k1", "k2", "k3"], "one shard here: oldest first");
+    let rest = approx.collect(now + 200, sync::Wake::Long, 100);
+    assert_eq!(keys(&rest), ["k4", "k5", "k6", "k7", "k8", "k9"]);
+    assert_eq!(approx.backlog(now + 1_000), (0, 0));
 }
 
 #[test]
@@ -137,8 +180,8 @@ fn eviction_keeps_unsent_increments_for_the_next_sync() {
     }
     assert!(approx.len() <= 8);
     assert_eq!(approx.counters.evictions.load(Ordering::Relaxed), 2);
-    let items = approx.collect(now, sync::Wake::Long);
-    let total: i64 = items.iter().map(|i| i.delta).sum();
+    let items = collect(&approx, now, sync::Wake::Long);
+    let total: i64 = items.iter().map(|i| i.unsent.delta).sum();
     assert_eq!(total, 10, "every admission is written, evicted or not");
     assert_eq!(approx.counters.dropped_increments.load(Ordering::Relaxed), 0);
 }
@@ -156,7 +199,10 @@ fn fixed_windows_start_again_at_their_edge() {
     sync_empty(&approx, now);
     let admitted =
         (0..5).filter(|_| allowed(&approx.charge_group_at(&[fixed(Hits::Consume(1))], now))).count();
-    assert_eq!(admitted, 2, "3 in the window");
+    assert_eq!(admitted, 1, "half of the 2 left in the window, until the next sync");
+    let items = collect(&approx, now, sync::Wake::Long);
+    approx.settle_ok(&items, &[Counts { start: now, current: 2, previous: 0 }], now, now, now);
+    assert!(allowed(&approx.charge_group_at(&[fixed(Hits::Consume(1))], now)), "the third");
     let denied = approx.charge_group_at(&[fixed(Hits::Consume(1))], now + 400_000);
     assert_eq!(denied[0].as_ref().map(|d| (d.allowed, d.reset_us)), Ok((false, 600_000)));
     // The next window: empty again, locally, before any sync.
@@ -175,8 +221,8 @@ fn peeks_charge_nothing_and_refunds_are_sent_as_negative_increments() {
     approx.charge_group_at(&[charge("k", 10, Hits::Refund(3))], now);
     assert_eq!(approx.view_at("k", now).map(|v| (v.level, v.pending)), Some((1, 1)));
     approx.charge_group_at(&[charge("k", 10, Hits::Refund(5))], now);
-    let items = approx.collect(now, sync::Wake::Long);
-    assert_eq!(items[0].delta, -4, "the refunds beyond the admissions go to Redis too");
+    let items = collect(&approx, now, sync::Wake::Long);
+    assert_eq!(items[0].unsent.delta, -4, "the refunds beyond the admissions go to Redis too");
     assert_eq!(approx.view_at("k", now).map(|v| v.level), Some(0));
 }
 
@@ -196,11 +242,12 @@ fn a_reload_changes_the_limit_of_a_live_bucket() {
 #[test]
 fn the_sync_call_writes_exact_modes_format() {
     // The layout `approx.lua` reads: 6 reserved arguments (the 6th the test clock), then
-    // (algorithm, unit, increment) per bucket; one key per bucket.
+    // (algorithm, unit, window start, increment, the window before's increment) per
+    // bucket; one key per bucket.
     let items = [sync::Item {
         key: "tg:k".into(),
         params: Params { algorithm: Algorithm::SlidingWindow, limit: 9, unit_us: 60_000_000, burst: 9 },
-        delta: -2,
+        unsent: Unsent { start: 120_000_000, delta: -2, carry: 3 },
         orphan: false,
     }];
     let packed = sync::command_for_tests(&items);
@@ -214,14 +261,15 @@ fn the_sync_call_writes_exact_modes_format() {
     assert_eq!(args[0], "EVALSHA");
     assert_eq!(&args[2..4], ["1", "tg:k"]);
     assert_eq!(&args[4..10], ["", "", "", "", "", ""]);
-    assert_eq!(&args[10..], ["1", "60000000", "-2"]);
+    assert_eq!(&args[10..], ["1", "60000000", "120000000", "-2", "3"]);
 }
 
 #[test]
 fn a_cluster_wake_is_one_call_per_slot_of_at_most_a_chunk() {
-    use crate::store::cluster::{key_slot, ClusterSettings, ClusterStore};
+    use crate::store::cluster::{key_slot, ClusterSettings, ClusterStore, Lane};
     let params = Params { algorithm: Algorithm::FixedWindow, limit: 9, unit_us: 1_000_000, burst: 9 };
-    let item = |key: String| sync::Item { key: key.into(), params, delta: 1, orphan: false };
+    let unsent = Unsent { start: 0, delta: 1, carry: 0 };
+    let item = |key: String| sync::Item { key: key.into(), params, unsent, orphan: false };
     // 600 buckets of one slot (a hash tag) among 40 of their own slots.
     let mut items: Vec<sync::Item> = (0..40).map(|i| item(format!("solo:{i}"))).collect();
     items.extend((0..600).map(|i| item(format!("{{tagged}}:{i}"))));
@@ -230,7 +278,7 @@ fn a_cluster_wake_is_one_call_per_slot_of_at_most_a_chunk() {
     let settings = ClusterSettings { nodes: vec!["127.0.0.1:1".into()], ca_file: None, link };
     let cluster = ClusterStore::new(&settings).expect("lazy: no connection yet");
     let mut single = items.clone();
-    let chunks = sync::Via::Cluster(&cluster).chunks(&mut items);
+    let chunks = sync::Via::Cluster(&cluster, Lane::Sync).chunks(&mut items);
     assert_eq!(chunks.iter().map(|c| c.len()).sum::<usize>(), 640, "every bucket sent once");
     for chunk in &chunks {
         let slot = key_slot(chunk[0].key.as_bytes());
@@ -267,12 +315,12 @@ fn staleness_is_per_bucket_so_one_failing_master_does_not_hide_behind_the_others
         for key in ["down", "up"] {
             approx.charge_group_at(&[charge(key, 100, Hits::Consume(1))], at);
         }
-        let items = approx.collect(at, sync::Wake::Long);
+        let items = collect(&approx, at, sync::Wake::Long);
         let (failed, ok): (Vec<_>, Vec<_>) = items.into_iter().partition(|i| &*i.key == "down");
         let start = at - at % 60_000_000;
         let counts: Vec<Counts> =
             ok.iter().map(|_| Counts { start, current: 2 + step, previous: 0 }).collect();
-        approx.settle_ok(&ok, &counts, at, at);
+        approx.settle_ok(&ok, &counts, at, at, at);
         approx.settle_failed(failed, at);
     }
     let late = now + 1_400_000;
@@ -281,7 +329,126 @@ fn staleness_is_per_bucket_so_one_failing_master_does_not_hide_behind_the_others
     assert!(matches!(down[0], Err(StoreError::Unavailable(_))), "past the limit on its own failures");
     // Its increments are all still waiting for its master: 6 admitted (the charge of the
     // last wake, 1.25 s after the first failure, was already stale).
-    let waiting: i64 =
-        approx.collect(late, sync::Wake::Long).iter().filter(|i| &*i.key == "down").map(|i| i.delta).sum();
+    let waiting: i64 = collect(&approx, late, sync::Wake::Long)
+        .iter()
+        .filter(|i| &*i.key == "down")
+        .map(|i| i.unsent.delta)
+        .sum();
     assert_eq!(waiting, 6);
+}
+
+#[test]
+fn a_bucket_evicted_in_flight_and_made_anew_keeps_the_failed_calls_increments() {
+    let approx = Approx::new(ApproxSettings { max_keys: 2, ..ApproxSettings::default() });
+    let now = 1_000_000_000;
+    approx.charge_group_at(&[charge("a", 100, Hits::Consume(3))], now);
+    let items = collect(&approx, now, sync::Wake::Long);
+    // While the call is in flight "a" is evicted (two newer buckets) and charged again.
+    for key in ["b", "c"] {
+        approx.charge_group_at(&[charge(key, 100, Hits::Consume(1))], now);
+    }
+    approx.remove("b");
+    approx.remove("c");
+    approx.charge_group_at(&[charge("a", 100, Hits::Consume(1))], now);
+    approx.settle_failed(items, now);
+    let again = collect(&approx, now, sync::Wake::Long);
+    let a: i64 = again.iter().filter(|i| &*i.key == "a").map(|i| i.unsent.delta).sum();
+    assert_eq!(a, 4, "the failed call's 3 and the new bucket's 1");
+    assert_eq!(approx.counters.dropped_increments.load(Ordering::Relaxed), 0);
+}
+
+#[test]
+fn a_group_meeting_one_bucket_twice_spends_its_share_once_for_both() {
+    let approx = table();
+    approx.beaten(2, 1);
+    let now = 1_000_000_000;
+    // Share of an unread bucket of 100 with N = 2: 25.
+    let twice = [charge("k", 100, Hits::Consume(15)), charge("k", 100, Hits::Consume(15))];
+    let decided = approx.charge_group_at(&twice, now);
+    assert!(decided.iter().any(|d| d.as_ref().is_ok_and(|d| !d.allowed)), "30 > 25: {decided:?}");
+    assert_eq!(approx.view_at("k", now).map(|v| v.level), Some(0), "nothing charged");
+    let fits = [charge("k", 100, Hits::Consume(12)), charge("k", 100, Hits::Consume(12))];
+    assert!(allowed(&approx.charge_group_at(&fits, now)));
+}
+
+#[test]
+fn a_group_never_evicts_its_own_members() {
+    // One shard of two: a group of two new buckets fills it; a group with a third must
+    // drop a bucket that is not its own.
+    let approx = Approx::new(ApproxSettings { max_keys: 2, ..ApproxSettings::default() });
+    let now = 1_000_000_000;
+    // "a" is the lowest: the one a sample would drop first.
+    approx.charge_group_at(&[charge("old", 100, Hits::Consume(9))], now);
+    approx.charge_group_at(&[charge("a", 100, Hits::Consume(1))], now);
+    for _ in 0..3 {
+        let group = [charge("a", 100, Hits::Consume(1)), charge("new", 100, Hits::Consume(1))];
+        approx.charge_group_at(&group, now);
+        assert!(approx.view_at("a", now).is_some(), "a member was evicted mid-group");
+        approx.remove("new");
+    }
+}
+
+#[test]
+fn n_is_the_largest_count_of_the_last_30_s_and_the_warm_up_ends_an_interval_after_the_first_beat() {
+    let approx = table();
+    assert!(!approx.is_ready());
+    let t = 5_000_000;
+    approx.beaten(1, t);
+    assert!(!approx.is_ready(), "one beat: the others may not have counted this one yet");
+    approx.beaten(3, t + 100_000);
+    assert!(!approx.is_ready());
+    approx.beaten(3, t + 250_000);
+    assert!(approx.is_ready(), "an interval after the first beat");
+    assert_eq!(approx.instances(), 3);
+    // One leaves (a rolling restart): N stays 3 for 30 s, then follows the count.
+    approx.beaten(2, t + 1_000_000);
+    assert_eq!((approx.instances(), approx.live_instances()), (3, 2));
+    approx.beaten(2, t + 1_000_000 + PEAK_SPAN_US + 1);
+    assert_eq!(approx.instances(), 2);
+}
+
+#[test]
+fn a_refund_waiting_across_a_window_edge_frees_nothing_in_the_next_window() {
+    let approx = table();
+    let now = 60_000_000_000;
+    let fixed = |hits| Charge {
+        key: "f".into(),
+        params: Params { algorithm: Algorithm::FixedWindow, limit: 10, unit_us: 1_000_000, burst: 10 },
+        hits,
+    };
+    approx.charge_group_at(&[fixed(Hits::Consume(4))], now);
+    let items = collect(&approx, now, sync::Wake::Long);
+    approx.settle_ok(&items, &[Counts { start: now, current: 4, previous: 0 }], now, now, now);
+    // Refunded in the next window: it is that window's, and Redis's count of it is 0.
+    approx.charge_group_at(&[fixed(Hits::Refund(3))], now + 1_000_000);
+    let items = collect(&approx, now + 1_000_000, sync::Wake::Long);
+    assert_eq!(items[0].unsent, Unsent { start: now + 1_000_000, delta: -3, carry: 0 });
+    // An admission of the last window written after its edge goes to that window.
+    let approx = table();
+    approx.charge_group_at(&[charge("s", 100, Hits::Consume(2))], now);
+    approx.charge_group_at(&[charge("s", 100, Hits::Consume(1))], now + 60_000_000);
+    let items = collect(&approx, now + 60_000_000, sync::Wake::Long);
+    assert_eq!(items[0].unsent, Unsent { start: now + 60_000_000, delta: 1, carry: 2 });
+}
+
+#[test]
+fn a_first_read_of_an_exhausted_bucket_leaves_a_new_instance_nothing_to_spend() {
+    let approx = table();
+    approx.beaten(3, 1);
+    let now = 1_000_000_000;
+    let one = [charge("k", 100, Hits::Consume(1))];
+    assert_eq!(approx.unread(&one), [0], "never read");
+    let start = now - now % 60_000_000;
+    approx.seed("k", one[0].params, Counts { start, current: 100, previous: 0 }, now, now, 0);
+    assert!(approx.unread(&one).is_empty());
+    let admitted = (0..50).filter(|_| allowed(&approx.charge_group_at(&one, now))).count();
+    assert_eq!(admitted, 0, "Redis holds the whole limit");
+    // Unread, the same bucket would have had a share of the whole limit.
+    let fresh = table();
+    fresh.beaten(3, 1);
+    let admitted = (0..50).filter(|_| allowed(&fresh.charge_group_at(&one, now))).count();
+    assert_eq!(admitted, 17);
+    // A read does not overwrite what a sync answered since.
+    approx.seed("k", one[0].params, Counts { start, current: 0, previous: 0 }, now, now + 5, 0);
+    assert_eq!(approx.view_at("k", now).map(|v| v.level), Some(100));
 }

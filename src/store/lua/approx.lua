@@ -1,29 +1,48 @@
--- Tollgate approximate mode: one tick's sync of many window buckets (see
--- src/store/approx/sync.rs). Adds each bucket's increments unconditionally (this instance
--- admitted them already) and answers every bucket's counts, so that the same call writes
--- and reads. The storage is the window scripts' (sliding_window.lua, fixed_window.lua):
--- a hash {s = window start µs, c = current count, p = previous count}, expiring two
--- windows after s (sliding) or at the window's end (fixed); exact and approximate modes
--- read each other's buckets.
+-- Tollgate approximate mode: one call of the sync (or a first read) over many window
+-- buckets (see src/store/approx/sync.rs). Adds each bucket's increments unconditionally
+-- (this instance admitted them already) to the window they were admitted in, and answers
+-- every bucket's counts, so that the same call writes and reads. The storage is the window
+-- scripts' (sliding_window.lua, fixed_window.lua): a hash {s = window start µs, c = current
+-- count, p = previous count}, expiring two windows after s (sliding) or at the window's
+-- end (fixed); exact and approximate modes read each other's buckets.
 --
 -- KEYS: bucket keys. ARGV[1..5]: reserved (''); ARGV[6]: test clock ('' = the server's
--- TIME, see prelude.lua); then per bucket, from ARGV[7]: algorithm (1 sliding window,
--- 2 fixed window), unit µs, increment (a signed integer: a refund is negative; a count
--- never goes below 0).
+-- TIME, see prelude.lua); then per bucket, from ARGV[7], five arguments: algorithm
+-- (1 sliding window, 2 fixed window), unit µs, start (µs) of the window the increment was
+-- admitted in, increment, and the increment of the window before that one (signed
+-- integers: a refund is negative; a count never goes below 0). An increment of a window
+-- that is neither the current one nor (sliding) the previous one no longer counts and is
+-- dropped; a start after the current window (the instance's clock ahead of this server's)
+-- is read as the current window. All increments 0: a read.
 -- Reply: {now µs, then per bucket: s, c, p}.
 
 -- (prelude.lua, prepended at build time: MAX, int, add, mul, div, muldiv, clock, str,
 -- ms_ceil)
 
+-- A signed integer with |x| <= MAX from an argument (garbage -> 0).
+local function signed(v)
+  local x = tonumber(v)
+  if x == nil or x ~= x then return 0 end
+  if x < 0 then return -int(-x) end
+  return int(x)
+end
+
+-- count + delta, never below 0 nor above MAX.
+local function moved(count, delta)
+  if delta >= 0 then return add(count, delta) end
+  return math.max(count + delta, 0)
+end
+
 local now = clock()
 local out = {now}
 for i = 1, #KEYS do
   local key = KEYS[i]
-  local j = 7 + (i - 1) * 3
+  local j = 7 + (i - 1) * 5
   local sliding = int(ARGV[j]) == 1
   local unit = math.max(int(ARGV[j + 1]), 1)
-  local delta = tonumber(ARGV[j + 2]) or 0
-  if delta ~= delta then delta = 0 end
+  local start = int(ARGV[j + 2])
+  local delta = signed(ARGV[j + 3])
+  local carry = signed(ARGV[j + 4])
   local stored = redis.call('HMGET', key, 's', 'c', 'p')
   local t = now
   if stored[1] then t = math.max(now, int(stored[1])) end
@@ -38,18 +57,26 @@ for i = 1, #KEYS do
       previous = int(stored[2])
     end
   end
-  if delta ~= 0 then
-    if delta > 0 then
-      current = add(current, int(delta))
-    else
-      current = math.max(current - int(-delta), 0)
-    end
+  -- Which of the increments land in the current and the previous window.
+  if start > ws then start = ws end
+  local dc, dp = 0, 0
+  if start == ws then
+    dc, dp = delta, carry
+  elseif start + unit == ws then
+    dp = delta
+  end
+  if not sliding then dp = 0 end
+  if dc ~= 0 or dp ~= 0 then
+    current = moved(current, dc)
+    previous = moved(previous, dp)
     -- The expiry follows from the window's start: a hash already of this window has it.
     local same = stored[1] and int(stored[1]) == ws
     if current == 0 and previous == 0 then
       redis.call('DEL', key)
-    elseif same then
+    elseif same and dp == 0 then
       redis.call('HSET', key, 'c', str(current))
+    elseif same then
+      redis.call('HSET', key, 'c', str(current), 'p', str(previous))
     elseif sliding then
       redis.call('HSET', key, 's', str(ws), 'c', str(current), 'p', str(previous))
       redis.call('PEXPIREAT', key, str(ms_ceil(add(add(ws, unit), unit))))

@@ -98,7 +98,7 @@ pub struct ClusterStore {
 /// Which connections of a master a command rides: the charges' shared ones, or
 /// approximate mode's own (see `Shared::sync_links`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Lane {
+pub enum Lane {
     Charges,
     Sync,
 }
@@ -205,7 +205,7 @@ impl Shared {
 
     /// Approximate mode's own connection to `node` (see `sync_links`).
     fn sync_link(&self, node: &Node) -> Arc<Link> {
-        self.link_in(&self.sync_links, node, LinkSettings { connections: 1, ..self.settings })
+        self.link_in(&self.sync_links, node, self.settings.for_sync())
     }
 
     /// The link of `node` in `links`, made with `settings` if there is none yet.

@@ -64,6 +64,19 @@ pub struct LinkSettings {
     pub max_inflight: usize,
 }
 
+/// How long approximate mode's sync connection may have commands outstanding without any
+/// reply before it is taken out (unless the store's reply timeout is longer): a sync call
+/// is judged by its own deadline, not by the request path's silent-connection rule.
+pub const SYNC_REPLY_TIMEOUT: Duration = Duration::from_secs(1);
+
+impl LinkSettings {
+    /// The settings of approximate mode's own connection: one connection, silent only
+    /// after [`SYNC_REPLY_TIMEOUT`].
+    pub fn for_sync(self) -> LinkSettings {
+        LinkSettings { connections: 1, reply_timeout: self.reply_timeout.max(SYNC_REPLY_TIMEOUT), ..self }
+    }
+}
+
 /// Why a call got no reply.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SendError {
@@ -260,11 +273,15 @@ impl Link {
         let slots = inner.slots.len();
         let first = inner.next_slot.fetch_add(1, Ordering::Relaxed) % slots;
         for i in 0..slots {
-            if let Some(conn) = &inner.lock((first + i) % slots).conn {
+            // The slot's guard ends with this statement: `start_connect` locks another slot,
+            // and two callers holding one slot each while locking the other's would wait
+            // for each other for good.
+            let conn = inner.lock((first + i) % slots).conn.clone();
+            if let Some(conn) = conn {
                 if i > 0 {
                     inner.start_connect(first);
                 }
-                return Ok(conn.clone());
+                return Ok(conn);
             }
         }
         let settled = inner.slots[first].settled.notified();

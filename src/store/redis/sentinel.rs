@@ -92,7 +92,7 @@ impl SentinelStore {
         let connect = connect_to_master(template.clone(), urls.clone(), settings.master.clone());
         let shown: Vec<String> = urls.iter().map(|u| redact_url(u)).collect();
         let description = format!("{} via {}", settings.master, shown.join(","));
-        let sync = LinkSettings { connections: 1, ..settings.link };
+        let sync = settings.link.for_sync();
         let sync_connect = connect_to_master(template, urls.clone(), settings.master.clone());
         Ok(SentinelStore {
             link: Arc::new(Link::new(settings.link, description.clone(), connect)),

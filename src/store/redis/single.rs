@@ -19,7 +19,7 @@ use crate::algorithm::Decision;
 use super::super::guarded::Charged;
 use super::super::scripts::{charge_groups_pipelined, Scripts};
 use super::super::{Charge, Groups, StoreError};
-use super::link::{Link, LinkSettings, Replaced};
+use super::link::{Link, Replaced};
 use super::{address, connect_to, connection_info, redact_url, Health, RedisSettings};
 
 /// Redis-backed store.
@@ -46,7 +46,7 @@ impl RedisStore {
         let info = connection_info(&settings.url, settings.ca_file.as_ref())?;
         let name = address(&info);
         let link = settings.link(store_timeout);
-        let sync = LinkSettings { connections: 1, ..link };
+        let sync = link.for_sync();
         Ok(RedisStore {
             sync_link: Link::new(sync, format!("{name} (sync)"), connect_to(info.clone())),
             link: Link::new(link, name, connect_to(info)),

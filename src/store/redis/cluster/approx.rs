@@ -1,5 +1,7 @@
-//! Approximate mode's sync on a Redis Cluster (`store::approx::sync`): entries routed by
-//! slot, the entries of one master as one pipeline, every master's at once.
+//! Approximate mode's calls on a Redis Cluster (`store::approx::sync`): entries routed by
+//! slot, the entries of one master as one pipeline, every master's at once — the sync on
+//! its own connections (`Lane::Sync`), a first read on a request's path on the charges'
+//! (`Lane::Charges`).
 //!
 //! An entry is one command of one slot: an `approx.lua` call over buckets of one slot (the
 //! caller groups them: a script's keys must share a slot) or one of the heartbeat's plain
@@ -27,6 +29,7 @@ impl super::ClusterStore {
     pub(crate) async fn send_entries(
         &self,
         slots: &[u16],
+        lane: Lane,
         deadline: Instant,
         add: impl Fn(&mut Pipeline, usize, Call),
     ) -> Vec<Result<Value, StoreError>> {
@@ -44,11 +47,12 @@ impl super::ClusterStore {
             }
         }
         let add = &add;
-        let routed = by_node.iter().map(|(node, owned)| shared.entries_on(node, owned, slots, deadline, add));
+        let routed =
+            by_node.iter().map(|(node, owned)| shared.entries_on(node, owned, slots, lane, deadline, add));
         let alone = async {
             let mut replies = Vec::with_capacity(unrouted.len());
             for &i in &unrouted {
-                replies.push((i, shared.entry_alone(slots[i], i, None, deadline, add).await));
+                replies.push((i, shared.entry_alone(slots[i], i, None, lane, deadline, add).await));
             }
             replies
         };
@@ -71,12 +75,17 @@ impl Shared {
         node: &Node,
         owned: &[usize],
         slots: &[u16],
+        lane: Lane,
         deadline: Instant,
         add: &impl Fn(&mut Pipeline, usize, Call),
     ) -> Vec<(usize, Result<Value, StoreError>)> {
         let mut pipe = Pipeline::with_capacity(owned.len());
         owned.iter().for_each(|&i| add(&mut pipe, i, Call::Sha));
-        let values = match self.sync_link(node).send(pipe, owned.len(), deadline).await {
+        let link = match lane {
+            Lane::Charges => self.link(node),
+            Lane::Sync => self.sync_link(node),
+        };
+        let values = match link.send(pipe, owned.len(), deadline).await {
             Ok(values) => values,
             Err(e) => {
                 self.failed(&e);
@@ -88,14 +97,16 @@ impl Shared {
         for (&i, value) in owned.iter().zip(values) {
             let reply = match Redirect::of(&value, &node.0) {
                 None => Ok(value),
-                Some(_) => self.entry_alone(slots[i], i, Some((node.clone(), value)), deadline, add).await,
+                Some(_) => {
+                    self.entry_alone(slots[i], i, Some((node.clone(), value)), lane, deadline, add).await
+                }
             };
             replies.push((i, reply));
         }
         replies
     }
 
-    /// Entry `i`, of `slot`, sent alone on the sync's connections — or, with `reply`,
+    /// Entry `i`, of `slot`, sent alone on `lane`'s connections — or, with `reply`,
     /// starting from a reply `node` already gave it — following redirects until a node
     /// runs it (`Shared::send_alone`).
     async fn entry_alone(
@@ -103,9 +114,10 @@ impl Shared {
         slot: u16,
         i: usize,
         reply: Option<(Node, Value)>,
+        lane: Lane,
         deadline: Instant,
         add: &impl Fn(&mut Pipeline, usize, Call),
     ) -> Result<Value, StoreError> {
-        self.send_alone(slot, reply, Lane::Sync, 1, deadline, |pipe, call| add(pipe, i, call)).await
+        self.send_alone(slot, reply, lane, 1, deadline, |pipe, call| add(pipe, i, call)).await
     }
 }
