@@ -302,3 +302,71 @@ async fn a_sync_entry_moved_by_a_reshard_is_written_once_on_its_new_master() {
     assert_eq!(failure_decisions(&one).await, 0.0, "a decision came from the failure policy");
     one.running.expect("running").stop().await.expect("stop");
 }
+
+/// The master holding the heartbeat key down: the instances keep their `N` (the last
+/// known one), and buckets on the healthy masters — held ones and new ones — go on
+/// deciding past the staleness limit without the failure policy. Production flags.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_heartbeat_masters_outage_leaves_the_other_masters_deciding() {
+    let mut cluster = start_cluster().await;
+    let store_timeout = tollgate::app::ServeSettings::new(".".into()).store_timeout;
+    let one = spawn_on(&cluster, store_timeout, &[("approx.yaml", POLICY)]).await;
+    let two = spawn_on(&cluster, store_timeout, &[("approx.yaml", POLICY)]).await;
+    for app in [&one, &two] {
+        wait_ready(app).await;
+        wait_for("both instances counted", || async {
+            metric(app, "tollgate_approximate_instances ").await >= 2.0
+        })
+        .await;
+    }
+    let heart = cluster.owner_of(tollgate::store::cluster::key_slot(b"tg:approx:instances"));
+    // Keys on every master; charged once each so that both instances hold them.
+    let values = spread("hb", 60);
+    for value in &values {
+        assert!(allowed(&one, value).await);
+        assert!(allowed(&two, value).await);
+    }
+    wait_for("the increments are written", || async { counted(&cluster) >= 120 }).await;
+    let on = |value: &str| {
+        let suffix = format!("{}:{value}", value.len());
+        (0..MASTERS).find(|&i| cluster.keys(i).iter().any(|k| k.ends_with(&suffix)))
+    };
+    let healthy: Vec<String> = values.iter().filter(|v| on(v).is_some_and(|m| m != heart)).cloned().collect();
+    assert!(!healthy.is_empty(), "some keys live on the other masters");
+    // The bucket key of any value: a written key with its value part replaced.
+    let sample = format!("{}:{}", healthy[0].len(), healthy[0]);
+    let written = (0..MASTERS).flat_map(|i| cluster.keys(i)).find(|k| k.ends_with(&sample)).expect("written");
+    let stem = written[..written.len() - sample.len()].to_string();
+    let slot_of =
+        |value: &str| tollgate::store::cluster::key_slot(format!("{stem}{}:{value}", value.len()).as_bytes());
+    cluster.kill(heart);
+    let down = Instant::now();
+    let staleness = Duration::from_secs(10);
+    let mut fresh = 0;
+    while down.elapsed() < staleness + Duration::from_secs(2) {
+        for value in &healthy {
+            assert!(allowed(&one, value).await, "{value}: a healthy master's bucket was refused");
+        }
+        // New buckets on the healthy masters too.
+        let value = format!("fresh-{fresh}");
+        fresh += 1;
+        if cluster.owner_of(slot_of(&value)) != heart {
+            assert!(allowed(&two, &value).await, "{value}: a new bucket on a healthy master was refused");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    for value in &healthy {
+        assert!(allowed(&one, value).await, "{value}: past the staleness limit");
+    }
+    for app in [&one, &two] {
+        assert_eq!(metric(app, "tollgate_approximate_instances ").await, 2.0, "N fell back");
+    }
+    // Only the dead master's buckets may have been handed to the failure policy.
+    assert_eq!(
+        failure_decisions(&one).await,
+        metric(&one, "tollgate_approximate_stale_decisions_total ").await
+    );
+    for app in [one, two] {
+        app.running.expect("running").stop().await.expect("stop");
+    }
+}
