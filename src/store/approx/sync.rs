@@ -63,25 +63,30 @@ use crate::store::{Charge, Store, StoreError};
 use super::bucket::{Counts, Tier, Unsent};
 use super::{lock, queue, Approx, Orphan};
 
-/// What a wake of the sync sends: the grid of half intervals, every second wake a full one,
-/// every eighth a long one.
+/// What a wake of the sync sends: the grid of half intervals, every second wake a full one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Wake {
-    /// Hot buckets' increments.
+    /// Hot buckets' increments, and idle ones' that waited 4 intervals.
     Half,
-    /// Also every bucket's increments but idle ones', and the heartbeat.
+    /// Also low and normal buckets' increments, and the heartbeat.
     Full,
-    /// Also idle buckets' increments (every 4 intervals), and at shutdown everything.
-    Long,
+    /// Everything (the last wake, when the instance stops).
+    Last,
 }
 
 impl Wake {
-    /// Whether a bucket of `tier` with increments is sent on this wake.
-    fn sends(self, tier: Tier) -> bool {
-        match tier {
-            Tier::Hot => true,
-            Tier::Low | Tier::Normal => self != Wake::Half,
-            Tier::Idle => self == Wake::Long,
+    /// Whether a bucket of `tier` whose oldest increment waited `waited` µs is sent on
+    /// this wake (`interval`: the sync interval, µs). Hot, low and normal buckets go on the
+    /// grid every instance shares, so that their views are about equally old; idle ones
+    /// (below a tenth of their limit, where a delay costs nothing of the bound) once they
+    /// waited 4 intervals, on whichever wake that falls — spread over the wakes, not all on
+    /// one.
+    fn sends(self, tier: Tier, waited: u64, interval: u64) -> bool {
+        match (self, tier) {
+            (Wake::Last, _) | (_, Tier::Hot) => true,
+            (Wake::Full, Tier::Low | Tier::Normal) => true,
+            (_, Tier::Idle) => waited.saturating_add(interval / 2) >= Tier::Idle.send_after(interval),
+            (Wake::Half, _) => false,
         }
     }
 }
@@ -100,7 +105,7 @@ pub const CHUNK: usize = 512;
 
 /// Sync calls outstanding at once per connection: one runs while the next travels, and
 /// Redis serves other clients between them.
-pub const CALLS_IN_FLIGHT: usize = 2;
+pub const CALLS_IN_FLIGHT: usize = 8;
 
 /// Most buckets one wake sends (32 calls); the rest wait for the next wake, oldest first.
 pub const MAX_PER_WAKE: usize = 32 * CHUNK;
@@ -196,6 +201,7 @@ impl Approx {
     /// with nothing left to say that were not synced within [`FORGET_AFTER_US`].
     pub fn collect(&self, now: u64, wake: Wake, budget: usize) -> Vec<Item> {
         let shards = self.shards.len();
+        let interval = self.settings.interval_us();
         let first = self.next_shard.fetch_add(1, Ordering::Relaxed) % shards;
         let (mut items, mut waiting, mut oldest) = (Vec::new(), 0u64, u64::MAX);
         for k in 0..shards {
@@ -222,7 +228,7 @@ impl Approx {
                     bucket.queued = false;
                     continue;
                 }
-                let due = wake.sends(bucket.tier);
+                let due = wake.sends(bucket.tier, now.saturating_sub(bucket.dirty_since), interval);
                 if !due || items.len() >= budget {
                     waiting += u64::from(due);
                     oldest = oldest.min(bucket.dirty_since);
@@ -295,7 +301,7 @@ impl Approx {
         heartbeat: bool,
         budget: usize,
     ) -> usize {
-        let beat = wake != Wake::Half && (heartbeat || !self.is_empty());
+        let beat = wake == Wake::Full && (heartbeat || !self.is_empty());
         let deadline = sync_deadline(self.settings.interval);
         if beat && !self.offset_known.load(Ordering::Relaxed) {
             self.learn_clock(via, target, Instant::now() + deadline).await;
@@ -342,7 +348,13 @@ impl Approx {
                 self.beat(via, target, Instant::now() + deadline).await;
             }
         };
+        let started = Instant::now();
         join(heartbeat, join_all(calls)).await;
+        tracing::trace!(
+            buckets = items.len(),
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "approximate sync wake"
+        );
         items.len()
     }
 
@@ -560,10 +572,10 @@ pub async fn run(
                 () = tokio::time::sleep(Duration::from_micros(next - now)) => {}
                 () = &mut stop => break,
             }
-            match next / half % 8 {
-                0 => Wake::Long,
-                n if n % 2 == 0 => Wake::Full,
-                _ => Wake::Half,
+            if next / half % 2 == 0 {
+                Wake::Full
+            } else {
+                Wake::Half
             }
         };
         // A sync slower than a wake delays the next one (the grid skips what passed): each
@@ -574,7 +586,7 @@ pub async fn run(
     }
     let deadline = Instant::now() + Duration::from_secs(1);
     let last = async {
-        table.tick(via, &target, Wake::Long, false, usize::MAX).await;
+        table.tick(via, &target, Wake::Last, false, usize::MAX).await;
         table.leave(via, &target, deadline).await;
     };
     let _ = tokio::time::timeout_at(deadline, last).await;

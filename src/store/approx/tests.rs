@@ -22,7 +22,7 @@ fn collect(approx: &Approx, now: u64, wake: sync::Wake) -> Vec<sync::Item> {
 
 /// Syncs every bucket `approx` holds as if Redis held nothing else: as after a first sync.
 fn sync_empty(approx: &Approx, now: u64) {
-    let items = collect(approx, now, sync::Wake::Long);
+    let items = collect(approx, now, sync::Wake::Last);
     let counts: Vec<Counts> = items
         .iter()
         .map(|i| {
@@ -50,7 +50,7 @@ fn one_instance_spends_half_the_headroom_per_sync_and_reaches_the_limit_exactly(
     let (mut total, mut redis) = (first, 0);
     for expected in [3, 1, 1, 0] {
         // A sync: Redis holds what this instance wrote, nothing else.
-        let items = collect(&approx, now, sync::Wake::Long);
+        let items = collect(&approx, now, sync::Wake::Last);
         redis += items.iter().map(|i| i.unsent.delta).sum::<i64>();
         let start = now - now % 60_000_000;
         let counts = vec![Counts { start, current: redis as u64, previous: 0 }; items.len()];
@@ -74,7 +74,7 @@ fn a_share_of_the_headroom_per_sync_with_several_instances() {
     assert_eq!(admitted, 17, "⌈100 / 6⌉ before a sync");
     assert_eq!(approx.counters.share_denials.load(Ordering::Relaxed), 83);
     // A sync shows 17 + 57 from the others: the share is now ⌈26 / 6⌉ = 5 more.
-    let items = collect(&approx, now, sync::Wake::Long);
+    let items = collect(&approx, now, sync::Wake::Last);
     assert_eq!(items.len(), 1);
     assert_eq!(items[0].unsent.delta, 17);
     let start = now - now % 60_000_000;
@@ -93,9 +93,9 @@ fn a_failed_sync_keeps_the_increments_and_staleness_hands_over_to_the_failure_po
     let now = 1_000_000_000;
     let one = [charge("k", 100, Hits::Consume(1))];
     assert!(allowed(&approx.charge_group_at(&one, now)));
-    let items = collect(&approx, now, sync::Wake::Long);
+    let items = collect(&approx, now, sync::Wake::Last);
     approx.settle_failed(items, now);
-    let again = collect(&approx, now + 250_000, sync::Wake::Long);
+    let again = collect(&approx, now + 250_000, sync::Wake::Last);
     assert_eq!(again[0].unsent.delta, 1, "the increment goes with the next tick");
     approx.settle_failed(again, now + 250_000);
     // Within the staleness limit: decided from the estimate.
@@ -114,7 +114,7 @@ fn a_wake_sends_only_buckets_with_increments_hot_ones_every_half_interval() {
     for _ in 0..45 {
         approx.charge_group_at(&[charge("hot", 100, Hits::Consume(1))], now);
     }
-    let items = collect(&approx, now, sync::Wake::Long);
+    let items = collect(&approx, now, sync::Wake::Last);
     assert_eq!(items.len(), 2, "both have increments to write");
     let start = now - now % 60_000_000;
     let counts: Vec<Counts> = items
@@ -125,21 +125,22 @@ fn a_wake_sends_only_buckets_with_increments_hot_ones_every_half_interval() {
     assert_eq!(approx.view_at("idle", now).map(|v| v.tier), Some(Tier::Idle));
     assert_eq!(approx.view_at("hot", now).map(|v| v.tier), Some(Tier::Hot));
     // Nothing charged since: nothing is sent, however full a bucket is.
-    for wake in [sync::Wake::Half, sync::Wake::Full, sync::Wake::Long] {
+    for wake in [sync::Wake::Half, sync::Wake::Full, sync::Wake::Last] {
         assert!(collect(&approx, now + 125_000, wake).is_empty());
     }
     // A local denial is not asking: the full bucket stays unsent.
     let denied = approx.charge_group_at(&[charge("hot", 100, Hits::Consume(50))], now);
     assert!(denied[0].as_ref().is_ok_and(|d| !d.allowed));
-    assert!(collect(&approx, now + 125_000, sync::Wake::Long).is_empty());
-    // Admissions: the hot bucket goes on a half wake, the idle one waits for a long one.
+    assert!(collect(&approx, now + 125_000, sync::Wake::Last).is_empty());
+    // Admissions: the hot bucket goes on a half wake, the idle one once it waited 4
+    // intervals, on whichever wake.
     approx.charge_group_at(&[charge("hot", 100, Hits::Consume(1))], now);
     approx.charge_group_at(&[charge("idle", 100, Hits::Consume(1))], now);
     let half = collect(&approx, now + 125_000, sync::Wake::Half);
     assert_eq!(half.iter().map(|i| &*i.key).collect::<Vec<_>>(), ["hot"]);
     assert!(collect(&approx, now + 250_000, sync::Wake::Full).is_empty(), "idle: every 4 intervals");
-    let long = collect(&approx, now + 1_000_000, sync::Wake::Long);
-    assert_eq!(long.iter().map(|i| &*i.key).collect::<Vec<_>>(), ["idle"]);
+    let later = collect(&approx, now + 875_000, sync::Wake::Half);
+    assert_eq!(later.iter().map(|i| &*i.key).collect::<Vec<_>>(), ["idle"]);
 }
 
 #[test]
@@ -149,12 +150,12 @@ fn a_wake_past_its_budget_leaves_the_rest_waiting_oldest_first() {
     for i in 0..10u64 {
         approx.charge_group_at(&[charge(&format!("k{i}"), 100, Hits::Consume(1))], now + i);
     }
-    let first = approx.collect(now + 100, sync::Wake::Long, 4);
+    let first = approx.collect(now + 100, sync::Wake::Last, 4);
     assert_eq!(first.len(), 4);
     assert_eq!(approx.backlog(now + 1_000), (6, 996), "6 due left, the oldest admitted at `now + 4`");
     let keys = |items: &[sync::Item]| items.iter().map(|i| i.key.to_string()).collect::<Vec<_>>();
     assert_eq!(keys(&first), ["k0", "k1", "k2", "k3"], "one shard here: oldest first");
-    let rest = approx.collect(now + 200, sync::Wake::Long, 100);
+    let rest = approx.collect(now + 200, sync::Wake::Last, 100);
     assert_eq!(keys(&rest), ["k4", "k5", "k6", "k7", "k8", "k9"]);
     assert_eq!(approx.backlog(now + 1_000), (0, 0));
 }
@@ -180,7 +181,7 @@ fn eviction_keeps_unsent_increments_for_the_next_sync() {
     }
     assert!(approx.len() <= 8);
     assert_eq!(approx.counters.evictions.load(Ordering::Relaxed), 2);
-    let items = collect(&approx, now, sync::Wake::Long);
+    let items = collect(&approx, now, sync::Wake::Last);
     let total: i64 = items.iter().map(|i| i.unsent.delta).sum();
     assert_eq!(total, 10, "every admission is written, evicted or not");
     assert_eq!(approx.counters.dropped_increments.load(Ordering::Relaxed), 0);
@@ -200,7 +201,7 @@ fn fixed_windows_start_again_at_their_edge() {
     let admitted =
         (0..5).filter(|_| allowed(&approx.charge_group_at(&[fixed(Hits::Consume(1))], now))).count();
     assert_eq!(admitted, 1, "half of the 2 left in the window, until the next sync");
-    let items = collect(&approx, now, sync::Wake::Long);
+    let items = collect(&approx, now, sync::Wake::Last);
     approx.settle_ok(&items, &[Counts { start: now, current: 2, previous: 0 }], now, now, now);
     assert!(allowed(&approx.charge_group_at(&[fixed(Hits::Consume(1))], now)), "the third");
     let denied = approx.charge_group_at(&[fixed(Hits::Consume(1))], now + 400_000);
@@ -221,7 +222,7 @@ fn peeks_charge_nothing_and_refunds_are_sent_as_negative_increments() {
     approx.charge_group_at(&[charge("k", 10, Hits::Refund(3))], now);
     assert_eq!(approx.view_at("k", now).map(|v| (v.level, v.pending)), Some((1, 1)));
     approx.charge_group_at(&[charge("k", 10, Hits::Refund(5))], now);
-    let items = collect(&approx, now, sync::Wake::Long);
+    let items = collect(&approx, now, sync::Wake::Last);
     assert_eq!(items[0].unsent.delta, -4, "the refunds beyond the admissions go to Redis too");
     assert_eq!(approx.view_at("k", now).map(|v| v.level), Some(0));
 }
@@ -315,7 +316,7 @@ fn staleness_is_per_bucket_so_one_failing_master_does_not_hide_behind_the_others
         for key in ["down", "up"] {
             approx.charge_group_at(&[charge(key, 100, Hits::Consume(1))], at);
         }
-        let items = collect(&approx, at, sync::Wake::Long);
+        let items = collect(&approx, at, sync::Wake::Last);
         let (failed, ok): (Vec<_>, Vec<_>) = items.into_iter().partition(|i| &*i.key == "down");
         let start = at - at % 60_000_000;
         let counts: Vec<Counts> =
@@ -329,7 +330,7 @@ fn staleness_is_per_bucket_so_one_failing_master_does_not_hide_behind_the_others
     assert!(matches!(down[0], Err(StoreError::Unavailable(_))), "past the limit on its own failures");
     // Its increments are all still waiting for its master: 6 admitted (the charge of the
     // last wake, 1.25 s after the first failure, was already stale).
-    let waiting: i64 = collect(&approx, late, sync::Wake::Long)
+    let waiting: i64 = collect(&approx, late, sync::Wake::Last)
         .iter()
         .filter(|i| &*i.key == "down")
         .map(|i| i.unsent.delta)
@@ -342,7 +343,7 @@ fn a_bucket_evicted_in_flight_and_made_anew_keeps_the_failed_calls_increments() 
     let approx = Approx::new(ApproxSettings { max_keys: 2, ..ApproxSettings::default() });
     let now = 1_000_000_000;
     approx.charge_group_at(&[charge("a", 100, Hits::Consume(3))], now);
-    let items = collect(&approx, now, sync::Wake::Long);
+    let items = collect(&approx, now, sync::Wake::Last);
     // While the call is in flight "a" is evicted (two newer buckets) and charged again.
     for key in ["b", "c"] {
         approx.charge_group_at(&[charge(key, 100, Hits::Consume(1))], now);
@@ -351,7 +352,7 @@ fn a_bucket_evicted_in_flight_and_made_anew_keeps_the_failed_calls_increments() 
     approx.remove("c");
     approx.charge_group_at(&[charge("a", 100, Hits::Consume(1))], now);
     approx.settle_failed(items, now);
-    let again = collect(&approx, now, sync::Wake::Long);
+    let again = collect(&approx, now, sync::Wake::Last);
     let a: i64 = again.iter().filter(|i| &*i.key == "a").map(|i| i.unsent.delta).sum();
     assert_eq!(a, 4, "the failed call's 3 and the new bucket's 1");
     assert_eq!(approx.counters.dropped_increments.load(Ordering::Relaxed), 0);
@@ -417,17 +418,17 @@ fn a_refund_waiting_across_a_window_edge_frees_nothing_in_the_next_window() {
         hits,
     };
     approx.charge_group_at(&[fixed(Hits::Consume(4))], now);
-    let items = collect(&approx, now, sync::Wake::Long);
+    let items = collect(&approx, now, sync::Wake::Last);
     approx.settle_ok(&items, &[Counts { start: now, current: 4, previous: 0 }], now, now, now);
     // Refunded in the next window: it is that window's, and Redis's count of it is 0.
     approx.charge_group_at(&[fixed(Hits::Refund(3))], now + 1_000_000);
-    let items = collect(&approx, now + 1_000_000, sync::Wake::Long);
+    let items = collect(&approx, now + 1_000_000, sync::Wake::Last);
     assert_eq!(items[0].unsent, Unsent { start: now + 1_000_000, delta: -3, carry: 0 });
     // An admission of the last window written after its edge goes to that window.
     let approx = table();
     approx.charge_group_at(&[charge("s", 100, Hits::Consume(2))], now);
     approx.charge_group_at(&[charge("s", 100, Hits::Consume(1))], now + 60_000_000);
-    let items = collect(&approx, now + 60_000_000, sync::Wake::Long);
+    let items = collect(&approx, now + 60_000_000, sync::Wake::Last);
     assert_eq!(items[0].unsent, Unsent { start: now + 60_000_000, delta: 1, carry: 2 });
 }
 
