@@ -572,7 +572,7 @@ pub async fn run(
                 () = tokio::time::sleep(Duration::from_micros(next - now)) => {}
                 () = &mut stop => break,
             }
-            if next / half % 2 == 0 {
+            if (next / half).is_multiple_of(2) {
                 Wake::Full
             } else {
                 Wake::Half
