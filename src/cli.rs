@@ -205,8 +205,10 @@ pub struct Serve {
     /// Tokio worker threads serving gRPC, admin and store I/O (default: one per core).
     #[arg(long, env = "TOLLGATE_WORKER_THREADS", value_parser = clap::value_parser!(u16).range(1..))]
     pub worker_threads: Option<u16>,
-    /// Longest a request waits for the store, in ms (Envoy's filter gives up after 20 ms).
-    #[arg(long, env = "TOLLGATE_STORE_TIMEOUT_MS", default_value_t = 10)]
+    /// Longest a request waits for the store, in ms (Envoy's filter gives up after 20 ms);
+    /// at least 1.
+    #[arg(long, env = "TOLLGATE_STORE_TIMEOUT_MS", default_value_t = 10,
+          value_parser = clap::value_parser!(u64).range(1..))]
     pub store_timeout_ms: u64,
     /// Lease hot buckets of every rule, not only of rules with `lease: true` (Redis store):
     /// a key above two hits per lease time takes a block of tokens in one charge and spends
@@ -226,7 +228,7 @@ pub struct Serve {
     pub sync_interval_ms: u64,
     /// `consistency: approximate` domains: once syncs have failed for this long (ms), a
     /// bucket not synced within it is answered by the domain's `failure_mode`; until then
-    /// decisions go on from the local estimates.
+    /// decisions go on from the local estimates. At least --sync-interval-ms.
     #[arg(long, env = "TOLLGATE_SYNC_STALENESS_MS", default_value_t = 10_000,
           value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
     pub sync_staleness_ms: u64,

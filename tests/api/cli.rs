@@ -242,3 +242,45 @@ fn check_refuses_what_an_approximate_domain_cannot_serve_naming_file_line_and_fi
     let (ok, err) = check(&["--default-algorithm", "sliding_window"]);
     assert!(!ok && err.contains("edge.yaml:2: consistency: unknown consistency \"eventual\""), "{err}");
 }
+
+/// Settings no server can keep its promises with are refused at startup, naming the flag:
+/// a staleness limit below the sync interval (every approximate bucket would turn to the
+/// failure policy between two syncs) and a store timeout of 0.
+#[test]
+fn serve_refuses_a_staleness_below_the_sync_interval_and_a_zero_store_timeout() {
+    let serve = |flags: &[&str]| {
+        let out = tollgate()
+            .args([
+                "serve",
+                "--grpc-addr",
+                "127.0.0.1:0",
+                "--admin-addr",
+                "127.0.0.1:0",
+                "--config",
+                "config",
+            ])
+            .args(flags)
+            .output()
+            .expect("run tollgate");
+        assert!(!out.status.success(), "serve {flags:?} must exit non-zero");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let err = serve(&["--sync-interval-ms", "500", "--sync-staleness-ms", "400"]);
+    assert!(err.contains("--sync-staleness-ms") && err.contains("--sync-interval-ms"), "{err}");
+    let err = serve(&["--store-timeout-ms", "0"]);
+    assert!(err.contains("--store-timeout-ms"), "{err}");
+    let settings = |f: fn(&mut tollgate::app::ServeSettings)| {
+        let mut s = tollgate::app::ServeSettings::new("config".into());
+        f(&mut s);
+        s
+    };
+    // The same refusals for a server built in process (not only through the flags).
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    for bad in [
+        settings(|s| s.store_timeout = std::time::Duration::ZERO),
+        settings(|s| s.sync_staleness = std::time::Duration::from_millis(100)),
+    ] {
+        let err = runtime.block_on(tollgate::app::spawn(bad)).expect_err("refused");
+        assert!(err.to_string().contains("must be at least"), "{err}");
+    }
+}
