@@ -1,16 +1,19 @@
 //! Approximate mode (`consistency: approximate`): decisions made in process from a local
 //! estimate of each bucket, kept close to Redis by one background sync per store.
 //!
-//! No Redis I/O on the request path. A bucket's level is the last count read from Redis,
+//! Redis is on the request path only for a bucket's first read (`sync::read_unread`: a
+//! bucket this instance never read is read before it is decided) and while the instance
+//! warms up (until its heartbeat has counted the other instances, `is_ready`, approximate
+//! domains are decided exactly). A bucket's level is the last count read from Redis,
 //! rolled and decayed by its own window algorithm, plus what this instance admitted since
-//! (`bucket`). The sync task (`sync`) sends, every `--sync-interval-ms`, one pipeline: the
-//! increments admitted since the last tick and the reads of the buckets due, and folds the
-//! answers in. How often a bucket is read depends on how close it is to its limit
+//! (`bucket`). The sync task (`sync`) writes, every half `--sync-interval-ms`, the
+//! increments admitted since a bucket's last write and folds the counts each write answers.
+//! How often a bucket with increments is written depends on how close it is to its limit
 //! (`bucket::Tier`); local traffic promotes it at once, only a read demotes it.
 //!
 //! **Shares.** Between two syncs of a bucket an instance admits at most
-//! `⌈(limit − level at the last sync) / 2N⌉` of it, where `N` is the number of live
-//! instances (a heartbeat in the sync's pipeline). That caps what the instances can admit
+//! `⌈(limit − level at the last sync) / 2N⌉` of it, where `N` is the largest number of
+//! live instances a heartbeat counted in the last 30 s (alone too: `N = 1`). That caps what the instances can admit
 //! on stale views: the over-admission is bounded by what the others admitted and wrote
 //! since this instance's last sync, not `N ×` the limit (README, "Approximate mode"). The
 //! price: a burst that meets one instance gets `1/2N` of the headroom per sync, the rest

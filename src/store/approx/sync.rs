@@ -6,13 +6,13 @@
 //! the bucket's counts, which is its read. A bucket nobody here charges costs nothing,
 //! however full it is. Each shard keeps the keys of its buckets with something to send
 //! (oldest first), so a wake walks those, not every bucket held. When increments go: hot
-//! buckets on every wake (half an interval), low and normal ones every full interval, idle
-//! ones every fourth (`bucket::Tier`).
+//! buckets on every wake (half an interval), low and normal ones every full interval (the
+//! grid every instance shares), idle ones once their oldest increment waited 4 intervals,
+//! on whichever wake that falls (`bucket::Tier`).
 //!
 //! **Calls stand alone.** A wake's buckets go as `approx.lua` calls of up to [`CHUNK`]
-//! buckets, at most [`CALLS_IN_FLIGHT`] outstanding on the sync's connection (Redis runs a
-//! pipeline's queued calls back to back, so a long pipeline would hold up every other
-//! client's command for its whole length), each judged by its own deadline ([`sync_deadline`],
+//! buckets, at most [`CALLS_IN_FLIGHT`] outstanding on the sync's connection, each judged
+//! by its own deadline ([`sync_deadline`],
 //! not the store timeout) and folded as soon as it answers, with its own clock offset.
 //! A call that fails puts its increments back for the next wake; once one fails for want
 //! of Redis, the calls not yet sent in that wake are not sent (they certainly did not run).
