@@ -77,10 +77,18 @@ pub struct ApproxStatus {
     pub low: usize,
     pub normal: usize,
     pub hot: usize,
-    /// Live instances at the last sync (the `N` of the share rule).
+    /// The `N` of the share rule: the most instances a heartbeat counted in the last 30 s.
     pub instances: u64,
+    /// Instances the last heartbeat counted.
+    pub live_instances: u64,
+    /// Whether approximate domains are decided locally (false: warming up, decided exactly).
+    pub ready: bool,
     /// Seconds since Redis last answered a sync; `null`: never.
     pub last_sync_seconds_ago: Option<f64>,
+    /// Buckets due that the last wake left waiting, and the age of the oldest increment
+    /// not yet written (seconds).
+    pub backlog_buckets: u64,
+    pub backlog_oldest_seconds: f64,
 }
 
 /// One domain's policy and traffic.
@@ -263,7 +271,11 @@ fn store_status(store: &Store, p99_ms: Option<f64>) -> StoreStatus {
             normal,
             hot,
             instances: approx.instances(),
+            live_instances: approx.live_instances(),
+            ready: approx.is_ready(),
             last_sync_seconds_ago: approx.last_sync().map(|at| now.saturating_sub(at) as f64 / 1e6),
+            backlog_buckets: approx.backlog(now).0,
+            backlog_oldest_seconds: approx.backlog(now).1 as f64 / 1e6,
         }
     });
     StoreStatus {

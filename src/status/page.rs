@@ -156,10 +156,19 @@ fn store_card(out: &mut String, status: &Status) {
         let synced = a
             .last_sync_seconds_ago
             .map_or_else(|| "<span class=\"muted\">never</span>".to_string(), |s| format!("{s:.1} s ago"));
+        let mode = if a.ready { "" } else { " (warming up: decided exactly)" };
         format!(
             "<dt>approximate buckets</dt><dd>idle {}, low {}, normal {}, hot {}</dd>\
-             <dt>approximate sync</dt><dd>{synced}, {} live instance(s)</dd>",
-            a.idle, a.low, a.normal, a.hot, a.instances
+             <dt>approximate sync</dt><dd>{synced}, {} live instance(s), N = {}{mode}; \
+             backlog {} bucket(s), oldest {:.1} s</dd>",
+            a.idle,
+            a.low,
+            a.normal,
+            a.hot,
+            a.live_instances,
+            a.instances,
+            a.backlog_buckets,
+            a.backlog_oldest_seconds
         )
     });
     let _ = writeln!(
