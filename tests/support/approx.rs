@@ -1,6 +1,7 @@
-//! What the approximate-mode tests share, on a single Redis (`tests/approximate.rs`) and on
-//! a cluster (`tests/cluster/approximate.rs`): the admin port's answers, the README's
-//! bound, and the minute window a test must stay in.
+//! What the approximate-mode tests share, on a single Redis (`tests/approximate.rs`,
+//! `tests/approximate_scale.rs`) and on a cluster (`tests/cluster/approximate.rs`): the admin
+//! port's answers and the metrics in them, Redis's command counts, the README's bound, and
+//! the minute window a test must stay in.
 
 use std::net::SocketAddr;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -32,11 +33,53 @@ pub async fn metric(admin: SocketAddr, series: &str) -> f64 {
 
 /// Decisions answered by the failure policy.
 pub async fn failure_decisions(admin: SocketAddr) -> f64 {
-    admin_get(admin, "/metrics")
-        .await
+    failure_decisions_in(&admin_get(admin, "/metrics").await)
+}
+
+/// Decisions answered by the failure policy, in a `/metrics` text already scraped.
+pub fn failure_decisions_in(metrics: &str) -> f64 {
+    metrics
         .lines()
         .filter(|l| l.starts_with("tollgate_decisions_total{") && l.contains("result=\"failure_"))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// The value of one series (its name and labels as exported) in a `/metrics` text already
+/// scraped, 0 if absent: [`metric`] without a scrape per series.
+pub fn series_in(metrics: &str, series: &str) -> f64 {
+    metrics
+        .lines()
+        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' ')?.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// The sum of every series of the metric `name` (any labels) in a `/metrics` text; `None`
+/// if the metric is not exported (a gauge not added yet reads as absent, not as 0).
+pub fn metric_sum_in(metrics: &str, name: &str) -> Option<f64> {
+    let values: Vec<f64> = metrics
+        .lines()
+        .filter(|line| !line.starts_with('#'))
+        .filter_map(|line| {
+            let rest = line.strip_prefix(name)?;
+            // The name itself, not a longer one it begins (`…_buckets` vs `…_buckets_total`).
+            let value = match rest.as_bytes().first()? {
+                b'{' => rest.rsplit_once("} ")?.1,
+                b' ' => rest,
+                _ => return None,
+            };
+            value.trim().parse().ok()
+        })
+        .collect();
+    (!values.is_empty()).then(|| values.iter().sum())
+}
+
+/// Commands Redis has run: the sum of `calls=` over `INFO commandstats` (its text).
+pub fn commands_run(commandstats: &str) -> u64 {
+    commandstats
+        .lines()
+        .filter(|l| l.starts_with("cmdstat_"))
+        .filter_map(|l| l.split_once("calls=")?.1.split(',').next()?.parse::<u64>().ok())
         .sum()
 }
 
