@@ -20,12 +20,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use approx_support::{admin_get, bound, within_one_window, SUM_OF_COUNTS};
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use approx_support::{admin_get, bound, request, within_one_window, SUM_OF_COUNTS};
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
-use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use redis_support::RedisServer;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::Instant;
@@ -77,17 +74,6 @@ async fn instance(redis_url: &str, config: &Path, staleness: Duration) -> Instan
     let client =
         RateLimitServiceClient::connect(format!("http://{}", running.grpc_addr)).await.expect("connect");
     Instance { running, client }
-}
-
-fn request(user: &str) -> RateLimitRequest {
-    RateLimitRequest {
-        domain: "approx".into(),
-        descriptors: vec![RateLimitDescriptor {
-            entries: vec![Entry { key: "user".into(), value: user.into() }],
-            ..Default::default()
-        }],
-        hits_addend: 0,
-    }
 }
 
 async fn allowed(client: &mut RateLimitServiceClient<Channel>, user: &str) -> bool {

@@ -22,12 +22,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use approx_support::{bound, failure_decisions, metric, within_one_window};
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use approx_support::{bound, failure_decisions, metric, request, within_one_window};
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
-use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use redis_support::{free_port, RedisServer};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -63,17 +60,6 @@ async fn instance(
     let client =
         RateLimitServiceClient::connect(format!("http://{}", running.grpc_addr)).await.expect("connect");
     (running, client)
-}
-
-fn request(user: &str) -> RateLimitRequest {
-    RateLimitRequest {
-        domain: "approx".into(),
-        descriptors: vec![RateLimitDescriptor {
-            entries: vec![Entry { key: "user".into(), value: user.into() }],
-            ..Default::default()
-        }],
-        hits_addend: 0,
-    }
 }
 
 /// `Some(admitted)`, or `None` when the instance did not answer (stopped).

@@ -39,12 +39,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use approx_support::{commands_run, failure_decisions_in, metric_sum_in, series_in};
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use approx_support::{commands_run, failure_decisions_in, metric_sum_in, request, series_in};
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
-use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use redis_support::RedisServer;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
@@ -141,17 +138,6 @@ async fn connections(running: &Running) -> Vec<Client> {
         clients.push(RateLimitServiceClient::connect(url).await.expect("connect"));
     }
     clients
-}
-
-fn request(user: &str) -> RateLimitRequest {
-    RateLimitRequest {
-        domain: "approx".into(),
-        descriptors: vec![RateLimitDescriptor {
-            entries: vec![Entry { key: "user".into(), value: user.into() }],
-            ..Default::default()
-        }],
-        hits_addend: 0,
-    }
 }
 
 /// What a group of clients got, counted as it goes (read while they run).

@@ -6,7 +6,22 @@
 use std::net::SocketAddr;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// A request of the `approx` domain with one descriptor, `user = <user>`.
+pub fn request(user: &str) -> RateLimitRequest {
+    RateLimitRequest {
+        domain: "approx".into(),
+        descriptors: vec![RateLimitDescriptor {
+            entries: vec![Entry { key: "user".into(), value: user.into() }],
+            ..Default::default()
+        }],
+        hits_addend: 0,
+    }
+}
 
 /// A Lua script summing the current count (`c`) of every bucket of the `user` descriptor
 /// on one node (`EVAL <script> 0`).
