@@ -220,10 +220,10 @@ where
 /// A waiter's answer by its own deadline. A sender dropped unanswered means the charge was
 /// withdrawn (its deadline passed before its batch was sent) or, with the runtime shutting
 /// down, never sent: a timeout either way, and it was not charged.
-async fn wait(receiver: oneshot::Receiver<Answer>, deadline: Instant) -> Answer {
-    match tokio::time::timeout_at(deadline, receiver).await {
-        Ok(Ok(answer)) => answer,
-        Ok(Err(_)) | Err(_) => (Err(StoreError::Timeout), false),
+async fn wait(mut receiver: oneshot::Receiver<Answer>, deadline: Instant) -> Answer {
+    match crate::store::deadline::within(deadline, &mut receiver).await {
+        Some(Ok(answer)) => answer,
+        Some(Err(_)) | None => (Err(StoreError::Timeout), false),
     }
 }
 

@@ -14,6 +14,7 @@
 pub mod approx;
 pub mod breaker;
 pub mod coalesce;
+pub mod deadline;
 pub mod guarded;
 pub mod key;
 pub mod lease;

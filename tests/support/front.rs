@@ -13,6 +13,7 @@
 //!   "no reply for too long" can tell such a connection is dead, not TCP keepalive.
 //! - `delay_first_bytes`: on connections accepted from now on, bytes from Redis are held
 //!   until that long after the accept (a slow TLS/AUTH set-up across zones).
+//! - `add_latency`: every reply chunk is held that long before it is forwarded.
 //! - counters: connections accepted, bytes forwarded each way, bytes swallowed.
 //!
 //! Dropping the front stops its runtime and waits for it: once `drop` returns, the listener
@@ -46,6 +47,8 @@ struct Shared {
     silenced_below: AtomicU64,
     /// Replies are dropped and the client's connection closed instead (see `cut_replies`).
     cut: std::sync::atomic::AtomicBool,
+    /// Added before every reply chunk is forwarded, in µs (`add_latency`).
+    latency_us: AtomicU64,
     accepted: AtomicU64,
     to_redis: AtomicU64,
     to_client: AtomicU64,
@@ -162,6 +165,12 @@ impl Front {
         self.shared.cut.store(on, Ordering::SeqCst);
     }
 
+    /// From now on every chunk of a reply, on every connection, is held `latency` before
+    /// it is forwarded (`Duration::ZERO`: none): a latency spike on the path.
+    pub fn add_latency(&self, latency: Duration) {
+        self.shared.latency_us.store(latency.as_micros() as u64, Ordering::SeqCst);
+    }
+
     /// The counters now.
     pub fn stats(&self) -> FrontStats {
         let s = &self.shared;
@@ -234,6 +243,10 @@ where
                 break;
             }
             tokio::time::sleep_until(conn.accepted_at + conn.delay).await;
+            let latency = conn.shared.latency_us.load(Ordering::SeqCst);
+            if latency > 0 {
+                tokio::time::sleep(Duration::from_micros(latency)).await;
+            }
         }
         if to.write_all(&buf[..n]).await.is_err() {
             break;

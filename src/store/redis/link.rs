@@ -234,12 +234,15 @@ impl Link {
             conn.inflight.fetch_sub(weight, Ordering::AcqRel);
             return Err(SendError::NotSent(StoreError::Overloaded));
         }
-        let call = tokio::spawn(call(self.inner.clone(), conn, pipe, count, weight));
-        match tokio::time::timeout_at(deadline, call).await {
-            Ok(Ok(Ok(values))) => Ok(values),
-            Ok(Ok(Err(e))) => Err(SendError::MaybeRan(e)),
-            Ok(Err(join)) => Err(SendError::MaybeRan(StoreError::Unavailable(format!("redis call: {join}")))),
-            Err(_) => Err(SendError::MaybeRan(StoreError::Timeout)),
+        let mut call = tokio::spawn(call(self.inner.clone(), conn, pipe, count, weight));
+        // A reply the runtime has not read yet when a late timer fires still counts.
+        let Some(finished) = crate::store::deadline::within(deadline, &mut call).await else {
+            return Err(SendError::MaybeRan(StoreError::Timeout));
+        };
+        match finished {
+            Ok(Ok(values)) => Ok(values),
+            Ok(Err(e)) => Err(SendError::MaybeRan(e)),
+            Err(join) => Err(SendError::MaybeRan(StoreError::Unavailable(format!("redis call: {join}")))),
         }
     }
 

@@ -1,0 +1,262 @@
+//! One soak run: starts the store and the instances into the clients' traffic, walks the
+//! schedule (and a planted violation, if asked), stops everything, and returns the log the
+//! verdicts are drawn from.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::fleet::Instance;
+use crate::load::{self, now_us, Call, Canary};
+use crate::plan::{Fault, Plan, Plant, Step};
+use crate::policies::{self, Toggles};
+use crate::stores::{signal, Stores};
+use crate::watch::{self, Sample};
+
+/// A fault as it happened.
+#[derive(Clone, Debug)]
+pub struct Happened {
+    pub fault: Fault,
+    pub start: u64,
+    /// When it healed: the store answers again, the instance is ready again.
+    pub heal: u64,
+    pub data_loss: bool,
+    pub note: String,
+}
+
+/// A reload: when the files were written, and the toggles in force before and after.
+#[derive(Clone, Copy, Debug)]
+pub struct Reloaded {
+    pub at: u64,
+    pub before: Toggles,
+    pub after: Toggles,
+}
+
+/// Everything a run saw.
+pub struct RunLog {
+    pub plan: Plan,
+    pub start: u64,
+    /// All instances first ready.
+    pub ready: u64,
+    pub end: u64,
+    pub faults: Vec<Happened>,
+    pub reloads: Vec<Reloaded>,
+    pub calls: Vec<Call>,
+    pub canaries: Vec<Canary>,
+    pub samples: Vec<Sample>,
+    /// `(key, count)` of every `soak_count` bucket, read from Redis after the run.
+    pub counts: Vec<(String, u64)>,
+    /// Each instance's stderr.
+    pub logs: Vec<String>,
+    pub instances: usize,
+}
+
+/// Runs `plan` to the end.
+pub fn run(plan: Plan) -> RunLog {
+    let dir = tempfile::Builder::new().prefix("tollgate-soak-").tempdir().expect("tempdir");
+    let config = dir.path().join("config");
+    std::fs::create_dir(&config).expect("config dir");
+    policies::write(&config, Toggles::default());
+    let mut stores = Stores::start(plan.topology);
+    let store_args = stores.tollgate_args();
+    let mut instances: Vec<Instance> =
+        (0..plan.instances).map(|i| Instance::new(i, &store_args, &config, dir.path())).collect();
+    let runtime =
+        tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+    let stop = Arc::new(AtomicBool::new(false));
+    let start = now_us();
+    let addrs: Vec<(SocketAddr, SocketAddr)> = instances.iter().map(|i| (i.grpc, i.admin)).collect();
+
+    let mut clients = Vec::new();
+    let mut canaries = Vec::new();
+    let mut probes = Vec::new();
+    for (i, (grpc, admin)) in addrs.iter().copied().enumerate() {
+        for c in 0..load::CLIENTS_PER_INSTANCE {
+            let seed = plan.seed.wrapping_mul(1_000).wrapping_add((i * 10 + c) as u64);
+            clients.push(runtime.spawn(load::run_client(seed, i, grpc, start, stop.clone())));
+        }
+        canaries.push(runtime.spawn(load::run_canary(i, grpc, instances[i].live.clone(), stop.clone())));
+        probes.push(runtime.spawn(watch::run_probe(i, grpc, admin, instances[i].live.clone(), stop.clone())));
+    }
+
+    // Instances start into the clients' traffic.
+    for instance in &mut instances {
+        assert!(instance.start(), "instance not ready within 20 s:\n{}", instance.log_text());
+    }
+    let ready = now_us();
+    let mut faults = Vec::new();
+    let mut reloads = Vec::new();
+    let mut toggles = Toggles::default();
+    let end_at = start + plan.run.as_micros() as u64;
+    for step in plan.steps.clone() {
+        std::thread::sleep(step.gap);
+        let happened = apply(&mut stores, &mut instances, &config, &mut toggles, &mut reloads, step);
+        println!(
+            "  {:>6.1} s  {:<15} {}",
+            (happened.start - start) as f64 / 1e6,
+            happened.fault.kind(),
+            happened.note
+        );
+        faults.push(happened);
+        // Recovery runs on its own before the next gap starts (the plan counted it).
+        std::thread::sleep(step.fault.recovery().max(Duration::from_secs(2)));
+    }
+    if let Some(plant) = plan.plant {
+        sleep_until(start + plan.run.as_micros() as u64 * 2 / 5);
+        plant_violation(plant, &mut stores, &instances, &mut faults);
+    }
+    sleep_until(end_at);
+    stop.store(true, Ordering::SeqCst);
+    let end = now_us();
+    let calls: Vec<Call> = runtime.block_on(futures_join(clients));
+    let canaries: Vec<Canary> = runtime.block_on(futures_join(canaries));
+    let samples: Vec<Sample> = runtime.block_on(futures_join(probes));
+    let counts = stores.counts("cnt-e");
+    let logs: Vec<String> = instances.iter().map(Instance::log_text).collect();
+    // Kept after the run for a look: target/tmp/soak/<topology>-<seed>/.
+    let kept = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("soak").join(format!(
+        "{}-{}",
+        plan.topology.name(),
+        plan.seed
+    ));
+    if std::fs::create_dir_all(&kept).is_ok() {
+        for (i, text) in logs.iter().enumerate() {
+            let _ = std::fs::write(kept.join(format!("tollgate-{i}.log")), text);
+        }
+    }
+    drop(instances);
+    drop(stores);
+    RunLog {
+        instances: plan.instances,
+        plan,
+        start,
+        ready,
+        end,
+        faults,
+        reloads,
+        calls,
+        canaries,
+        samples,
+        counts,
+        logs,
+    }
+}
+
+async fn futures_join<T>(handles: Vec<tokio::task::JoinHandle<Vec<T>>>) -> Vec<T> {
+    let mut all = Vec::new();
+    for handle in handles {
+        all.extend(handle.await.expect("a soak task panicked"));
+    }
+    all
+}
+
+fn sleep_until(at_us: u64) {
+    let now = now_us();
+    if at_us > now {
+        std::thread::sleep(Duration::from_micros(at_us - now));
+    }
+}
+
+fn apply(
+    stores: &mut Stores,
+    instances: &mut [Instance],
+    config: &std::path::Path,
+    toggles: &mut Toggles,
+    reloads: &mut Vec<Reloaded>,
+    step: Step,
+) -> Happened {
+    let start = now_us();
+    let (data_loss, note) = match step.fault {
+        Fault::KillInstance { instance } => {
+            let target = &mut instances[instance % instances.len()];
+            target.kill();
+            std::thread::sleep(step.hold);
+            let ready = target.start();
+            (false, format!("instance {instance} killed, ready again: {ready}"))
+        }
+        Fault::DrainInstance { instance } => {
+            let target = &mut instances[instance % instances.len()];
+            let clean = target.drain(Duration::from_secs(15));
+            let ready = target.start();
+            (false, format!("instance {instance} drained (exit 0: {clean}), ready again: {ready}"))
+        }
+        Fault::Reload(reload) => {
+            let before = *toggles;
+            toggles.flip(reload);
+            policies::write(config, *toggles);
+            reloads.push(Reloaded { at: start, before, after: *toggles });
+            (false, format!("{toggles:?}"))
+        }
+        fault => {
+            let applied = stores.apply(fault, step.hold);
+            (applied.data_loss, applied.note)
+        }
+    };
+    Happened { fault: step.fault, start, heal: now_us(), data_loss, note }
+}
+
+/// Plants one violation the verdicts must report (see `Plant`).
+fn plant_violation(plant: Plant, stores: &mut Stores, instances: &[Instance], faults: &mut Vec<Happened>) {
+    let master = stores.masters()[0];
+    match plant {
+        Plant::OverLimit => {
+            for _ in 0..30 {
+                for port in stores.masters() {
+                    for key in crate::stores::cli(port, &["--scan", "--pattern", "*soak_fixed*"]).lines() {
+                        crate::stores::cli(port, &["DEL", key]);
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        Plant::UndeclaredFreeze => {
+            let pid = stores.pid_of(master);
+            signal(pid, "STOP");
+            std::thread::sleep(Duration::from_secs(2));
+            signal(pid, "CONT");
+        }
+        Plant::SlowRecovery => {
+            let pid = stores.pid_of(master);
+            let start = now_us();
+            signal(pid, "STOP");
+            std::thread::sleep(Duration::from_millis(500));
+            let heal = now_us();
+            std::thread::sleep(Duration::from_secs(6));
+            signal(pid, "CONT");
+            faults.push(Happened {
+                fault: Fault::Freeze { master: 0 },
+                start,
+                heal,
+                data_loss: false,
+                note: "planted: recorded healed 6 s early".into(),
+            });
+        }
+        Plant::Wedged => {
+            let pid = instances[0].live.pid.load(Ordering::SeqCst);
+            signal(pid, "STOP");
+            std::thread::sleep(Duration::from_secs(3));
+            signal(pid, "CONT");
+        }
+        Plant::DoubleCharge => {
+            // One charge more on every counted bucket there is now, written by no client.
+            for port in stores.masters() {
+                for key in crate::stores::cli(port, &["--scan", "--pattern", "*cnt-e*"]).lines() {
+                    crate::stores::cli(port, &["HINCRBY", key, "c", "1"]);
+                }
+            }
+        }
+        Plant::Leak => {
+            let grpc = instances[0].grpc;
+            let mut held = Vec::new();
+            for _ in 0..400 {
+                if let Ok(stream) = std::net::TcpStream::connect(grpc) {
+                    held.push(stream);
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            // Held to the end of the run: leaked.
+            std::mem::forget(held);
+        }
+    }
+}

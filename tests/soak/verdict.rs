@@ -1,0 +1,502 @@
+//! The invariants, checked from the clients' own log, the probes and Redis's counts after
+//! the run. Each verdict states its slack (the README's and docs/reliability.md's); a
+//! violation names the bucket or instance and the moment, with the faults around it.
+
+use std::collections::HashMap;
+
+use crate::load::{Outcome, COUNT_EPOCH_US};
+use crate::plan::{Fault, Reload};
+use crate::policies::{self, Toggles};
+use crate::run::RunLog;
+
+/// Store failures per 10 s of healthy time per instance that invariant 2 allows, at the
+/// soak's load (`load::CLIENTS_PER_INSTANCE` clients every `load::PACE` per instance, about
+/// 375 requests/s and 1,000 descriptors/s each, three instances on this 2-core machine).
+pub const HEALTHY_FAILURES_PER_10S: f64 = 5.0;
+/// Invariant 6's bounds per process.
+pub const MAX_RSS_KB: u64 = 256 * 1024;
+pub const MAX_FDS: u64 = 256;
+pub const MAX_SERIES: u64 = 5_000;
+
+/// One invariant's result.
+pub struct Verdict {
+    pub name: &'static str,
+    pub slack: String,
+    pub checked: usize,
+    pub violations: Vec<String>,
+}
+
+impl Verdict {
+    pub fn passed(&self) -> bool {
+        self.violations.is_empty()
+    }
+}
+
+pub fn judge(log: &RunLog) -> Vec<Verdict> {
+    vec![
+        limits_hold(log),
+        healthy_means_deciding(log),
+        recovery(log),
+        always_answering(log),
+        charged_once(log),
+        bounded(log),
+    ]
+}
+
+fn secs(log: &RunLog, at: u64) -> f64 {
+    (at as f64 - log.start as f64) / 1e6
+}
+
+/// Whether `[a, b]` overlaps a fault that lost Redis data, widened by a second after it.
+fn data_losses(log: &RunLog, a: u64, b: u64) -> u64 {
+    log.faults.iter().filter(|f| f.data_loss && f.start <= b && f.heal + 1_000_000 >= a).count() as u64
+}
+
+/// Whether a reload flipping `which` was written within `[a − 2 s, b]` (instances apply a
+/// reload within about a second; a window it touched may see either limit).
+fn reload_near(log: &RunLog, which: Reload, a: u64, b: u64) -> bool {
+    log.reloads.iter().any(|r| {
+        r.at + 2_000_000 >= a && r.at <= b && {
+            let flipped = |t: Toggles| match which {
+                Reload::LimitChanged => t.limit_changed,
+                Reload::RuleAdded => t.rule_added,
+                Reload::Switched => t.switched,
+            };
+            flipped(r.before) != flipped(r.after)
+        }
+    })
+}
+
+/// The toggles in force at `at`.
+fn toggles_at(log: &RunLog, at: u64) -> Toggles {
+    log.reloads.iter().rfind(|r| r.at <= at).map(|r| r.after).unwrap_or_default()
+}
+
+fn instance_kills(log: &RunLog, a: u64, b: u64) -> u64 {
+    log.faults
+        .iter()
+        .filter(|f| matches!(f.fault, Fault::KillInstance { .. }) && f.start <= b && f.start + 1_000_000 >= a)
+        .count() as u64
+}
+
+/// An admission the clients saw: a descriptor answered OK.
+struct Admission {
+    sent: u64,
+    recv: u64,
+    instance: usize,
+}
+
+/// Admissions per `(domain, key=value)`.
+fn admissions(log: &RunLog) -> HashMap<(&'static str, String), Vec<Admission>> {
+    let mut out: HashMap<(&'static str, String), Vec<Admission>> = HashMap::new();
+    for call in &log.calls {
+        let Outcome::Answered { overall, ok } = &call.outcome else { continue };
+        // All or nothing: a denied request charged none of its descriptors, whatever each
+        // descriptor's own status says.
+        if call.domain == "soak_aon" && !overall {
+            continue;
+        }
+        for ((key, value), admitted) in call.descriptors.iter().zip(ok) {
+            if *admitted {
+                out.entry((call.domain, format!("{key}={value}"))).or_default().push(Admission {
+                    sent: call.sent,
+                    recv: call.recv,
+                    instance: call.instance,
+                });
+            }
+        }
+    }
+    out
+}
+
+/// Invariant 1: per bucket and window, admissions ≤ limit + the slack of its mode.
+fn limits_hold(log: &RunLog) -> Verdict {
+    let mut violations = Vec::new();
+    let mut checked = 0;
+    let n = log.instances as u64;
+    for ((domain, bucket), list) in admissions(log) {
+        let windows: Vec<(u64, &'static str)> = match domain {
+            "soak_multi" => vec![(1_000_000, "s"), (60_000_000, "m")],
+            "soak_fixed" | "soak_sliding" | "soak_aon" | "soak_approx" | "soak_switch" => {
+                vec![(1_000_000, "")]
+            }
+            "soak_gcra" | "soak_lease" => {
+                checked += list.len();
+                gcra_check(log, domain, &bucket, &list, &mut violations);
+                continue;
+            }
+            _ => continue,
+        };
+        for (width, name) in windows {
+            let mut per_window: HashMap<u64, u64> = HashMap::new();
+            for a in &list {
+                // Decided within [sent, recv]: counted when that lies inside one window.
+                if a.sent / width == a.recv / width {
+                    *per_window.entry(a.sent / width).or_default() += 1;
+                }
+            }
+            for (w, admitted) in per_window {
+                checked += 1;
+                let (ws, we) = (w * width, (w + 1) * width);
+                let (limit, mut slack) = match (domain, name) {
+                    ("soak_multi", "s") => (policies::MULTI_SECOND, 0),
+                    ("soak_multi", _) => (policies::MULTI_MINUTE, 0),
+                    ("soak_fixed", _) => {
+                        let raised = toggles_at(log, ws).limit_changed
+                            || toggles_at(log, we).limit_changed
+                            || reload_near(log, Reload::LimitChanged, ws, we);
+                        (if raised { policies::RAISED } else { policies::PER_SECOND }, 0)
+                    }
+                    ("soak_approx", _) => (
+                        policies::APPROX_PER_SECOND,
+                        approx_slack(policies::APPROX_PER_SECOND, n, instance_kills(log, ws, we)),
+                    ),
+                    ("soak_switch", _) => {
+                        let approximate = toggles_at(log, ws).switched || toggles_at(log, we).switched;
+                        let switched = reload_near(log, Reload::Switched, ws, we);
+                        let l = policies::PER_SECOND;
+                        let mode = if approximate || switched {
+                            approx_slack(l, n, instance_kills(log, ws, we))
+                        } else {
+                            0
+                        };
+                        (l, mode + if switched { l } else { 0 })
+                    }
+                    _ => (policies::PER_SECOND, 0),
+                };
+                slack += limit * data_losses(log, ws, we);
+                if admitted > limit + slack {
+                    violations.push(format!(
+                        "{domain} {bucket}{}: {admitted} admitted in the window at {:.1} s, limit {limit} + slack {slack}{}",
+                        if name.is_empty() { String::new() } else { format!(" (limit {name})") },
+                        secs(log, ws),
+                        faults_around(log, ws, we)
+                    ) + &timeline(log, &list, ws, we));
+                }
+            }
+        }
+    }
+    violations.sort();
+    Verdict {
+        name: "1 limits hold",
+        slack: "fixed/sliding windows: limit per window (+ the limit per data-losing fault touching it; approximate: \
+                (N−1)·⌈L/2N⌉ + 2N, + ⌈L/2N⌉ per instance killed; a domain switched: + L); GCRA: burst + rate·t \
+                (+ rate·lease time for leases)"
+            .into(),
+        checked,
+        violations,
+    }
+}
+
+/// The approximate bound's excess over the limit (README, "Approximate mode").
+fn approx_slack(limit: u64, n: u64, kills: u64) -> u64 {
+    let share = limit.div_ceil(2 * n);
+    (n - 1) * share + 2 * n + kills * share
+}
+
+/// GCRA: in any interval of length t, at most burst + rate·t admissions (+ rate·lease time
+/// when leased, + burst per data-losing fault); t is taken from the first admission's send
+/// to the last one's answer, so the check never blames latency.
+fn gcra_check(log: &RunLog, domain: &str, bucket: &str, list: &[Admission], violations: &mut Vec<String>) {
+    let (rate, burst, lease) = match domain {
+        "soak_lease" => (policies::LEASE_PER_SECOND, policies::LEASE_PER_SECOND, policies::LEASE_TIME_MS),
+        _ => (policies::PER_SECOND, policies::PER_SECOND, 0),
+    };
+    let mut sorted: Vec<&Admission> = list.iter().collect();
+    sorted.sort_by_key(|a| a.sent);
+    for i in 0..sorted.len() {
+        let mut last_recv = 0;
+        for j in i..sorted.len() {
+            last_recv = last_recv.max(sorted[j].recv);
+            let span_us = last_recv.saturating_sub(sorted[i].sent);
+            let allowed_f = burst as f64 + (span_us + lease * 1_000) as f64 / 1e6 * rate as f64 + 1.0;
+            let losses = data_losses(log, sorted[i].sent.saturating_sub(1_000_000), last_recv);
+            let allowed = allowed_f as u64 + burst * losses;
+            let count = (j - i + 1) as u64;
+            if count > allowed {
+                violations.push(
+                    format!(
+                    "{domain} {bucket}: {count} admitted within {:.3} s from {:.2} s, allowed {allowed}{}",
+                    span_us as f64 / 1e6,
+                    secs(log, sorted[i].sent),
+                    faults_around(log, sorted[i].sent, last_recv)
+                ) + &timeline(log, list, sorted[i].sent, last_recv),
+                );
+                return;
+            }
+        }
+    }
+}
+
+/// The bucket's admissions in `[a, b]`: when sent and answered (s into the run) and by
+/// which instance.
+fn timeline(log: &RunLog, list: &[Admission], a: u64, b: u64) -> String {
+    let mut inside: Vec<&Admission> = list.iter().filter(|x| x.recv >= a && x.sent <= b).collect();
+    inside.sort_by_key(|x| x.sent);
+    let shown: Vec<String> = inside
+        .iter()
+        .take(60)
+        .map(|x| format!("{:.3}–{:.3}@{}", secs(log, x.sent), secs(log, x.recv), x.instance))
+        .collect();
+    format!("\n        timeline (sent–answered@instance): {}", shown.join(" "))
+}
+
+fn faults_around(log: &RunLog, a: u64, b: u64) -> String {
+    let near: Vec<String> = log
+        .faults
+        .iter()
+        .filter(|f| f.start <= b + 2_000_000 && f.heal + 6_000_000 >= a)
+        .map(|f| {
+            format!("{} {:.1}–{:.1} s ({})", f.fault.kind(), secs(log, f.start), secs(log, f.heal), f.note)
+        })
+        .chain(
+            log.reloads
+                .iter()
+                .filter(|r| r.at <= b && r.at + 3_000_000 >= a)
+                .map(|r| format!("reload at {:.1} s → {:?}", secs(log, r.at), r.after)),
+        )
+        .collect();
+    if near.is_empty() {
+        String::new()
+    } else {
+        format!("; around it: {}", near.join("; "))
+    }
+}
+
+/// Whether `[a, b]` is outside every store fault and its recovery time.
+fn healthy(log: &RunLog, a: u64, b: u64) -> bool {
+    a >= log.ready
+        && !log.faults.iter().any(|f| {
+            f.fault.is_store_fault() && f.start <= b && f.heal + f.fault.recovery().as_micros() as u64 >= a
+        })
+}
+
+/// Invariant 2: outside a fault and its recovery, the breaker never opens and store
+/// failures stay under the stated rate.
+fn healthy_means_deciding(log: &RunLog) -> Verdict {
+    let mut violations = Vec::new();
+    let mut checked = 0;
+    for instance in 0..log.instances {
+        let samples: Vec<_> = log
+            .samples
+            .iter()
+            .filter(|s| s.instance == instance && s.counted && s.metrics.is_some())
+            .collect();
+        let (mut failures, mut healthy_us) = (0.0, 0u64);
+        let mut by_outcome: std::collections::BTreeMap<String, f64> = Default::default();
+        for pair in samples.windows(2) {
+            let (a, b) = (pair[0], pair[1]);
+            if a.pid != b.pid || !healthy(log, a.at, b.at) {
+                continue;
+            }
+            checked += 1;
+            let (ma, mb) = (a.metrics.as_ref().expect("scraped"), b.metrics.as_ref().expect("scraped"));
+            if mb.breaker_open || mb.opens > ma.opens {
+                violations.push(format!(
+                    "instance {instance}: breaker open at {:.1} s, healthy since{}",
+                    secs(log, b.at),
+                    faults_around(log, a.at, b.at)
+                ));
+            }
+            failures += (mb.failures - ma.failures).max(0.0);
+            for (outcome, value) in &mb.by_outcome {
+                let before = ma.by_outcome.get(outcome).copied().unwrap_or(0.0);
+                *by_outcome.entry(outcome.clone()).or_default() += (value - before).max(0.0);
+            }
+            healthy_us += b.at - a.at;
+        }
+        if healthy_us > 0 {
+            let rate = failures / (healthy_us as f64 / 10e6);
+            if rate > HEALTHY_FAILURES_PER_10S {
+                violations.push(format!(
+                    "instance {instance}: {failures} store failures in {:.1} s of healthy time ({rate:.1} per 10 s)",
+                    healthy_us as f64 / 1e6
+                ));
+            }
+            println!(
+                "  instance {instance}: {failures} store failures {by_outcome:?} in {:.1} s healthy ({rate:.2} per 10 s)",
+                healthy_us as f64 / 1e6
+            );
+        }
+    }
+    Verdict {
+        name: "2 healthy means deciding",
+        slack: format!("breaker never open; store failures ≤ {HEALTHY_FAILURES_PER_10S} per 10 s per instance outside faults + recovery"),
+        checked,
+        violations,
+    }
+}
+
+/// Invariant 3: after each store fault heals, every live instance decides again within the
+/// fault's stated recovery time (its canary answered by the store).
+fn recovery(log: &RunLog) -> Verdict {
+    let mut violations = Vec::new();
+    let mut checked = 0;
+    for fault in log.faults.iter().filter(|f| f.fault.is_store_fault()) {
+        let limit = fault.heal + fault.fault.recovery().as_micros() as u64;
+        for instance in 0..log.instances {
+            let disturbed = log.faults.iter().any(|f| {
+                !f.fault.is_store_fault() && f.start <= limit && f.heal >= fault.heal
+                    && matches!(f.fault, Fault::KillInstance { instance: i } | Fault::DrainInstance { instance: i } if i % log.instances == instance)
+            });
+            if disturbed {
+                continue;
+            }
+            checked += 1;
+            let first = log
+                .canaries
+                .iter()
+                .filter(|c| c.instance == instance && c.sent >= fault.heal && c.decided)
+                .map(|c| c.recv)
+                .min();
+            match first {
+                Some(at) if at <= limit => {}
+                other => violations.push(format!(
+                    "instance {instance}: {} healed at {:.1} s, first decision {} (stated: within {} s)",
+                    fault.fault.kind(),
+                    secs(log, fault.heal),
+                    other.map_or("never".to_string(), |at| format!("at {:.1} s", secs(log, at))),
+                    fault.fault.recovery().as_secs()
+                )),
+            }
+        }
+    }
+    Verdict {
+        name: "3 recovery within the stated time",
+        slack: "2 s (connections reset, slot moved), 5 s (others)".into(),
+        checked,
+        violations,
+    }
+}
+
+/// Invariant 4: every live instance answers `/healthz` and a `ShouldRateLimit` within 1 s,
+/// every second.
+fn always_answering(log: &RunLog) -> Verdict {
+    let mut violations = Vec::new();
+    let counted: Vec<_> = log.samples.iter().filter(|s| s.counted).collect();
+    for s in &counted {
+        if s.healthz_ms.is_none() || s.rls_ms.is_none() {
+            violations.push(format!(
+                "instance {} at {:.1} s: /healthz {:?} ms, ShouldRateLimit {:?} ms",
+                s.instance,
+                secs(log, s.at),
+                s.healthz_ms,
+                s.rls_ms
+            ));
+        }
+    }
+    Verdict {
+        name: "4 always answering",
+        slack: "none: each probe within 1 s".into(),
+        checked: counted.len(),
+        violations,
+    }
+}
+
+/// The value a `soak_count` key counts: from `cnt-e` to the end of the value.
+fn counted_value(key: &str) -> Option<String> {
+    let at = key.find("cnt-e")?;
+    Some(key[at..].chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '-').collect())
+}
+
+/// Invariant 5: for exact fixed-window buckets, Redis's count equals the admissions the
+/// clients saw plus at most the charges whose answer they did not see as OK.
+fn charged_once(log: &RunLog) -> Verdict {
+    let mut seen: HashMap<String, (u64, u64, u64, u64)> = HashMap::new();
+    for call in log.calls.iter().filter(|c| c.domain == "soak_count") {
+        let entry = seen.entry(call.descriptors[0].1.clone()).or_insert((0, 0, u64::MAX, 0));
+        if call.unseen() {
+            entry.1 += 1
+        } else {
+            entry.0 += 1
+        }
+        entry.2 = entry.2.min(call.sent);
+        entry.3 = entry.3.max(call.recv);
+    }
+    let redis: HashMap<String, u64> =
+        log.counts.iter().filter_map(|(k, c)| Some((counted_value(k)?, *c))).collect();
+    let mut violations = Vec::new();
+    let mut checked = 0;
+    let mut excluded = 0;
+    for (value, (ok, unseen, first, last)) in &seen {
+        let epoch: u64 =
+            value.trim_start_matches("cnt-e").split('-').next().and_then(|e| e.parse().ok()).unwrap_or(0);
+        let a = log.start + epoch * COUNT_EPOCH_US;
+        let hour = 3_600_000_000;
+        // Counts are read after the run: a fault that lost data any time after the bucket's
+        // first charge lost (some of) its count.
+        let lost = log.faults.iter().any(|f| f.data_loss && f.heal + 1_000_000 >= a.min(*first));
+        if lost || first / hour != last / hour {
+            excluded += 1;
+            continue;
+        }
+        checked += 1;
+        let count = redis.get(value).copied().unwrap_or(0);
+        if count < *ok || count > ok + unseen {
+            violations.push(format!(
+                "{value}: Redis counts {count}, clients saw {ok} admitted and {unseen} unanswered or failed (allowed {ok}..={}){}",
+                ok + unseen,
+                faults_around(log, *first, *last)
+            ));
+        }
+    }
+    violations.sort();
+    Verdict {
+        name: "5 no charge twice, none lost",
+        slack: format!("count ∈ [admitted, admitted + unseen]; {excluded} buckets touched by data-losing faults not compared"),
+        checked,
+        violations,
+    }
+}
+
+/// Invariant 6: per process, RSS, open descriptors and metric series under stated bounds,
+/// and none of them growing from the first third of its life to the last.
+fn bounded(log: &RunLog) -> Verdict {
+    let mut violations = Vec::new();
+    let mut checked = 0;
+    let mut pids: HashMap<(usize, u32), Vec<&crate::watch::Sample>> = HashMap::new();
+    for s in log.samples.iter().filter(|s| s.counted && s.rss_kb > 0) {
+        pids.entry((s.instance, s.pid)).or_default().push(s);
+    }
+    for ((instance, pid), samples) in pids {
+        checked += samples.len();
+        let series = |s: &&crate::watch::Sample| s.metrics.as_ref().map_or(0, |m| m.series);
+        for s in &samples {
+            if s.rss_kb > MAX_RSS_KB || s.fds > MAX_FDS || series(s) > MAX_SERIES {
+                violations.push(format!(
+                    "instance {instance} (pid {pid}) at {:.1} s: RSS {} kB, {} descriptors, {} series",
+                    secs(log, s.at),
+                    s.rss_kb,
+                    s.fds,
+                    series(s)
+                ));
+                break;
+            }
+        }
+        if samples.len() >= 9 {
+            let third = samples.len() / 3;
+            let (early, late) = (&samples[1..third], &samples[samples.len() - third..]);
+            let max = |part: &[&crate::watch::Sample], f: &dyn Fn(&&crate::watch::Sample) -> u64| {
+                part.iter().map(f).max().unwrap_or(0)
+            };
+            let fds = (max(early, &|s| s.fds), max(late, &|s| s.fds));
+            let rss = (max(early, &|s| s.rss_kb), max(late, &|s| s.rss_kb));
+            let ser = (max(early, &series), max(late, &series));
+            if fds.1 > fds.0 + 32 || rss.1 > rss.0 * 3 / 2 + 32 * 1024 || ser.1 > ser.0 + 200 {
+                violations.push(format!(
+                    "instance {instance} (pid {pid}) grows: descriptors {} → {}, RSS {} → {} kB, series {} → {}",
+                    fds.0, fds.1, rss.0, rss.1, ser.0, ser.1
+                ));
+            }
+        }
+    }
+    Verdict {
+        name: "6 bounded",
+        slack: format!(
+            "RSS ≤ {} MiB, ≤ {MAX_FDS} descriptors, ≤ {MAX_SERIES} series; last third ≤ first third + 32 descriptors, ×1.5 + 32 MiB RSS, + 200 series",
+            MAX_RSS_KB / 1024
+        ),
+        checked,
+        violations,
+    }
+}
