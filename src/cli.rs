@@ -35,10 +35,15 @@ pub enum LogFormat {
 pub enum Command {
     /// Serve the Envoy rate-limit API.
     Serve(Box<Serve>),
-    /// Validate a config file or directory; exit non-zero with every error.
+    /// Validate a config file or directory; exit non-zero with every error. With
+    /// `--against OLD`, also list the buckets that replacing OLD with it starts afresh.
     Check {
         /// A policy file or a directory of *.yaml / *.yml files.
         path: PathBuf,
+        /// The config PATH would replace (e.g. the one serving now): list every rule whose
+        /// bucket keys change, as a reload would warn. Loaded with the same flags.
+        #[arg(long, value_name = "OLD")]
+        against: Option<PathBuf>,
         #[command(flatten)]
         load: LoadFlags,
     },

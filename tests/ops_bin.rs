@@ -175,6 +175,41 @@ async fn sighup_reloads_without_failing_requests() {
     assert_eq!(server.user_limit(&client).await, Some(2000));
 }
 
+/// A reload that changes `hash_tag` and a rule's unit: one warning per change naming what
+/// changed, and the per-domain count; `check --against` lists the same changes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_that_changes_bucket_keys_warns_and_counts() {
+    let server = Server::start(&user_policy(1000), &["--no-watch"]).await;
+    let old = server.dir.path().join("old.yaml");
+    std::fs::write(&old, user_policy(1000)).expect("write old");
+    let tagged = user_policy(1000).replace("domain: api\n", "domain: api\nhash_tag: domain\n");
+    std::fs::write(server.config(), &tagged).expect("write");
+    server.signal("HUP");
+    let warned = eventually(Duration::from_secs(2), || async { server.log().contains("start afresh") }).await;
+    let log = server.log();
+    assert!(warned, "no warning:\n{log}");
+    let line = log.lines().find(|l| l.contains("start afresh")).unwrap_or_default();
+    assert!(
+        line.contains("WARN") && line.contains("domain=api") && line.contains("hash_tag descriptor → domain"),
+        "{line}"
+    );
+    let metrics = http(server.admin, "GET", "/metrics").await.expect("metrics").body;
+    let series = r#"tollgate_config_reload_fresh_rules_total{domain="api"}"#;
+    assert_eq!(support::metric(&metrics, series), Some(1.0), "{metrics}");
+
+    let out =
+        tollgate().arg("check").arg(server.config()).arg("--against").arg(&old).output().expect("check");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        stdout.contains("these buckets start afresh")
+            && stdout.contains("domain api: hash_tag descriptor → domain"),
+        "{stdout}"
+    );
+    let out = tollgate().arg("check").arg(&old).arg("--against").arg(&old).output().expect("check");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("no bucket starts afresh"));
+}
+
 fn explain(args: &[&str]) -> (bool, String, String) {
     let out = tollgate().arg("explain").args(args).output().expect("run tollgate explain");
     let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
