@@ -4,7 +4,9 @@
 //! Loopback by default. With an admin token (`--admin-token-file`) every `POST` endpoint
 //! (`/reload`, `/v1/reset`), `GET /v1/usage` and `GET /v1/hotkeys` (`hotkeys`: the busiest
 //! buckets) require `Authorization: Bearer <token>`; `/` and `/v1/status` (the status page,
-//! `status`), `/metrics`, `/rlconfig`, `/healthz` and `/readyz` never do. Without a token, `/v1/reset` is refused (403) unless
+//! `status`) answer without it but leave the busiest buckets out, so that nothing
+//! unauthenticated names a bucket; `/metrics`, `/rlconfig`, `/healthz` and `/readyz` never
+//! need it. Without a token, `/v1/reset` is refused (403) unless
 //! `--admin-allow-unauthenticated-reset`: it hands quota back, so an open admin port must
 //! not do it by default. Readiness means "config loaded and gRPC serving"; it deliberately
 //! does not follow Redis: failure policies handle a Redis outage, so Kubernetes must not
@@ -161,6 +163,17 @@ impl Admin {
             .is_some_and(|presented| token.matches(presented.trim()))
     }
 
+    /// The status page's view: the busiest buckets name buckets, so with a token configured
+    /// only a request that carries it sees them (without one, everyone, as before).
+    fn status(&self, headers: &HeaderMap) -> crate::status::Status {
+        let hot = if self.authorized(headers) {
+            crate::status::HotBuckets::Shown
+        } else {
+            crate::status::HotBuckets::Hidden
+        };
+        crate::status::Status::gather(&self.live, &self.store, &self.metrics, hot)
+    }
+
     /// The buckets this process holds in memory, which the `tollgate_memory_*` metrics
     /// describe: the memory store, or with Redis the `failure_mode: local` limiter (the
     /// other one of the two is never charged).
@@ -197,13 +210,12 @@ impl Admin {
     }
 }
 
-async fn status_page(State(admin): State<Admin>) -> axum::response::Html<String> {
-    let status = crate::status::Status::gather(&admin.live, &admin.store, &admin.metrics);
-    axum::response::Html(crate::status::page::render(&status))
+async fn status_page(State(admin): State<Admin>, headers: HeaderMap) -> axum::response::Html<String> {
+    axum::response::Html(crate::status::page::render(&admin.status(&headers)))
 }
 
-async fn status_json(State(admin): State<Admin>) -> axum::Json<crate::status::Status> {
-    axum::Json(crate::status::Status::gather(&admin.live, &admin.store, &admin.metrics))
+async fn status_json(State(admin): State<Admin>, headers: HeaderMap) -> axum::Json<crate::status::Status> {
+    axum::Json(admin.status(&headers))
 }
 
 async fn readyz(State(admin): State<Admin>) -> (StatusCode, &'static str) {
