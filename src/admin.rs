@@ -23,13 +23,14 @@ use axum::routing::{get, post};
 use axum::Router;
 use serde::Deserialize;
 
-use sha2::{Digest, Sha256};
-
 mod audit;
 pub mod client;
 pub mod hotkeys;
 pub mod query;
+mod token;
 pub mod usage;
+
+pub use token::AdminToken;
 
 use crate::live::Live;
 use crate::metrics::Metrics;
@@ -58,37 +59,6 @@ pub struct Caller {
     pub client: Option<std::net::SocketAddr>,
     /// The id of the token presented (`AdminToken::id`), `invalid` for a wrong one.
     pub token: Option<String>,
-}
-
-/// The bearer token mutating admin endpoints require; never printed.
-pub struct AdminToken(sha2::digest::Output<sha2::Sha256>);
-
-impl std::fmt::Debug for AdminToken {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("AdminToken(***)")
-    }
-}
-
-impl AdminToken {
-    /// The token in `text` (surrounding whitespace, such as a file's final newline, is not
-    /// part of it). `None` if empty.
-    pub fn new(text: &str) -> Option<AdminToken> {
-        let token = text.trim();
-        (!token.is_empty()).then(|| AdminToken(Sha256::digest(token.as_bytes())))
-    }
-
-    /// Whether `presented` is the token. Both sides are hashed first and the digests
-    /// compared without early exit, so the time taken says nothing about the token.
-    pub fn matches(&self, presented: &str) -> bool {
-        let digest = Sha256::digest(presented.as_bytes());
-        self.0.iter().zip(digest.iter()).fold(0u8, |diff, (a, b)| diff | (a ^ b)) == 0
-    }
-
-    /// A short id for audit logs: the first 8 hex digits of the token's SHA-256. Names
-    /// which token was used (after a rotation) without revealing it.
-    pub fn id(&self) -> String {
-        self.0.iter().take(4).map(|b| format!("{b:02x}")).collect()
-    }
 }
 
 impl Admin {
@@ -145,7 +115,7 @@ impl Admin {
         let presented = headers.contains_key(header::AUTHORIZATION);
         let allowed = self.authorized(headers);
         caller.token = match (presented, allowed) {
-            (_, true) => Some(token.id()),
+            (_, true) => Some(token.id().to_string()),
             (true, false) => Some("invalid".into()),
             (false, false) => None,
         };
@@ -323,23 +293,5 @@ fn store_state(store: &Store) -> crate::rlconfig::StoreState {
             healthy: sentinel.client().is_healthy(),
             detail: sentinel.client().description(),
         },
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_token_matches_itself_only_and_never_prints() {
-        let token = AdminToken::new("  s3cret-token\n").expect("a token");
-        assert!(token.matches("s3cret-token"));
-        assert!(!token.matches("s3cret-token2") && !token.matches("") && !token.matches("S3cret-token"));
-        assert!(AdminToken::new(" \n").is_none(), "an empty file is no token");
-        assert!(!format!("{token:?}").contains("s3cret"));
-        // sha256("s3cret-token") starts with these 4 bytes.
-        let id = token.id();
-        assert_eq!(id.len(), 8);
-        assert_eq!(id, format!("{:x}", Sha256::digest(b"s3cret-token"))[..8]);
     }
 }

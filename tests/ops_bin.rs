@@ -359,8 +359,18 @@ async fn usage_and_reset_verbs_call_the_admin_port_and_resets_are_audited() {
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("reset prints JSON");
     assert_eq!(json["limits"][0]["consumed"].as_u64(), Some(0));
 
-    let id = &format!("{:x}", sha2::Sha256::digest(b"s3cret-admin"))[..8];
+    // The audit id is the one the startup line names (keyed per process), not a hash of
+    // the token alone.
     let log = server.log();
+    let loaded = log.lines().find(|l| l.contains("admin token loaded")).unwrap_or_else(|| panic!("{log}"));
+    let id = loaded.split("token=").nth(1).map(|rest| rest.trim_matches('"')).unwrap_or_default();
+    let id = id.get(..8).unwrap_or_else(|| panic!("an 8-digit id in {loaded}"));
+    assert!(id.chars().all(|c| c.is_ascii_hexdigit()), "{loaded}");
+    assert_ne!(
+        id,
+        &format!("{:x}", sha2::Sha256::digest(b"s3cret-admin"))[..8],
+        "a bare sha256 of the token"
+    );
     let audit: Vec<&str> = log.lines().filter(|l| l.contains("tollgate::audit")).collect();
     assert_eq!(audit.len(), 2, "one line per reset, refused or not:\n{log}");
     assert!(audit[0].contains("result=\"refused\"") && audit[0].contains("status=401"), "{}", audit[0]);
