@@ -72,6 +72,7 @@ impl Live {
     ) -> Result<Live, ConfigErrors> {
         let snapshot = config::load_path_with(path, &options)?;
         metrics.serving(&snapshot.version);
+        metrics.export_fresh_rules(&snapshot);
         Ok(Live {
             path: path.to_path_buf(),
             options,
@@ -125,6 +126,7 @@ impl Live {
                 let changed = previous != version;
                 if changed {
                     let rules = snapshot.rule_count();
+                    self.metrics.export_fresh_rules(&snapshot);
                     self.warn_fresh(&crate::fresh::between(&self.current.load().snapshot, &snapshot));
                     self.current.store(Arc::new(Active::new(snapshot, &self.metrics)));
                     self.metrics.serving(&version);

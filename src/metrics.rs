@@ -453,6 +453,14 @@ impl Metrics {
         self.config_loaded(ok);
     }
 
+    /// Exports `tollgate_config_reload_fresh_rules_total` of every domain of `snapshot` (0 for
+    /// a new one); call at each load.
+    pub fn export_fresh_rules(&self, snapshot: &crate::config::Snapshot) {
+        for domain in snapshot.domains.keys() {
+            self.fresh_rules.export(domain);
+        }
+    }
+
     /// `rules` rules of `domain` whose buckets a reload started afresh (`crate::fresh`).
     pub fn fresh_rules(&self, domain: &str, rules: usize) {
         self.fresh_rules.add(domain, rules);

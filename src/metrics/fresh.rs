@@ -28,6 +28,12 @@ impl FreshRules {
         FreshRules(family)
     }
 
+    /// Exports `domain`'s count (at 0 until a reload starts one of its rules afresh), so that
+    /// the first increase is a step `increase()` sees rather than a series born at 1.
+    pub fn export(&self, domain: &str) {
+        self.0.get_or_create(&DomainLabel { domain: domain.to_string() }).inc_by(0);
+    }
+
     /// `rules` rules of `domain` start afresh.
     pub fn add(&self, domain: &str, rules: usize) {
         self.0.get_or_create(&DomainLabel { domain: domain.to_string() }).inc_by(rules as u64);

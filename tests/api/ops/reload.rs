@@ -188,12 +188,13 @@ async fn a_changed_hash_tag_starts_buckets_afresh_and_is_counted() {
     let file = app.config_path().join("api.yaml");
     let alice = request("api", &[&[("user", "alice")]]);
     let fresh = |text: &str| metric(text, r#"tollgate_config_reload_fresh_rules_total{domain="api"}"#);
+    assert_eq!(fresh(&app.metrics().await), Some(0.0), "exported from the start");
     assert_eq!(app.allowed_of(3, &alice).await, 2);
 
     std::fs::write(&file, tagged_policy(None, 3)).expect("write");
     assert_eq!(app.admin("POST", "/reload").await.status, 200);
     assert_eq!(app.allowed_of(1, &alice).await, 0, "a new limit keeps the exhausted bucket");
-    assert_eq!(fresh(&app.metrics().await), None, "nothing started afresh");
+    assert_eq!(fresh(&app.metrics().await), Some(0.0), "exported at 0; nothing started afresh");
 
     std::fs::write(&file, tagged_policy(Some("domain"), 3)).expect("write");
     let response = app.admin("POST", "/reload").await;
