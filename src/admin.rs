@@ -4,7 +4,9 @@
 //! Loopback by default. With an admin token (`--admin-token-file`) every `POST` endpoint
 //! (`/reload`, `/v1/reset`), `GET /v1/usage` and `GET /v1/hotkeys` (`hotkeys`: the busiest
 //! buckets) require `Authorization: Bearer <token>`; `/` and `/v1/status` (the status page,
-//! `status`), `/metrics`, `/rlconfig`, `/healthz` and `/readyz` never do. Without a token, `/v1/reset` is refused (403) unless
+//! `status`) answer without it but leave the busiest buckets out, so that nothing
+//! unauthenticated names a bucket; `/metrics`, `/rlconfig`, `/healthz` and `/readyz` never
+//! need it. Without a token, `/v1/reset` is refused (403) unless
 //! `--admin-allow-unauthenticated-reset`: it hands quota back, so an open admin port must
 //! not do it by default. Readiness means "config loaded and gRPC serving"; it deliberately
 //! does not follow Redis: failure policies handle a Redis outage, so Kubernetes must not
@@ -21,13 +23,14 @@ use axum::routing::{get, post};
 use axum::Router;
 use serde::Deserialize;
 
-use sha2::{Digest, Sha256};
-
 mod audit;
 pub mod client;
 pub mod hotkeys;
 pub mod query;
+mod token;
 pub mod usage;
+
+pub use token::AdminToken;
 
 use crate::live::Live;
 use crate::metrics::Metrics;
@@ -56,37 +59,6 @@ pub struct Caller {
     pub client: Option<std::net::SocketAddr>,
     /// The id of the token presented (`AdminToken::id`), `invalid` for a wrong one.
     pub token: Option<String>,
-}
-
-/// The bearer token mutating admin endpoints require; never printed.
-pub struct AdminToken(sha2::digest::Output<sha2::Sha256>);
-
-impl std::fmt::Debug for AdminToken {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("AdminToken(***)")
-    }
-}
-
-impl AdminToken {
-    /// The token in `text` (surrounding whitespace, such as a file's final newline, is not
-    /// part of it). `None` if empty.
-    pub fn new(text: &str) -> Option<AdminToken> {
-        let token = text.trim();
-        (!token.is_empty()).then(|| AdminToken(Sha256::digest(token.as_bytes())))
-    }
-
-    /// Whether `presented` is the token. Both sides are hashed first and the digests
-    /// compared without early exit, so the time taken says nothing about the token.
-    pub fn matches(&self, presented: &str) -> bool {
-        let digest = Sha256::digest(presented.as_bytes());
-        self.0.iter().zip(digest.iter()).fold(0u8, |diff, (a, b)| diff | (a ^ b)) == 0
-    }
-
-    /// A short id for audit logs: the first 8 hex digits of the token's SHA-256. Names
-    /// which token was used (after a rotation) without revealing it.
-    pub fn id(&self) -> String {
-        self.0.iter().take(4).map(|b| format!("{b:02x}")).collect()
-    }
 }
 
 impl Admin {
@@ -143,7 +115,7 @@ impl Admin {
         let presented = headers.contains_key(header::AUTHORIZATION);
         let allowed = self.authorized(headers);
         caller.token = match (presented, allowed) {
-            (_, true) => Some(token.id()),
+            (_, true) => Some(token.id().to_string()),
             (true, false) => Some("invalid".into()),
             (false, false) => None,
         };
@@ -159,6 +131,17 @@ impl Admin {
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "))
             .is_some_and(|presented| token.matches(presented.trim()))
+    }
+
+    /// The status page's view: the busiest buckets name buckets, so with a token configured
+    /// only a request that carries it sees them (without one, everyone, as before).
+    fn status(&self, headers: &HeaderMap) -> crate::status::Status {
+        let hot = if self.authorized(headers) {
+            crate::status::HotBuckets::Shown
+        } else {
+            crate::status::HotBuckets::Hidden
+        };
+        crate::status::Status::gather(&self.live, &self.store, &self.metrics, hot)
     }
 
     /// The buckets this process holds in memory, which the `tollgate_memory_*` metrics
@@ -197,13 +180,12 @@ impl Admin {
     }
 }
 
-async fn status_page(State(admin): State<Admin>) -> axum::response::Html<String> {
-    let status = crate::status::Status::gather(&admin.live, &admin.store, &admin.metrics);
-    axum::response::Html(crate::status::page::render(&status))
+async fn status_page(State(admin): State<Admin>, headers: HeaderMap) -> axum::response::Html<String> {
+    axum::response::Html(crate::status::page::render(&admin.status(&headers)))
 }
 
-async fn status_json(State(admin): State<Admin>) -> axum::Json<crate::status::Status> {
-    axum::Json(crate::status::Status::gather(&admin.live, &admin.store, &admin.metrics))
+async fn status_json(State(admin): State<Admin>, headers: HeaderMap) -> axum::Json<crate::status::Status> {
+    axum::Json(admin.status(&headers))
 }
 
 async fn readyz(State(admin): State<Admin>) -> (StatusCode, &'static str) {
@@ -311,23 +293,5 @@ fn store_state(store: &Store) -> crate::rlconfig::StoreState {
             healthy: sentinel.client().is_healthy(),
             detail: sentinel.client().description(),
         },
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_token_matches_itself_only_and_never_prints() {
-        let token = AdminToken::new("  s3cret-token\n").expect("a token");
-        assert!(token.matches("s3cret-token"));
-        assert!(!token.matches("s3cret-token2") && !token.matches("") && !token.matches("S3cret-token"));
-        assert!(AdminToken::new(" \n").is_none(), "an empty file is no token");
-        assert!(!format!("{token:?}").contains("s3cret"));
-        // sha256("s3cret-token") starts with these 4 bytes.
-        let id = token.id();
-        assert_eq!(id.len(), 8);
-        assert_eq!(id, format!("{:x}", Sha256::digest(b"s3cret-token"))[..8]);
     }
 }

@@ -418,6 +418,10 @@ fn admin_token(settings: &ServeSettings) -> anyhow::Result<Option<crate::admin::
         .with_context(|| format!("reading the admin token {}", path.display()))?;
     let token = crate::admin::AdminToken::new(&text)
         .with_context(|| format!("the admin token file {} is empty", path.display()))?;
+    tracing::info!(
+        token = token.id(),
+        "admin token loaded; audit lines name it by this id, in this process only"
+    );
     Ok(Some(token))
 }
 

@@ -35,10 +35,15 @@ pub enum LogFormat {
 pub enum Command {
     /// Serve the Envoy rate-limit API.
     Serve(Box<Serve>),
-    /// Validate a config file or directory; exit non-zero with every error.
+    /// Validate a config file or directory; exit non-zero with every error. With
+    /// `--against OLD`, also list the buckets that replacing OLD with it starts afresh.
     Check {
         /// A policy file or a directory of *.yaml / *.yml files.
         path: PathBuf,
+        /// The config PATH would replace (e.g. the one serving now): list every rule whose
+        /// bucket keys change, as a reload would warn. Loaded with the same flags.
+        #[arg(long, value_name = "OLD")]
+        against: Option<PathBuf>,
         #[command(flatten)]
         load: LoadFlags,
     },
@@ -307,8 +312,9 @@ pub struct Serve {
     /// PEM CA bundle: require and verify client certificates (mTLS).
     #[arg(long, env = "TOLLGATE_GRPC_CLIENT_CA", requires = "grpc_tls_cert")]
     pub grpc_client_ca: Option<PathBuf>,
-    /// File holding a bearer token: with it, every POST admin endpoint (/reload, /v1/reset)
-    /// and GET /v1/usage require `Authorization: Bearer <token>`; other read endpoints never do.
+    /// File holding a bearer token: with it, every POST admin endpoint (/reload, /v1/reset),
+    /// GET /v1/usage and GET /v1/hotkeys require `Authorization: Bearer <token>`, and the
+    /// status page (/, /v1/status) lists hot keys only with it; other read endpoints never do.
     #[arg(long, env = "TOLLGATE_ADMIN_TOKEN_FILE")]
     pub admin_token_file: Option<PathBuf>,
     /// Allow `POST /v1/reset` without --admin-token-file (refused by default: anyone who

@@ -211,7 +211,8 @@ pub struct HotEntry {
 pub enum Values {
     /// Those of rules that show values in metrics (`/v1/hotkeys`, behind the admin token).
     AsConfigured,
-    /// None: every request value as its hash (the status page, which needs no token).
+    /// None: every request value as its hash (the status page: no token needed without
+    /// `--admin-token-file`, the token needed with it).
     Hashed,
 }
 

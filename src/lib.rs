@@ -9,10 +9,12 @@
 pub mod admin;
 pub mod algorithm;
 pub mod app;
+pub mod check;
 pub mod cli;
 pub mod config;
 pub mod escape;
 pub mod explain;
+pub mod fresh;
 pub mod hotkeys;
 pub mod live;
 pub mod metrics;

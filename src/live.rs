@@ -3,7 +3,8 @@
 //! A request takes one `Arc<Active>` (`load`) and keeps it to the end, so it never sees
 //! two configs. `reload` reads → parses → validates → compiles a whole new snapshot and
 //! swaps it in; on any error the previous snapshot keeps serving. Every reload trigger
-//! (file watcher, SIGHUP, `POST /reload`) goes through this one function.
+//! (file watcher, SIGHUP, `POST /reload`) goes through this one function, which also warns
+//! of every rule whose bucket keys the new snapshot changes (`crate::fresh`).
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -71,6 +72,7 @@ impl Live {
     ) -> Result<Live, ConfigErrors> {
         let snapshot = config::load_path_with(path, &options)?;
         metrics.serving(&snapshot.version);
+        metrics.export_fresh_rules(&snapshot);
         Ok(Live {
             path: path.to_path_buf(),
             options,
@@ -96,6 +98,22 @@ impl Live {
         self.last_error.lock().unwrap_or_else(PoisonError::into_inner).clone()
     }
 
+    /// One warning and the metric per change that starts buckets afresh (`crate::fresh`).
+    fn warn_fresh(&self, fresh: &[crate::fresh::Fresh]) {
+        for change in fresh {
+            let rule = change.rule.as_deref().unwrap_or("*");
+            let changed = change.changes.join("; ");
+            tracing::warn!(
+                domain = %change.domain,
+                rule,
+                rules = change.rules,
+                %changed,
+                "config reload changes bucket keys: these buckets start afresh (counts reset)"
+            );
+            self.metrics.fresh_rules(&change.domain, change.rules);
+        }
+    }
+
     /// Rebuilds the snapshot from disk and swaps it in. On error the current snapshot
     /// keeps serving, and the errors are logged, counted and returned.
     /// Returns the version now serving and whether it changed.
@@ -108,6 +126,8 @@ impl Live {
                 let changed = previous != version;
                 if changed {
                     let rules = snapshot.rule_count();
+                    self.metrics.export_fresh_rules(&snapshot);
+                    self.warn_fresh(&crate::fresh::between(&self.current.load().snapshot, &snapshot));
                     self.current.store(Arc::new(Active::new(snapshot, &self.metrics)));
                     self.metrics.serving(&version);
                     tracing::info!(%version, %previous, rules, "config reloaded");

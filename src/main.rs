@@ -30,22 +30,18 @@ fn main() -> ExitCode {
 
 async fn run(cli: Cli) -> ExitCode {
     match cli.command {
-        Command::Check { path, load } => match tollgate::config::load_path_with(&path, &load.options()) {
-            Ok(snapshot) => {
-                println!(
-                    "{}: ok ({} domains, {} rules, version {})",
-                    path.display(),
-                    snapshot.domains.len(),
-                    snapshot.rule_count(),
-                    snapshot.version
-                );
-                ExitCode::SUCCESS
+        Command::Check { path, against, load } => {
+            match tollgate::check::check(&path, against.as_deref(), &load.options()) {
+                Ok(report) => {
+                    print!("{report}");
+                    ExitCode::SUCCESS
+                }
+                Err(errors) => {
+                    eprintln!("{errors}");
+                    ExitCode::FAILURE
+                }
             }
-            Err(errors) => {
-                eprintln!("{errors}");
-                ExitCode::FAILURE
-            }
-        },
+        }
         Command::Explain(args) => {
             match tollgate::explain::explain_path(
                 &args.path,

@@ -9,6 +9,7 @@
 //! of the rules it drops.
 
 mod approx;
+mod fresh;
 mod hot_keys;
 pub mod label;
 mod series;
@@ -108,6 +109,7 @@ pub struct Metrics {
     hot_keys: crate::hotkeys::HotKeys,
     hot_key_shares: hot_keys::HotKeyShares,
     approx: approx::ApproxMetrics,
+    fresh_rules: fresh::FreshRules,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -349,6 +351,7 @@ impl Metrics {
         // the start.
         let hot_key_shares = hot_keys::HotKeyShares::register(&mut registry);
         let approx = approx::ApproxMetrics::register(&mut registry);
+        let fresh_rules = fresh::FreshRules::register(&mut registry);
         for result in ["success", "failure"] {
             config_reloads.get_or_create(&ResultLabel { result }).inc_by(0);
         }
@@ -386,6 +389,7 @@ impl Metrics {
             hot_keys: crate::hotkeys::HotKeys::default(),
             hot_key_shares,
             approx,
+            fresh_rules,
         }
     }
 
@@ -447,6 +451,19 @@ impl Metrics {
         let result = if ok { "success" } else { "failure" };
         self.config_reloads.get_or_create(&ResultLabel { result }).inc();
         self.config_loaded(ok);
+    }
+
+    /// Exports `tollgate_config_reload_fresh_rules_total` of every domain of `snapshot` (0 for
+    /// a new one); call at each load.
+    pub fn export_fresh_rules(&self, snapshot: &crate::config::Snapshot) {
+        for domain in snapshot.domains.keys() {
+            self.fresh_rules.export(domain);
+        }
+    }
+
+    /// `rules` rules of `domain` whose buckets a reload started afresh (`crate::fresh`).
+    pub fn fresh_rules(&self, domain: &str, rules: usize) {
+        self.fresh_rules.add(domain, rules);
     }
 
     /// Stamps the last attempt, and the last success when `ok`: an alert compares the two

@@ -4,9 +4,11 @@
 //! rule, store latency; fed by the request path), this file (`Status`: gathers the serving
 //! config, the store's state and the history into one value, serialised as the JSON
 //! contract), `page` (renders that value as a self-contained HTML page). Neither endpoint
-//! shows request values (the busiest buckets of `crate::hotkeys` show theirs hashed), so
-//! neither needs the admin token. Must not be on the request path:
-//! gathering takes a lock (the reload error) and walks every rule.
+//! shows request values, and neither needs the admin token; but the busiest buckets of
+//! `crate::hotkeys` name buckets (their values hashed, and an unsalted hash of an IP address
+//! or a short id reverses), so with an admin token configured they are gathered only for a
+//! request that carries it ([`HotBuckets`], decided by `admin`). Must not be on the request
+//! path: gathering takes a lock (the reload error) and walks every rule.
 
 pub mod history;
 pub mod page;
@@ -35,6 +37,17 @@ pub struct Status {
     pub domains: Vec<DomainStatus>,
     /// Unix seconds when this view was gathered.
     pub generated_at: u64,
+    /// True when the busiest buckets were left out (an admin token is configured and the
+    /// request did not carry it): every `domains[].hot_keys` is then empty.
+    pub hot_keys_hidden: bool,
+}
+
+/// Whether a view lists each domain's busiest buckets (per-bucket identities).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HotBuckets {
+    Shown,
+    /// Left out: the caller has not shown the admin token.
+    Hidden,
 }
 
 /// The serving config and the latest reload.
@@ -104,7 +117,7 @@ pub struct DomainStatus {
     /// In file order.
     pub rules: Vec<RuleStatus>,
     /// The [`HOT_KEYS`] busiest buckets over the last minute (`crate::hotkeys`), every
-    /// request value shown as its hash.
+    /// request value shown as its hash; empty when [`HotBuckets::Hidden`].
     pub hot_keys: Vec<HotKey>,
 }
 
@@ -167,13 +180,13 @@ impl From<Rates> for PerSecond {
 }
 
 impl Status {
-    /// The view now.
-    pub fn gather(live: &Live, store: &Store, metrics: &Metrics) -> Status {
-        Status::gather_at(live, store, metrics, metrics.history().now())
+    /// The view now, with or without the busiest buckets.
+    pub fn gather(live: &Live, store: &Store, metrics: &Metrics, hot: HotBuckets) -> Status {
+        Status::gather_at(live, store, metrics, metrics.history().now(), hot)
     }
 
     /// The view with the history's minute ending before second `now` (`History::now`).
-    pub fn gather_at(live: &Live, store: &Store, metrics: &Metrics, now: u64) -> Status {
+    pub fn gather_at(live: &Live, store: &Store, metrics: &Metrics, now: u64, hot: HotBuckets) -> Status {
         let active = live.load();
         let snapshot = &active.snapshot;
         let history = metrics.history();
@@ -191,7 +204,8 @@ impl Status {
                         rule_status(rule, minute)
                     })
                     .collect();
-                let hot_keys = active.hot_keys.domain(&domain.name).map_or_else(Vec::new, |sketch| {
+                let sketch = active.hot_keys.domain(&domain.name).filter(|_| hot == HotBuckets::Shown);
+                let hot_keys = sketch.map_or_else(Vec::new, |sketch| {
                     let leased = |key: &str| crate::hotkeys::is_leased(store, key);
                     crate::hotkeys::view(domain, sketch, now, HOT_KEYS, Values::Hashed, leased).keys
                 });
@@ -217,6 +231,7 @@ impl Status {
             store: store_status(store, history.store_p99_ms_at(now)),
             domains,
             generated_at: unix(SystemTime::now()),
+            hot_keys_hidden: hot == HotBuckets::Hidden,
         }
     }
 }

@@ -175,6 +175,41 @@ async fn sighup_reloads_without_failing_requests() {
     assert_eq!(server.user_limit(&client).await, Some(2000));
 }
 
+/// A reload that changes `hash_tag` and a rule's unit: one warning per change naming what
+/// changed, and the per-domain count; `check --against` lists the same changes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_that_changes_bucket_keys_warns_and_counts() {
+    let server = Server::start(&user_policy(1000), &["--no-watch"]).await;
+    let old = server.dir.path().join("old.yaml");
+    std::fs::write(&old, user_policy(1000)).expect("write old");
+    let tagged = user_policy(1000).replace("domain: api\n", "domain: api\nhash_tag: domain\n");
+    std::fs::write(server.config(), &tagged).expect("write");
+    server.signal("HUP");
+    let warned = eventually(Duration::from_secs(2), || async { server.log().contains("start afresh") }).await;
+    let log = server.log();
+    assert!(warned, "no warning:\n{log}");
+    let line = log.lines().find(|l| l.contains("start afresh")).unwrap_or_default();
+    assert!(
+        line.contains("WARN") && line.contains("domain=api") && line.contains("hash_tag descriptor → domain"),
+        "{line}"
+    );
+    let metrics = http(server.admin, "GET", "/metrics").await.expect("metrics").body;
+    let series = r#"tollgate_config_reload_fresh_rules_total{domain="api"}"#;
+    assert_eq!(support::metric(&metrics, series), Some(1.0), "{metrics}");
+
+    let out =
+        tollgate().arg("check").arg(server.config()).arg("--against").arg(&old).output().expect("check");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        stdout.contains("these buckets start afresh")
+            && stdout.contains("domain api: hash_tag descriptor → domain"),
+        "{stdout}"
+    );
+    let out = tollgate().arg("check").arg(&old).arg("--against").arg(&old).output().expect("check");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("no bucket starts afresh"));
+}
+
 fn explain(args: &[&str]) -> (bool, String, String) {
     let out = tollgate().arg("explain").args(args).output().expect("run tollgate explain");
     let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
@@ -324,8 +359,18 @@ async fn usage_and_reset_verbs_call_the_admin_port_and_resets_are_audited() {
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("reset prints JSON");
     assert_eq!(json["limits"][0]["consumed"].as_u64(), Some(0));
 
-    let id = &format!("{:x}", sha2::Sha256::digest(b"s3cret-admin"))[..8];
+    // The audit id is the one the startup line names (keyed per process), not a hash of
+    // the token alone.
     let log = server.log();
+    let loaded = log.lines().find(|l| l.contains("admin token loaded")).unwrap_or_else(|| panic!("{log}"));
+    let id = loaded.split("token=").nth(1).map(|rest| rest.trim_matches('"')).unwrap_or_default();
+    let id = id.get(..8).unwrap_or_else(|| panic!("an 8-digit id in {loaded}"));
+    assert!(id.chars().all(|c| c.is_ascii_hexdigit()), "{loaded}");
+    assert_ne!(
+        id,
+        &format!("{:x}", sha2::Sha256::digest(b"s3cret-admin"))[..8],
+        "a bare sha256 of the token"
+    );
     let audit: Vec<&str> = log.lines().filter(|l| l.contains("tollgate::audit")).collect();
     assert_eq!(audit.len(), 2, "one line per reset, refused or not:\n{log}");
     assert!(audit[0].contains("result=\"refused\"") && audit[0].contains("status=401"), "{}", audit[0]);

@@ -2,8 +2,8 @@
 //! `tollgate::audit` target.
 //!
 //! Who: the client's socket address and the token's id (`AdminToken::id`: 8 hex digits of
-//! the token's SHA-256, never the token), `none` without a token, `invalid` for a wrong
-//! one. What: the domain and the descriptor, escaped like `explain` shows them (`escape`),
+//! a keyed hash of the token, the key random per process; never the token, nor a bare hash
+//! of it), `none` without a token, `invalid` for a wrong one. What: the domain and the descriptor, escaped like `explain` shows them (`escape`),
 //! and the number of buckets. The line is `info` when the reset ran and `warn` when it was
 //! refused or failed, e.g.
 //! `INFO tollgate::audit: admin reset client=127.0.0.1:51234 token="3f2a9c1e" domain="api"

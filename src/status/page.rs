@@ -76,7 +76,16 @@ pub fn render(status: &Status) -> String {
 
 /// The busiest buckets of each domain that has any: rule, entries (values hashed as
 /// `#` and the hash's first 12 digits; the full hash in the cell's title), rate, share.
+/// Left out, saying so, when the request did not carry the admin token.
 fn hot_keys_section(out: &mut String, status: &Status) {
+    if status.hot_keys_hidden {
+        out.push_str(
+            "<section id=\"hot-keys\"><h2>Hot keys</h2><p class=\"muted\">Hidden: the busiest \
+             buckets need the admin token (<code>Authorization: Bearer &lt;token&gt;</code> on \
+             this page, <code>/v1/status</code> or <code>/v1/hotkeys</code>).</p></section>\n",
+        );
+        return;
+    }
     let busy: Vec<&DomainStatus> = status.domains.iter().filter(|d| !d.hot_keys.is_empty()).collect();
     if busy.is_empty() {
         return;

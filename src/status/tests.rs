@@ -56,7 +56,13 @@ impl Fixture {
 
     /// The view one second on, so that the current second is complete.
     fn status(&self) -> Status {
-        Status::gather_at(&self.live, &self.store, &self.metrics, self.metrics.history().now() + 1)
+        Status::gather_at(
+            &self.live,
+            &self.store,
+            &self.metrics,
+            self.metrics.history().now() + 1,
+            HotBuckets::Shown,
+        )
     }
 }
 
@@ -103,6 +109,19 @@ fn the_json_has_the_contract_fields() {
     let health = &rules[2];
     assert_eq!((health["unlimited"].clone(), health["limit"].clone()), (json!(true), json!(null)));
     assert_eq!(health["per_second"], json!({"ok": 0.0, "over_limit": 0.0, "failure": 0.0}));
+    assert_eq!(value["hot_keys_hidden"], false);
+}
+
+#[test]
+fn a_view_without_hot_buckets_says_so() {
+    let fixture = fixture(&[("api.yaml", API)]);
+    let now = fixture.metrics.history().now() + 1;
+    let hidden = Status::gather_at(&fixture.live, &fixture.store, &fixture.metrics, now, HotBuckets::Hidden);
+    assert!(hidden.hot_keys_hidden && hidden.domains.iter().all(|d| d.hot_keys.is_empty()));
+    assert_eq!(hidden.domains[0].rules.len(), 3, "the rules still show");
+    let page = render(&hidden);
+    assert!(page.contains("<h2>Hot keys</h2>") && page.contains("need the admin token"), "{page}");
+    assert!(!render(&fixture.status()).contains("need the admin token"));
 }
 
 #[test]

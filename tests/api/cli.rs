@@ -284,3 +284,27 @@ fn serve_refuses_a_staleness_below_the_sync_interval_and_a_zero_store_timeout() 
         assert!(err.to_string().contains("must be at least"), "{err}");
     }
 }
+
+#[test]
+fn check_against_lists_what_starts_afresh_and_refuses_a_broken_old_config() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let write = |name: &str, yaml: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, yaml).expect("write");
+        path
+    };
+    let old = write("old.yaml", "domain: api\ndescriptors:\n  - key: user\n    rate_limit: { name: per-user, unit: hour, requests_per_unit: 5 }\n");
+    let new = write("new.yaml", "domain: api\ndescriptors:\n  - key: user_id\n    rate_limit: { name: per-user, unit: minute, requests_per_unit: 5 }\n");
+    let out = tollgate().arg("check").arg(&new).arg("--against").arg(&old).output().expect("run tollgate");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "a fresh bucket is no error: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        stdout.contains("domain api, rule per-user: descriptor path user → user_id; unit hour → minute"),
+        "{stdout}"
+    );
+    let broken = write("broken.yaml", "domain: api\ndescriptors:\n  - key: user\n    rate_limit: { unit: fortnight, requests_per_unit: 5 }\n");
+    let out = tollgate().arg("check").arg(&new).arg("--against").arg(&broken).output().expect("run tollgate");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--against") && err.contains("fortnight"), "{err}");
+}

@@ -1,5 +1,6 @@
 //! `GET /v1/hotkeys`, `tollgate_hot_key_share` and the status page's hot keys, end to end:
-//! values hidden or shown per rule, the token, `top`, an unknown domain, the gauge's ranks.
+//! values hidden or shown per rule, the token (the status page lists hot keys only with it,
+//! when one is configured), `top`, an unknown domain, the gauge's ranks.
 
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -55,6 +56,11 @@ async fn hot_keys_hide_values_unless_the_rule_shows_them() {
     let rate = first["rate_per_second"].as_f64().unwrap_or_default();
     assert!((rate - 5.0 / since as f64).abs() < 0.001, "{json}");
     assert!(!json.to_string().contains("alice-s3cret"), "{json}");
+    // Without a configured token the status page shows them to everyone (loopback default).
+    let (_, status) = call(&app, "GET", "/v1/status", None).await;
+    assert_eq!(status["hot_keys_hidden"], false, "{status}");
+    assert_eq!(status["domains"][0]["hot_keys"].as_array().map(Vec::len), Some(3), "{status}");
+    assert!(app.admin("GET", "/").await.body.contains("class=\"hot-key\""));
     assert_eq!(keys[1]["descriptor"], serde_json::json!([{ "key": "tenant", "value": "acme" }]));
     assert_eq!(keys[1]["share"], 0.25);
 
@@ -93,9 +99,37 @@ async fn the_admin_token_guards_hot_keys() {
     let (status, json) = call(&app, "GET", path, Some("t0ken-s3cret")).await;
     assert_eq!(status, 200, "{json}");
     assert_eq!(keys(&json).len(), 3);
-    // The status page needs no token and shows every request value hashed.
-    let (status, json) = call(&app, "GET", "/v1/status", None).await;
+    // The status page needs no token, but without it names no bucket: no hot keys, no hash.
+    for token in [None, Some("wrong")] {
+        let (status, json) = call(&app, "GET", "/v1/status", token).await;
+        assert_eq!(status, 200);
+        assert_eq!(json["hot_keys_hidden"], true, "{json}");
+        assert_eq!(json["domains"][0]["hot_keys"], serde_json::json!([]), "{json}");
+        assert_eq!(json["domains"][0]["rules"].as_array().map(Vec::len), Some(2), "the rules still show");
+        let text = json.to_string();
+        assert!(!text.contains(&value_hash("alice-s3cret")) && !text.contains("alice-s3cret"), "{json}");
+        let bearer = token.map(|t| format!("Bearer {t}")).unwrap_or_default();
+        let headers: &[(&str, &str)] = if token.is_some() { &[("Authorization", &bearer)] } else { &[] };
+        let page = http_with(app.admin_addr(), "GET", "/", headers).await.expect("page");
+        assert_eq!(page.status, 200);
+        assert!(
+            page.body.contains("id=\"hot-keys\"") && page.body.contains("need the admin token"),
+            "{}",
+            page.body
+        );
+        assert!(!page.body.contains("class=\"hot-key\""), "{}", page.body);
+        for value in ["alice-s3cret", "bob"] {
+            assert!(
+                !page.body.contains(&value_hash(value)[..12]),
+                "a bucket's hash on the page: {}",
+                page.body
+            );
+        }
+    }
+    // With the token: every request value hashed, as before.
+    let (status, json) = call(&app, "GET", "/v1/status", Some("t0ken-s3cret")).await;
     assert_eq!(status, 200);
+    assert_eq!(json["hot_keys_hidden"], false, "{json}");
     let hot = json["domains"][0]["hot_keys"].as_array().unwrap_or_else(|| panic!("hot_keys in {json}"));
     assert_eq!(hot.len(), 3, "{json}");
     assert_eq!(
@@ -103,9 +137,12 @@ async fn the_admin_token_guards_hot_keys() {
         serde_json::json!([{ "key": "tenant", "value_hash": value_hash("acme") }])
     );
     assert!(!json.to_string().contains("acme") && !json.to_string().contains("alice-s3cret"), "{json}");
-    let page = app.admin("GET", "/").await;
-    assert!(page.body.contains("id=\"hot-keys\""), "{}", page.body);
+    let page = http_with(app.admin_addr(), "GET", "/", &[("Authorization", "Bearer t0ken-s3cret")])
+        .await
+        .expect("page");
+    assert!(page.body.contains("class=\"hot-key\""), "{}", page.body);
     assert!(page.body.contains(&format!("title=\"{}\"", value_hash("alice-s3cret"))));
+    assert!(!page.body.contains("need the admin token"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -170,3 +170,35 @@ async fn an_admin_token_guards_post_endpoints_only() {
         assert!(!response.body.contains("t0ken-s3cret"), "{path} shows the token");
     }
 }
+
+/// `user` at `per_user` per hour (gcra), with `hash_tag` given when `Some`.
+fn tagged_policy(hash_tag: Option<&str>, per_user: u32) -> String {
+    let tag = hash_tag.map_or(String::new(), |tag| format!("hash_tag: {tag}\n"));
+    format!(
+        "domain: api\n{tag}descriptors:\n  - key: user\n    rate_limit: {{ name: per-user, unit: hour, requests_per_unit: {per_user} }}\n"
+    )
+}
+
+/// A reload that changes `hash_tag` starts the domain's buckets afresh (an exhausted bucket
+/// admits again) and counts it per domain; a new limit alone keeps the counts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_hash_tag_starts_buckets_afresh_and_is_counted() {
+    let options = Options { watch_config: false, ..Options::new(StoreKind::Memory) };
+    let app = spawn_with(options, &[("api.yaml", &tagged_policy(None, 2))]).await;
+    let file = app.config_path().join("api.yaml");
+    let alice = request("api", &[&[("user", "alice")]]);
+    let fresh = |text: &str| metric(text, r#"tollgate_config_reload_fresh_rules_total{domain="api"}"#);
+    assert_eq!(fresh(&app.metrics().await), Some(0.0), "exported from the start");
+    assert_eq!(app.allowed_of(3, &alice).await, 2);
+
+    std::fs::write(&file, tagged_policy(None, 3)).expect("write");
+    assert_eq!(app.admin("POST", "/reload").await.status, 200);
+    assert_eq!(app.allowed_of(1, &alice).await, 0, "a new limit keeps the exhausted bucket");
+    assert_eq!(fresh(&app.metrics().await), Some(0.0), "exported at 0; nothing started afresh");
+
+    std::fs::write(&file, tagged_policy(Some("domain"), 3)).expect("write");
+    let response = app.admin("POST", "/reload").await;
+    assert!(response.status == 200 && response.body.starts_with("reloaded: version "), "{}", response.body);
+    assert_eq!(app.allowed_of(4, &alice).await, 3, "a new hash_tag: a new, full bucket");
+    assert_eq!(fresh(&app.metrics().await), Some(1.0));
+}
