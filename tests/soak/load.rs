@@ -165,8 +165,10 @@ pub async fn run_client(
             })
             .expect("a domain")
             .0;
+        // A key flood: one second in ten (a different one per client), every value fresh.
+        let flooding = ((now_us() - start_us) / 1_000_000).wrapping_add(seed).is_multiple_of(10);
         let mut value = |rng: &mut StdRng| -> String {
-            match rng.random_range(0..100) {
+            match if flooding { 0 } else { rng.random_range(0..100) } {
                 0..2 => {
                     fresh += 1;
                     format!("flood-{instance}-{seed}-{fresh}")

@@ -62,6 +62,15 @@ fn soak(plan: Plan) -> (Vec<Verdict>, String) {
         plan.steps.len()
     );
     println!("replay: {}", plan.replay_command());
+    println!("schedule:");
+    for step in &plan.steps {
+        println!(
+            "  after {:>5} ms: {:?}, held {} ms",
+            step.gap.as_millis(),
+            step.fault,
+            step.hold.as_millis()
+        );
+    }
     let replay = plan.replay_command();
     let log = run::run(plan);
     let verdicts = verdict::judge(&log);

@@ -212,6 +212,7 @@ fn draw_fault(rng: &mut StdRng, topology: Topology, instances: usize) -> Fault {
         ]),
         Topology::Sentinel => kinds.extend([Fault::KillRedis, Fault::Failover { master }]),
         Topology::Cluster => kinds.extend([
+            Fault::KillRedis,
             Fault::Latency { master, millis: rng.random_range(5..=60) },
             Fault::Silence { master },
             Fault::Failover { master },

@@ -16,7 +16,7 @@ const MASTER_NAME: &str = "soakmaster";
 pub enum Stores {
     Single { redis: RedisServer, front: Front },
     Sentinel { data: [RedisServer; 2], sentinel: Child, sentinel_port: u16, _dir: tempfile::TempDir },
-    Cluster { nodes: Vec<Node>, _dir: tempfile::TempDir },
+    Cluster { nodes: Vec<Node>, dir: tempfile::TempDir },
 }
 
 /// A cluster node behind its own front, which it announces.
@@ -106,7 +106,23 @@ impl Stores {
                     Stores::Sentinel { data, .. } => {
                         data.iter_mut().find(|r| r.port() == port).expect("the master")
                     }
-                    Stores::Cluster { .. } => unreachable!("not drawn on a cluster"),
+                    Stores::Cluster { nodes, dir } => {
+                        // Its replica is promoted after the node timeout (2 s) if the master
+                        // is still down; restarted, the old master rejoins (as a replica then).
+                        let node = nodes.iter_mut().find(|n| n.port == port).expect("the master");
+                        if let Some(mut child) = node.child.take() {
+                            let _ = child.kill();
+                            let _ = child.wait();
+                        }
+                        std::thread::sleep(hold);
+                        node.child = Some(spawn_node(port, node.front.port(), dir.path()));
+                        let back = wait_for(Duration::from_secs(10), || cli(port, &["PING"]) == "PONG");
+                        let note = format!(
+                            "master :{port} killed, restarted after {} ms (up: {back})",
+                            hold.as_millis()
+                        );
+                        return Applied { data_loss: true, note };
+                    }
                 };
                 server.stop();
                 std::thread::sleep(hold);
@@ -358,24 +374,7 @@ fn start_cluster() -> Stores {
         };
         taken.extend([port, port + 10000]);
         let front = Front::to_port(port);
-        let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--cluster-enabled", "yes", "--cluster-config-file", &format!("nodes-{port}.conf")])
-            .args(["--cluster-require-full-coverage", "no", "--cluster-node-timeout", "2000"])
-            .args([
-                "--cluster-announce-ip",
-                "127.0.0.1",
-                "--cluster-announce-port",
-                &front.port().to_string(),
-            ])
-            .args(["--cluster-announce-bus-port", &(port + 10000).to_string()])
-            .args(["--save", "", "--appendonly", "no"])
-            .arg("--dir")
-            .arg(dir.path())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server must be installed (make deps)");
+        let child = spawn_node(port, front.port(), dir.path());
         assert!(wait_for(Duration::from_secs(10), || cli(port, &["PING"]) == "PONG"), "node :{port} up");
         nodes.push(Node { port, child: Some(child), front });
     }
@@ -398,7 +397,25 @@ fn start_cluster() -> Stores {
                 .all(|n| cli(n.port, &["INFO", "replication"]).contains("master_link_status:up"))
     });
     assert!(ready, "the cluster did not come up");
-    Stores::Cluster { nodes, _dir: dir }
+    Stores::Cluster { nodes, dir }
+}
+
+/// A cluster node on `port` announcing `front` (its cluster config file in `dir` survives
+/// a restart: the node rejoins).
+fn spawn_node(port: u16, front: u16, dir: &std::path::Path) -> Child {
+    Command::new("redis-server")
+        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+        .args(["--cluster-enabled", "yes", "--cluster-config-file", &format!("nodes-{port}.conf")])
+        .args(["--cluster-require-full-coverage", "no", "--cluster-node-timeout", "2000"])
+        .args(["--cluster-announce-ip", "127.0.0.1", "--cluster-announce-port", &front.to_string()])
+        .args(["--cluster-announce-bus-port", &(port + 10000).to_string()])
+        .args(["--save", "", "--appendonly", "no"])
+        .arg("--dir")
+        .arg(dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("redis-server must be installed (make deps)")
 }
 
 /// `(real port, node id, lowest slot)` of every master that serves slots, by lowest slot.
