@@ -11,6 +11,7 @@
 //! RESP3 — needed for the disconnect notices the lifecycle watches) and password redaction.
 
 pub mod cluster;
+mod health;
 pub mod link;
 pub mod sentinel;
 pub mod single;
@@ -27,6 +28,7 @@ use self::link::{Connect, LinkSettings};
 use super::breaker::BreakerSettings;
 use super::StoreError;
 
+pub use self::health::Health;
 pub use self::single::RedisStore;
 
 /// Commands outstanding per connection by default (see `LinkSettings::max_inflight`).
@@ -128,35 +130,6 @@ pub fn redact_url(url: &str) -> String {
 fn is_secret_param(name: &str) -> bool {
     let name = name.to_ascii_lowercase();
     name == "pass" || name == "password"
-}
-
-/// Whether a store's last call reached Redis; each change is logged once.
-pub struct Health {
-    up: std::sync::atomic::AtomicBool,
-    /// What is reachable or failing, as logged (no password).
-    what: String,
-}
-
-impl Health {
-    pub fn new(what: String) -> Health {
-        Health { up: std::sync::atomic::AtomicBool::new(true), what }
-    }
-
-    pub fn is_up(&self) -> bool {
-        self.up.load(std::sync::atomic::Ordering::Relaxed)
-    }
-
-    /// Up unless a charge of `results` found Redis unreachable (not a script's own error).
-    pub fn record<T>(&self, results: &[Result<T, StoreError>]) {
-        let up = !results.iter().any(|r| matches!(r, Err(e) if e.is_unreachable()));
-        if self.up.swap(up, std::sync::atomic::Ordering::Relaxed) != up {
-            if up {
-                tracing::info!(redis = %self.what, "redis is reachable again");
-            } else {
-                tracing::warn!(redis = %self.what, "redis is failing; domains apply their failure_mode");
-            }
-        }
-    }
 }
 
 /// `host:port` → `redis://host:port`; a URL is kept as it is.

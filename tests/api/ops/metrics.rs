@@ -108,6 +108,13 @@ async fn every_result_is_counted_exactly() {
     let version = json["version"].as_str().expect("version");
     assert_eq!(metric(&text, &format!(r#"tollgate_config_info{{version="{version}"}}"#)), Some(1.0));
     assert_eq!(text.matches("tollgate_config_info{").count(), 1, "one version at a time");
+    // Two failed calls within 0.5 s are no outage yet (`store::redis::health`); failing calls
+    // with none succeeding for that long are.
+    assert_eq!(json["store"]["healthy"], serde_json::Value::Bool(true), "two failed calls");
+    tokio::time::sleep(std::time::Duration::from_millis(600)).await;
+    app.check(request("strict", &[&[("ip", "192.0.2.2")]])).await;
+    let status = app.admin("GET", "/rlconfig?format=json").await;
+    let json: serde_json::Value = serde_json::from_str(&status.body).expect("json");
     assert_eq!(json["store"]["healthy"], serde_json::Value::Bool(false), "redis is down");
     assert_eq!(app.admin("GET", "/readyz").await.status, 200, "readiness does not follow redis");
 }
