@@ -188,7 +188,7 @@ pub struct Serve {
         value_parser = clap::value_parser!(u64).range(10..)
     )]
     pub breaker_window_ms: u64,
-    /// First cool-down of an open breaker, in ms (doubles after each failed probe, max 30 s).
+    /// First cool-down of an open breaker, in ms (doubles after each failed probe, up to 2 s or this value if larger).
     #[arg(long, env = "TOLLGATE_BREAKER_COOLDOWN_MS", default_value_t = 1000)]
     pub breaker_cooldown_ms: u64,
     /// Multiplexed Redis connections shared by all requests (per master with a cluster).

@@ -51,8 +51,13 @@ use std::time::{Duration, Instant};
 
 use rand::Rng;
 
-/// Longest cool-down, however often probes fail.
-const MAX_COOLDOWN: Duration = Duration::from_secs(30);
+/// Longest cool-down, however often probes fail (a longer `--breaker-cooldown-ms` is kept
+/// as it is). Limiting resumes at the first probe after Redis is back, so the cap bounds
+/// the recovery after any outage: with 30 s it was up to 36 s after a long outage that
+/// every decision of a fail-closed domain stayed denied (of a fail-open one, unlimited)
+/// with Redis healthy (found by the soak, `tests/soak`). A probe is one call: backing off
+/// further protects Redis from nothing.
+const MAX_COOLDOWN: Duration = Duration::from_secs(2);
 
 /// Sub-windows of the sliding window: failures leave it in steps of a tenth of the window.
 const SLOTS: usize = 10;
@@ -102,7 +107,7 @@ pub enum BreakerState {
 /// that never answered proves nothing about Redis. Not the doubled cool-down of a failed
 /// probe: the client gave up (Envoy at its own timeout, or its caller went away), which is
 /// no evidence that Redis is down, and doubling on every cancel would keep a healthy Redis
-/// shunned for up to 30 s. Not left half-open: with no probe in flight, every later call
+/// shunned for longer. Not left half-open: with no probe in flight, every later call
 /// would be refused until a restart.
 #[derive(Debug)]
 #[must_use = "a call must be recorded, or it counts for nothing"]
@@ -236,7 +241,7 @@ impl Breaker {
             Phase::HalfOpen { .. } | Phase::Open { .. } => return,
         };
         if failed {
-            let doubled = cooldown.saturating_mul(2).min(MAX_COOLDOWN);
+            let doubled = cooldown.saturating_mul(2).min(MAX_COOLDOWN.max(self.settings.cooldown));
             self.open(&mut inner, doubled, now);
         } else {
             inner.phase = Phase::Closed;

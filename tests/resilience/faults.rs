@@ -364,3 +364,48 @@ async fn a_caller_timeout_shorter_than_the_store_timeout_is_answered_by_policy()
     assert_eq!(breaker_state(&app).await, Some(1.0), "the breaker counted the timeouts and opened");
     signal(&mut app, "CONT");
 }
+
+/// Found by the soak (`tests/soak`, seed 1 on a single Redis): after an outage of a few
+/// seconds the breaker's probes had failed with doubling cool-downs (1, 2, 4 s … up to
+/// 30 s), so limiting resumed one whole cool-down after Redis was back — 5.8 s after a
+/// 1.6 s restart on a busy machine, and up to 36 s after a long outage: every decision of a
+/// fail-closed domain denied, of a fail-open one unlimited, with Redis healthy. Production
+/// flags (store timeout 10 ms, default breaker), steady traffic, Redis killed for 8 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn limiting_resumes_within_5_s_after_a_long_outage() {
+    let mut options = Options::new(StoreKind::Redis);
+    options.store_timeout = Duration::from_millis(10);
+    let mut app = spawn_with(options, &POLICIES).await;
+    assert!(!over(&app.check(request("closed_d", &[&[("k", "warm")]])).await), "answered by Redis");
+    app.redis().stop();
+    let app = Arc::new(app);
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let traffic = {
+        let (app, stop) = (app.clone(), stop.clone());
+        tokio::spawn(async move {
+            let mut n = 0;
+            while !stop.load(Ordering::Relaxed) {
+                n += 1;
+                app.check(request("closed_d", &[&[("k", &format!("t{n}"))]])).await;
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+    };
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    stop.store(true, Ordering::Relaxed);
+    let _ = traffic.await;
+    let mut app = Arc::into_inner(app).expect("the traffic task has ended");
+    app.redis().restart();
+    let app = Arc::new(app);
+    let back = Instant::now();
+    // The polling is the traffic now (a request every few ms): the breaker's next probe
+    // comes with whichever request follows its cool-down.
+    let recovered = eventually(Duration::from_secs(40), || {
+        let app = app.clone();
+        async move { !over(&app.check(request("closed_d", &[&[("k", "after")]])).await) }
+    })
+    .await;
+    let took = back.elapsed();
+    println!("figures: limiting resumed {took:?} after an 8 s outage ended");
+    assert!(recovered && took < Duration::from_secs(5), "limiting resumed {took:?} after Redis was back");
+}

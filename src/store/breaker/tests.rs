@@ -165,9 +165,23 @@ fn failed_probes_back_off() {
     assert!(b.admit(t1 + 1500 * MS).is_none());
     let t2 = t1 + 2500 * MS;
     b.admit(t2).expect("probe").record(true, t2);
-    // Third: 4 s ± 20 %.
-    assert!(b.admit(t2 + 3100 * MS).is_none());
-    assert!(b.admit(t2 + 4900 * MS).is_some_and(|c| c.is_probe()));
+    // Third: capped at 2 s ± 20 % (MAX_COOLDOWN), not 4 s: limiting resumes within a
+    // cool-down of Redis coming back, however long it was away.
+    assert!(b.admit(t2 + 1500 * MS).is_none());
+    let t3 = t2 + 2500 * MS;
+    b.admit(t3).expect("probe after 2 s ± 20 %").record(true, t3);
+    assert!(b.admit(t3 + 2500 * MS).is_some_and(|c| c.is_probe()), "still 2 s ± 20 %");
+}
+
+#[test]
+fn a_cooldown_set_above_the_cap_is_kept() {
+    let b = Breaker::new(BreakerSettings { failures: 1, cooldown: 5000 * MS, ..Default::default() });
+    let t = past();
+    fail(&b, t);
+    let t1 = t + 6100 * MS;
+    b.admit(t1).expect("probe").record(true, t1);
+    assert!(b.admit(t1 + 3900 * MS).is_none(), "5 s ± 20 %, not the 2 s cap");
+    assert!(b.admit(t1 + 6100 * MS).is_some_and(|c| c.is_probe()));
 }
 
 #[test]
