@@ -288,8 +288,9 @@ impl Link {
         tokio::pin!(settled);
         // Registered before looking again, so a connect finishing in between still wakes us.
         settled.as_mut().enable();
-        if let Some(conn) = &inner.lock(first).conn {
-            return Ok(conn.clone());
+        let conn = inner.lock(first).conn.clone();
+        if let Some(conn) = conn {
+            return Ok(conn);
         }
         inner.start_connect(first);
         settled.await;
@@ -306,7 +307,8 @@ impl Drop for Link {
     fn drop(&mut self) {
         // Connections close once their in-flight calls end; nothing reconnects them.
         for slot in 0..self.inner.slots.len() {
-            if let Some(conn) = self.inner.lock(slot).conn.take() {
+            let conn = self.inner.lock(slot).conn.take();
+            if let Some(conn) = conn {
                 conn.retired.store(true, Ordering::Relaxed);
             }
         }
