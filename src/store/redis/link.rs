@@ -33,7 +33,7 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use redis::aio::{AsyncPushSender, MultiplexedConnection, SendError as PushSendError};
@@ -42,6 +42,9 @@ use redis::{AsyncConnectionConfig, Pipeline, PushInfo, PushKind, Value};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+mod held;
+
+use self::held::{lock_slot, SlotGuard};
 use super::super::scripts::{classify, is_readonly};
 use super::super::StoreError;
 
@@ -370,9 +373,9 @@ impl Drop for Inflight {
 }
 
 impl Inner {
-    fn lock(&self, slot: usize) -> MutexGuard<'_, SlotState> {
-        // Every mutation is a single assignment: a poisoned slot is still consistent.
-        self.slots[slot].state.lock().unwrap_or_else(|e| e.into_inner())
+    /// The slot's state; at most one slot lock per thread at a time (see `held`).
+    fn lock(&self, slot: usize) -> SlotGuard<'_, SlotState> {
+        lock_slot(&self.slots[slot].state)
     }
 
     fn now_us(&self) -> u64 {
