@@ -11,6 +11,7 @@
 mod approx;
 mod hot_keys;
 pub mod label;
+mod lease;
 mod series;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -108,6 +109,7 @@ pub struct Metrics {
     hot_keys: crate::hotkeys::HotKeys,
     hot_key_shares: hot_keys::HotKeyShares,
     approx: approx::ApproxMetrics,
+    leases: lease::LeaseMetrics,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -349,6 +351,7 @@ impl Metrics {
         // the start.
         let hot_key_shares = hot_keys::HotKeyShares::register(&mut registry);
         let approx = approx::ApproxMetrics::register(&mut registry);
+        let leases = lease::LeaseMetrics::register(&mut registry);
         for result in ["success", "failure"] {
             config_reloads.get_or_create(&ResultLabel { result }).inc_by(0);
         }
@@ -386,6 +389,7 @@ impl Metrics {
             hot_keys: crate::hotkeys::HotKeys::default(),
             hot_key_shares,
             approx,
+            leases,
         }
     }
 
@@ -457,6 +461,11 @@ impl Metrics {
         if ok {
             self.config_last_success.set(now);
         }
+    }
+
+    /// Leases' metrics of `store`, pushed by the lease sweeper on each tick.
+    pub fn set_leases(&self, store: &'static str, stats: &crate::store::lease::LeaseStats) {
+        self.leases.set(store, stats);
     }
 
     /// Approximate mode's metrics, refreshed before each scrape.

@@ -41,12 +41,15 @@
 
 mod flow;
 mod returns;
+mod stats;
 
 use returns::return_by;
 
 pub use flow::sweep_leases;
+pub use stats::{Dropped, LeaseStats};
 
 use std::collections::hash_map::RandomState;
+use std::collections::VecDeque;
 use std::fmt;
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -136,20 +139,10 @@ pub struct Return {
     pub tokens: u64,
     /// Window leases: the last moment the refund may be sent (and its deadline).
     pub by: Option<Instant>,
-}
-
-/// Counters since the start, for metrics and tests.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct LeaseStats {
-    /// Charges answered from a lease.
-    pub served: u64,
-    /// Blocks Redis granted, and their tokens.
-    pub blocks: u64,
-    pub tokens_taken: u64,
-    /// Tokens given back (refund answered), and tokens that could not be (past a window's
-    /// end, refund failed).
-    pub tokens_returned: u64,
-    pub tokens_forfeited: u64,
+    /// When its lease ended (its tokens stopped being spendable). Without `by` (GCRA), the
+    /// refund is sent only until `tokens × unit / limit` after this: by then the bucket has
+    /// refilled as many at the limit's rate, and a refund would only credit live traffic.
+    pub since: Instant,
 }
 
 /// Hits of one key in the current and the previous lease time.
@@ -216,13 +209,16 @@ pub struct LeaseTable {
     hasher: RandomState,
     /// Where each shard's sweep resumes.
     cursors: Box<[Mutex<usize>]>,
-    returns: Mutex<Vec<Return>>,
+    /// Oldest first; at most `max_returns` (see `returns::queue`).
+    returns: Mutex<VecDeque<Return>>,
     next_refill: AtomicU64,
     served: AtomicU64,
     blocks: AtomicU64,
     taken: AtomicU64,
     returned: AtomicU64,
     forfeited: AtomicU64,
+    /// [`Dropped`]'s counters, in its field order.
+    dropped: [AtomicU64; 4],
 }
 
 impl fmt::Debug for LeaseTable {
@@ -239,30 +235,19 @@ impl LeaseTable {
             shard_cap: settings.max_keys.div_ceil(SHARDS).max(1),
             hasher: RandomState::new(),
             cursors: (0..SHARDS).map(|_| Mutex::new(0)).collect(),
-            returns: Mutex::new(Vec::new()),
+            returns: Mutex::new(VecDeque::new()),
             next_refill: AtomicU64::new(1),
             served: AtomicU64::new(0),
             blocks: AtomicU64::new(0),
             taken: AtomicU64::new(0),
             returned: AtomicU64::new(0),
             forfeited: AtomicU64::new(0),
+            dropped: Default::default(),
         }
     }
 
     pub fn settings(&self) -> &LeaseSettings {
         &self.settings
-    }
-
-    /// Counters since the start.
-    pub fn stats(&self) -> LeaseStats {
-        let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        LeaseStats {
-            served: load(&self.served),
-            blocks: load(&self.blocks),
-            tokens_taken: load(&self.taken),
-            tokens_returned: load(&self.returned),
-            tokens_forfeited: load(&self.forfeited),
-        }
     }
 
     /// Whether this instance holds (or is taking) tokens of `key` at `now`: the hot-key
@@ -399,6 +384,7 @@ impl LeaseTable {
                         params: refill.params,
                         tokens: refill.block,
                         by,
+                        since: now,
                     });
                 }
                 (None, _) => {}

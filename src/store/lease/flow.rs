@@ -20,7 +20,7 @@ use tokio::time::Instant;
 use crate::algorithm::{Decision, Hits};
 use crate::store::{Charge, Groups, Store, StoreError};
 
-use super::{LeaseTable, Refill, Return, Take};
+use super::{LeaseStats, LeaseTable, Refill, Return, Take};
 
 /// How many refills a request may wait for before it goes to Redis alone.
 const WAIT_ROUNDS: usize = 3;
@@ -163,8 +163,9 @@ async fn refill_task(store: Arc<Store>, refill: Refill, timeout: Duration) {
 }
 
 /// The sweeper: every eighth of a lease time, ends expired leases and sends their unused
-/// tokens back, until `stop` resolves; then gives every lease back once.
-pub async fn sweep_leases(store: Arc<Store>, stop: impl Future<Output = ()>) {
+/// tokens back, until `stop` resolves; then gives every lease back once. `report` gets the
+/// table's counters after each tick (the metrics).
+pub async fn sweep_leases(store: Arc<Store>, stop: impl Future<Output = ()>, report: impl Fn(&LeaseStats)) {
     let Some(table) = store.leases() else { return };
     let timeout = table.settings().store_timeout;
     let mut tick = tokio::time::interval((table.settings().time / 8).max(Duration::from_millis(1)));
@@ -176,6 +177,7 @@ pub async fn sweep_leases(store: Arc<Store>, stop: impl Future<Output = ()>) {
             _ = tick.tick() => {
                 let returns = table.sweep(Instant::now(), RETURN_BATCH, false);
                 send_returns(&store, table, returns, timeout).await;
+                report(&table.stats());
             }
         }
     }
@@ -202,8 +204,9 @@ async fn send_returns(store: &Store, table: &LeaseTable, returns: Vec<Return>, t
             .map(|r| Charge { key: r.key.clone(), params: r.params, hits: Hits::Refund(r.tokens) })
             .collect();
         let results = store.charge(&charges, deadline).await;
+        let now = Instant::now();
         for (ret, result) in returns.into_iter().zip(results) {
-            table.returned(ret, &result);
+            table.returned(ret, &result, now);
         }
     };
     tokio::join!(send(plain, now + timeout), send(windows, window_deadline));
