@@ -321,6 +321,17 @@ impl LeaseTable {
         Take::Refill(Refill { key: key.to_string(), params: *params, block, id, done })
     }
 
+    /// Spends `hits` of `key`'s lease at `now` if it holds that many, and nothing else: no
+    /// hit counted, no refill, no lease ended (a request out of time takes its last look).
+    pub fn spend(&self, key: &str, params: &Params, hits: u64, now: Instant) -> Option<Decision> {
+        let mut shard = self.shard(key);
+        let entry = shard.get_mut(key).filter(|e| e.params == *params)?;
+        let lease = entry.lease.as_mut().filter(|l| now < l.expires && l.tokens >= hits)?;
+        lease.tokens -= hits;
+        self.served.fetch_add(1, Ordering::Relaxed);
+        Some(lease.served(now))
+    }
+
     /// The block to take for `entry` now (0: none).
     fn block(&self, entry: &Entry, params: &Params, hits: u64, now: Instant) -> u64 {
         let time = self.settings.time;

@@ -8,6 +8,11 @@
 //! the next, up to `WAIT_ROUNDS` refills; whatever the leases did not answer goes to the
 //! store in one call, as without leases. Refills and returns go through
 //! [`Store::charge`], so the breaker and the over-limit cache see them like any charge.
+//!
+//! A waiter whose deadline passes while it waits answers as a plain store timeout would,
+//! never more open: from a lease that holds enough by then, else from the over-limit cache
+//! (a denial Redis just gave), else `StoreError::Timeout` — the domain's failure policy,
+//! counted as `outcome="timeout"`. It starts no refill past its deadline.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -91,6 +96,16 @@ impl Store {
             }
             join_all(waits.iter_mut().map(|(_, w)| wait(w, deadline))).await;
             let now = Instant::now();
+            if now >= deadline {
+                // Out of time: a lease that holds enough now still answers; the others go
+                // on as any charge past its deadline (the over-limit cache, else a store
+                // timeout: the failure policy). No refill is started for them.
+                for (i, _) in waits.drain(..) {
+                    let (charge, hits) = (&batch[i], single(i).unwrap_or(1));
+                    results[i] = table.spend(&charge.key, &charge.params, hits, now).map(Ok);
+                }
+                break;
+            }
             let mut again = Vec::new();
             for (i, _) in waits {
                 let (charge, hits) = (&batch[i], single(i).unwrap_or(1));

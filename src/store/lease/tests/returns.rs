@@ -1,5 +1,5 @@
 //! The queue of returns: bounded by count, and by age (no credit once the tokens would
-//! have refilled anyway).
+//! have refilled anyway); a request out of time spends only what a lease already holds.
 
 use super::*;
 use crate::store::lease::returns::refill_time;
@@ -83,4 +83,26 @@ fn the_queue_holds_twice_the_keys_and_gives_up_its_oldest() {
     assert_eq!(out.first().map(|r| r.key.as_str()), Some("k4"), "oldest first");
     // The default table: 20,000.
     assert_eq!(LeaseTable::new(LeaseSettings::default()).max_returns(), 2 * LEASE_MAX_KEYS);
+}
+
+#[test]
+fn a_late_look_spends_a_lease_and_starts_nothing() {
+    let t = table(100);
+    let now = Instant::now();
+    let p = gcra(1_000);
+    // Cold or unknown keys: nothing to spend, nothing tracked.
+    assert_eq!(t.spend("cold", &p, 1, now), None);
+    assert_eq!(t.len(), 0);
+    warm(&t, "k", &p, 3, now);
+    let r = refill(t.take("k", &p, 1, now, true));
+    // The block is in flight: nothing to spend, and the refill stays the key's.
+    assert_eq!(t.spend("k", &p, 1, now + MS), None);
+    assert!(matches!(t.take("k", &p, 1, now + MS, false), Take::Wait(_)));
+    t.filled(r, now, &allowed(500, 7_000), now + 2 * MS);
+    let d = t.spend("k", &p, 1, now + 3 * MS).expect("the lease holds 3");
+    assert!(d.allowed);
+    assert_eq!(t.spend("k", &p, 3, now + 3 * MS), None, "2 left: not enough for 3");
+    assert_eq!(t.spend("k", &gcra(7), 1, now + 3 * MS), None, "other params: not this lease");
+    assert_eq!(t.spend("k", &p, 1, now + 100 * MS), None, "expired");
+    assert_eq!(t.stats().served, 1);
 }
