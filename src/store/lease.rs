@@ -31,7 +31,9 @@
 //! - Params that differ from the lease's (a reload changed the rule) drop the lease: its
 //!   tokens go back and the new limit applies from this request on.
 //! - Unused tokens go back (a `Refund`) from the sweeper: expired leases, dropped leases
-//!   and evicted keys queue a [`Return`]; the sweeper sends them in batches.
+//!   and evicted keys queue a [`Return`]; the sweeper sends them in batches. The queue is
+//!   bounded by count and by age (`returns`): what the breaker refuses waits at most until
+//!   its tokens would have refilled anyway, so an outage stores up no credit for later.
 //! - Memory is bounded: at most `max_keys` keys (sharded); a full shard evicts a sampled
 //!   key without a lease first, else the one holding the fewest tokens (its tokens go back).
 //! - A refill belongs to a task, never to a request: a request that stops waiting leaves

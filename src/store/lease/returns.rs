@@ -131,7 +131,9 @@ impl LeaseTable {
             return;
         }
         let by = lease.window_end.map(|end| return_by(end, self.settings.time));
-        let ret = Return { key: key.to_string(), params: entry.params, tokens: lease.tokens, by, since: now };
+        // Its tokens stopped being spendable when it expired, if that was before now.
+        let since = now.min(lease.expires);
+        let ret = Return { key: key.to_string(), params: entry.params, tokens: lease.tokens, by, since };
         match ret.late(now) {
             // The window is ending: a late refund would credit the next one.
             Some(why) => self.give_up(&ret, why),

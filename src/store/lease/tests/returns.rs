@@ -106,3 +106,15 @@ fn a_late_look_spends_a_lease_and_starts_nothing() {
     assert_eq!(t.spend("k", &p, 1, now + 100 * MS), None, "expired");
     assert_eq!(t.stats().served, 1);
 }
+
+#[test]
+fn a_lease_retired_after_it_expired_is_aged_from_its_expiry() {
+    let t = table(100);
+    let now = Instant::now();
+    let p = gcra(3_600);
+    leased(&t, "k", &p, 5, now, 900);
+    // No sweep until a request meets the expired lease 400 ms late.
+    let _ = t.take("k", &p, 1, now + 500 * MS, true);
+    let out = t.sweep(now + 500 * MS, 10, false);
+    assert_eq!(out.iter().map(|r| (r.tokens, r.since)).collect::<Vec<_>>(), [(5, now + 100 * MS)]);
+}
