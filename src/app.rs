@@ -295,8 +295,9 @@ pub async fn spawn(settings: ServeSettings) -> anyhow::Result<Running> {
         tasks.push(tokio::spawn(sweep_memory(store, signal.clone())));
     } else if store.leases().is_some() {
         let stop = stopped(signal.clone());
+        let (metrics, name) = (metrics.clone(), store.name());
         tasks.push(tokio::spawn(async move {
-            crate::store::lease::sweep_leases(store, stop).await;
+            crate::store::lease::sweep_leases(store, stop, |stats| metrics.set_leases(name, stats)).await;
             Ok(())
         }));
     }

@@ -12,6 +12,7 @@ mod approx;
 mod fresh;
 mod hot_keys;
 pub mod label;
+mod lease;
 mod series;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -110,6 +111,7 @@ pub struct Metrics {
     hot_key_shares: hot_keys::HotKeyShares,
     approx: approx::ApproxMetrics,
     fresh_rules: fresh::FreshRules,
+    leases: lease::LeaseMetrics,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -352,6 +354,7 @@ impl Metrics {
         let hot_key_shares = hot_keys::HotKeyShares::register(&mut registry);
         let approx = approx::ApproxMetrics::register(&mut registry);
         let fresh_rules = fresh::FreshRules::register(&mut registry);
+        let leases = lease::LeaseMetrics::register(&mut registry);
         for result in ["success", "failure"] {
             config_reloads.get_or_create(&ResultLabel { result }).inc_by(0);
         }
@@ -390,6 +393,7 @@ impl Metrics {
             hot_key_shares,
             approx,
             fresh_rules,
+            leases,
         }
     }
 
@@ -474,6 +478,11 @@ impl Metrics {
         if ok {
             self.config_last_success.set(now);
         }
+    }
+
+    /// Leases' metrics of `store`, pushed by the lease sweeper on each tick.
+    pub fn set_leases(&self, store: &'static str, stats: &crate::store::lease::LeaseStats) {
+        self.leases.set(store, stats);
     }
 
     /// Approximate mode's metrics, refreshed before each scrape.

@@ -31,7 +31,9 @@
 //! - Params that differ from the lease's (a reload changed the rule) drop the lease: its
 //!   tokens go back and the new limit applies from this request on.
 //! - Unused tokens go back (a `Refund`) from the sweeper: expired leases, dropped leases
-//!   and evicted keys queue a [`Return`]; the sweeper sends them in batches.
+//!   and evicted keys queue a [`Return`]; the sweeper sends them in batches. The queue is
+//!   bounded by count and by age (`returns`): what the breaker refuses waits at most until
+//!   its tokens would have refilled anyway, so an outage stores up no credit for later.
 //! - Memory is bounded: at most `max_keys` keys (sharded); a full shard evicts a sampled
 //!   key without a lease first, else the one holding the fewest tokens (its tokens go back).
 //! - A refill belongs to a task, never to a request: a request that stops waiting leaves
@@ -41,12 +43,15 @@
 
 mod flow;
 mod returns;
+mod stats;
 
 use returns::return_by;
 
 pub use flow::sweep_leases;
+pub use stats::{Dropped, LeaseStats};
 
 use std::collections::hash_map::RandomState;
+use std::collections::VecDeque;
 use std::fmt;
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -136,20 +141,10 @@ pub struct Return {
     pub tokens: u64,
     /// Window leases: the last moment the refund may be sent (and its deadline).
     pub by: Option<Instant>,
-}
-
-/// Counters since the start, for metrics and tests.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct LeaseStats {
-    /// Charges answered from a lease.
-    pub served: u64,
-    /// Blocks Redis granted, and their tokens.
-    pub blocks: u64,
-    pub tokens_taken: u64,
-    /// Tokens given back (refund answered), and tokens that could not be (past a window's
-    /// end, refund failed).
-    pub tokens_returned: u64,
-    pub tokens_forfeited: u64,
+    /// When its lease ended (its tokens stopped being spendable). Without `by` (GCRA), the
+    /// refund is sent only until `tokens × unit / limit` after this: by then the bucket has
+    /// refilled as many at the limit's rate, and a refund would only credit live traffic.
+    pub since: Instant,
 }
 
 /// Hits of one key in the current and the previous lease time.
@@ -216,13 +211,16 @@ pub struct LeaseTable {
     hasher: RandomState,
     /// Where each shard's sweep resumes.
     cursors: Box<[Mutex<usize>]>,
-    returns: Mutex<Vec<Return>>,
+    /// Oldest first; at most `max_returns` (see `returns::queue`).
+    returns: Mutex<VecDeque<Return>>,
     next_refill: AtomicU64,
     served: AtomicU64,
     blocks: AtomicU64,
     taken: AtomicU64,
     returned: AtomicU64,
     forfeited: AtomicU64,
+    /// [`Dropped`]'s counters, in its field order.
+    dropped: [AtomicU64; 4],
 }
 
 impl fmt::Debug for LeaseTable {
@@ -239,30 +237,19 @@ impl LeaseTable {
             shard_cap: settings.max_keys.div_ceil(SHARDS).max(1),
             hasher: RandomState::new(),
             cursors: (0..SHARDS).map(|_| Mutex::new(0)).collect(),
-            returns: Mutex::new(Vec::new()),
+            returns: Mutex::new(VecDeque::new()),
             next_refill: AtomicU64::new(1),
             served: AtomicU64::new(0),
             blocks: AtomicU64::new(0),
             taken: AtomicU64::new(0),
             returned: AtomicU64::new(0),
             forfeited: AtomicU64::new(0),
+            dropped: Default::default(),
         }
     }
 
     pub fn settings(&self) -> &LeaseSettings {
         &self.settings
-    }
-
-    /// Counters since the start.
-    pub fn stats(&self) -> LeaseStats {
-        let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        LeaseStats {
-            served: load(&self.served),
-            blocks: load(&self.blocks),
-            tokens_taken: load(&self.taken),
-            tokens_returned: load(&self.returned),
-            tokens_forfeited: load(&self.forfeited),
-        }
     }
 
     /// Whether this instance holds (or is taking) tokens of `key` at `now`: the hot-key
@@ -336,6 +323,17 @@ impl LeaseTable {
         Take::Refill(Refill { key: key.to_string(), params: *params, block, id, done })
     }
 
+    /// Spends `hits` of `key`'s lease at `now` if it holds that many, and nothing else: no
+    /// hit counted, no refill, no lease ended (a request out of time takes its last look).
+    pub fn spend(&self, key: &str, params: &Params, hits: u64, now: Instant) -> Option<Decision> {
+        let mut shard = self.shard(key);
+        let entry = shard.get_mut(key).filter(|e| e.params == *params)?;
+        let lease = entry.lease.as_mut().filter(|l| now < l.expires && l.tokens >= hits)?;
+        lease.tokens -= hits;
+        self.served.fetch_add(1, Ordering::Relaxed);
+        Some(lease.served(now))
+    }
+
     /// The block to take for `entry` now (0: none).
     fn block(&self, entry: &Entry, params: &Params, hits: u64, now: Instant) -> u64 {
         let time = self.settings.time;
@@ -399,6 +397,7 @@ impl LeaseTable {
                         params: refill.params,
                         tokens: refill.block,
                         by,
+                        since: now,
                     });
                 }
                 (None, _) => {}

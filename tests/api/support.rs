@@ -55,6 +55,8 @@ pub struct Options {
     pub admin_allow_unauthenticated_reset: bool,
     /// `--merge-domains`, `--default-algorithm`.
     pub config_options: tollgate::config::LoadOptions,
+    /// `--lease-time-ms`.
+    pub lease_time: Duration,
 }
 
 impl Options {
@@ -81,6 +83,7 @@ impl Options {
             admin_token_file: None,
             admin_allow_unauthenticated_reset: false,
             config_options: Default::default(),
+            lease_time: tollgate::store::lease::DEFAULT_LEASE_TIME,
         }
     }
 }
@@ -120,6 +123,7 @@ pub async fn spawn_in(options: Options, config_dir: tempfile::TempDir) -> TestAp
     settings.admin_token_file = options.admin_token_file;
     settings.admin_allow_unauthenticated_reset = options.admin_allow_unauthenticated_reset;
     settings.config_options = options.config_options;
+    settings.lease_time = options.lease_time;
     settings.redis_key_prefix = options.key_prefix;
     settings.store_timeout = options.store_timeout;
     settings.memory_max_keys = options.memory_max_keys;

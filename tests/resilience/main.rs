@@ -17,5 +17,6 @@ mod faults;
 mod front;
 mod hostile;
 mod raw_bytes;
+mod reconnect;
 mod security;
 mod series;

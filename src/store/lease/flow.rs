@@ -8,6 +8,11 @@
 //! the next, up to `WAIT_ROUNDS` refills; whatever the leases did not answer goes to the
 //! store in one call, as without leases. Refills and returns go through
 //! [`Store::charge`], so the breaker and the over-limit cache see them like any charge.
+//!
+//! A waiter whose deadline passes while it waits answers as a plain store timeout would,
+//! never more open: from a lease that holds enough by then, else from the over-limit cache
+//! (a denial Redis just gave), else `StoreError::Timeout` — the domain's failure policy,
+//! counted as `outcome="timeout"`. It starts no refill past its deadline.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -20,7 +25,7 @@ use tokio::time::Instant;
 use crate::algorithm::{Decision, Hits};
 use crate::store::{Charge, Groups, Store, StoreError};
 
-use super::{LeaseTable, Refill, Return, Take};
+use super::{LeaseStats, LeaseTable, Refill, Return, Take};
 
 /// How many refills a request may wait for before it goes to Redis alone.
 const WAIT_ROUNDS: usize = 3;
@@ -91,6 +96,16 @@ impl Store {
             }
             join_all(waits.iter_mut().map(|(_, w)| wait(w, deadline))).await;
             let now = Instant::now();
+            if now >= deadline {
+                // Out of time: a lease that holds enough now still answers; the others go
+                // on as any charge past its deadline (the over-limit cache, else a store
+                // timeout: the failure policy). No refill is started for them.
+                for (i, _) in waits.drain(..) {
+                    let (charge, hits) = (&batch[i], single(i).unwrap_or(1));
+                    results[i] = table.spend(&charge.key, &charge.params, hits, now).map(Ok);
+                }
+                break;
+            }
             let mut again = Vec::new();
             for (i, _) in waits {
                 let (charge, hits) = (&batch[i], single(i).unwrap_or(1));
@@ -163,8 +178,9 @@ async fn refill_task(store: Arc<Store>, refill: Refill, timeout: Duration) {
 }
 
 /// The sweeper: every eighth of a lease time, ends expired leases and sends their unused
-/// tokens back, until `stop` resolves; then gives every lease back once.
-pub async fn sweep_leases(store: Arc<Store>, stop: impl Future<Output = ()>) {
+/// tokens back, until `stop` resolves; then gives every lease back once. `report` gets the
+/// table's counters after each tick (the metrics).
+pub async fn sweep_leases(store: Arc<Store>, stop: impl Future<Output = ()>, report: impl Fn(&LeaseStats)) {
     let Some(table) = store.leases() else { return };
     let timeout = table.settings().store_timeout;
     let mut tick = tokio::time::interval((table.settings().time / 8).max(Duration::from_millis(1)));
@@ -176,6 +192,7 @@ pub async fn sweep_leases(store: Arc<Store>, stop: impl Future<Output = ()>) {
             _ = tick.tick() => {
                 let returns = table.sweep(Instant::now(), RETURN_BATCH, false);
                 send_returns(&store, table, returns, timeout).await;
+                report(&table.stats());
             }
         }
     }
@@ -202,8 +219,9 @@ async fn send_returns(store: &Store, table: &LeaseTable, returns: Vec<Return>, t
             .map(|r| Charge { key: r.key.clone(), params: r.params, hits: Hits::Refund(r.tokens) })
             .collect();
         let results = store.charge(&charges, deadline).await;
+        let now = Instant::now();
         for (ret, result) in returns.into_iter().zip(results) {
-            table.returned(ret, &result);
+            table.returned(ret, &result, now);
         }
     };
     tokio::join!(send(plain, now + timeout), send(windows, window_deadline));

@@ -1,5 +1,19 @@
 //! The way back: the sweeper's scan, unused tokens queued and handed out as refunds,
 //! and eviction (whose tokens go back too). Part of the lease table; no I/O.
+//!
+//! The queue of returns is bounded twice, so that an outage (the breaker open, Redis
+//! frozen) can neither grow it nor store up credit for later:
+//! - **by count**: at most [`LeaseTable::max_returns`] (twice the keys tracked, 20,000 by
+//!   default); past it the oldest goes (`Dropped::full`);
+//! - **by age**: a window return only until its last moment (`by`, a quarter of a lease
+//!   time before the window's end: later it would credit the next window); any other (GCRA)
+//!   only until its tokens would have refilled anyway, `tokens × unit / limit` after its
+//!   lease ended (`Dropped::refilled`). Checked when a return is handed out and when one
+//!   the breaker refused comes back, so no refund is sent later than that plus the store
+//!   timeout it runs within.
+//!
+//! Every return given up is counted by reason ([`super::Dropped`]), its tokens in
+//! `tokens_forfeited`.
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -7,10 +21,39 @@ use std::time::Duration;
 use indexmap::IndexMap;
 use tokio::time::Instant;
 
-use crate::algorithm::Decision;
+use crate::algorithm::{Decision, Params};
 
 use super::{lock, Entry, LeaseTable, Return, EVICTION_SAMPLE, SWEEP_SCAN};
 use crate::store::StoreError;
+
+/// Why a return was given up: the index of its counter in `LeaseTable::dropped`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum GiveUp {
+    Full = 0,
+    Refilled = 1,
+    WindowEnd = 2,
+    Failed = 3,
+}
+
+impl Return {
+    /// Why sending it at `now` would come too late, if it would (see the module doc).
+    fn late(&self, now: Instant) -> Option<GiveUp> {
+        match self.by {
+            Some(by) => (now >= by).then_some(GiveUp::WindowEnd),
+            None => (now >= self.since + refill_time(&self.params, self.tokens)).then_some(GiveUp::Refilled),
+        }
+    }
+}
+
+/// How long the bucket takes to refill `tokens` at its limit's rate (`unit / limit` each);
+/// zero under a limit of 0, whose refund gives nothing back.
+pub(super) fn refill_time(params: &Params, tokens: u64) -> Duration {
+    if params.limit == 0 {
+        return Duration::ZERO;
+    }
+    let us = u128::from(tokens) * u128::from(params.unit_us) / u128::from(params.limit);
+    Duration::from_micros(u64::try_from(us).unwrap_or(u64::MAX))
+}
 
 impl LeaseTable {
     /// One sweeper tick: ends expired leases and drops idle keys (at most [`SWEEP_SCAN`]
@@ -45,30 +88,40 @@ impl LeaseTable {
         let take = budget.min(queue.len());
         let mut out: Vec<Return> = queue.drain(..take).collect();
         drop(queue);
-        out.retain(|r| {
-            let in_time = r.by.is_none_or(|by| now < by);
-            if !in_time {
-                self.forfeit(r.tokens);
+        out.retain(|r| match r.late(now) {
+            Some(why) => {
+                self.give_up(r, why);
+                false
             }
-            in_time
+            None => true,
         });
         out
     }
 
-    /// The answer to a return: counted, or queued again if it was never sent.
-    pub fn returned(&self, ret: Return, result: &Result<Decision, StoreError>) {
+    /// The answer at `now` to a return: counted; queued again if it was never sent (breaker
+    /// open, overloaded) and is still in time; otherwise given up.
+    pub fn returned(&self, ret: Return, result: &Result<Decision, StoreError>, now: Instant) {
         match result {
             Ok(_) => {
                 self.returned.fetch_add(ret.tokens, Ordering::Relaxed);
             }
-            Err(StoreError::CircuitOpen | StoreError::Overloaded) => self.queue(ret),
-            Err(_) => self.forfeit(ret.tokens),
+            Err(StoreError::CircuitOpen | StoreError::Overloaded) => match ret.late(now) {
+                Some(why) => self.give_up(&ret, why),
+                None => self.queue(ret),
+            },
+            Err(_) => self.give_up(&ret, GiveUp::Failed),
         }
     }
 
     /// Returns queued and not yet handed out.
     pub fn pending_returns(&self) -> usize {
         lock(&self.returns).len()
+    }
+
+    /// Most returns queued at once: twice the keys tracked (a key's lease and the block
+    /// of a refill answered after it was dropped), at least 16.
+    pub fn max_returns(&self) -> usize {
+        self.settings.max_keys.saturating_mul(2).max(16)
     }
 
     /// Ends `entry`'s lease: unused tokens are queued to go back.
@@ -78,27 +131,31 @@ impl LeaseTable {
             return;
         }
         let by = lease.window_end.map(|end| return_by(end, self.settings.time));
-        if by.is_some_and(|by| now >= by) {
+        // Its tokens stopped being spendable when it expired, if that was before now.
+        let since = now.min(lease.expires);
+        let ret = Return { key: key.to_string(), params: entry.params, tokens: lease.tokens, by, since };
+        match ret.late(now) {
             // The window is ending: a late refund would credit the next one.
-            self.forfeit(lease.tokens);
-            return;
+            Some(why) => self.give_up(&ret, why),
+            None => self.queue(ret),
         }
-        self.queue(Return { key: key.to_string(), params: entry.params, tokens: lease.tokens, by });
     }
 
+    /// Queues `ret`; a full queue gives up its oldest return (the nearest to being late).
     pub(super) fn queue(&self, ret: Return) {
         let mut queue = lock(&self.returns);
-        // Bounded: past twice the key cap, the oldest return is dropped (its tokens come
-        // back when the bucket refills).
-        if queue.len() >= self.settings.max_keys.saturating_mul(2).max(16) {
-            let oldest = queue.remove(0);
-            self.forfeit(oldest.tokens);
+        let oldest = if queue.len() >= self.max_returns() { queue.pop_front() } else { None };
+        queue.push_back(ret);
+        drop(queue);
+        if let Some(oldest) = oldest {
+            self.give_up(&oldest, GiveUp::Full);
         }
-        queue.push(ret);
     }
 
-    pub(super) fn forfeit(&self, tokens: u64) {
-        self.forfeited.fetch_add(tokens, Ordering::Relaxed);
+    /// `ret`'s tokens will not go back: counted as forfeited, the return by `why`.
+    pub(super) fn give_up(&self, ret: &Return, why: GiveUp) {
+        self.forfeited.fetch_add(ret.tokens, Ordering::Relaxed);
+        self.dropped[why as usize].fetch_add(1, Ordering::Relaxed);
     }
 
     /// Makes room in a full shard: a sampled key without a lease, else the sampled one

@@ -117,9 +117,9 @@ fn a_lease_is_spent_for_one_lease_time_then_its_tokens_go_back() {
     let later = now + 100 * MS;
     assert!(!t.is_leased("k", later));
     let returns = t.sweep(later, 10, false);
-    assert_eq!(returns, [Return { key: "k".into(), params: p, tokens: block - 1, by: None }]);
+    assert_eq!(returns, [Return { key: "k".into(), params: p, tokens: block - 1, by: None, since: later }]);
     for r in returns {
-        t.returned(r, &allowed(0, 0));
+        t.returned(r, &allowed(0, 0), later);
     }
     assert_eq!(t.stats().tokens_returned, block - 1);
     assert_eq!(t.sweep(later, 10, false), [], "returned once");
@@ -152,7 +152,7 @@ fn a_reload_that_changes_the_params_gives_the_lease_back() {
     let returns = t.sweep(now + MS, 10, false);
     assert_eq!(
         returns,
-        [Return { key: "k".into(), params: old, tokens: block, by: None }],
+        [Return { key: "k".into(), params: old, tokens: block, by: None, since: now + MS }],
         "under the old params"
     );
 }
@@ -215,6 +215,7 @@ fn a_window_lease_ends_with_its_window_and_is_not_returned_into_the_next() {
     // Past a quarter lease time before the end: the tokens are forfeited, not refunded.
     assert_eq!(t.sweep(now + 50 * MS, 10, false), []);
     assert_eq!(t.stats().tokens_forfeited, 8);
+    assert_eq!(t.stats().dropped, Dropped { window_end: 1, ..Dropped::default() });
     // The window's tail (less than a lease time left, known from Redis): no new lease.
     t.learn("w", &p, &allowed(400, 80_000), now + 60 * MS);
     assert!(matches!(t.take("w", &p, 1, now + 60 * MS, true), Take::Remote));
@@ -234,3 +235,5 @@ fn a_window_lease_that_ends_early_is_returned_in_time() {
     let by = returns[0].by.expect("a window return has a last moment");
     assert_eq!(by, now + Duration::from_secs(600) - 25 * MS);
 }
+
+mod returns;

@@ -33,7 +33,7 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use redis::aio::{AsyncPushSender, MultiplexedConnection, SendError as PushSendError};
@@ -42,6 +42,9 @@ use redis::{AsyncConnectionConfig, Pipeline, PushInfo, PushKind, Value};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+mod held;
+
+use self::held::{lock_slot, SlotGuard};
 use super::super::scripts::{classify, is_readonly};
 use super::super::StoreError;
 
@@ -291,8 +294,9 @@ impl Link {
         tokio::pin!(settled);
         // Registered before looking again, so a connect finishing in between still wakes us.
         settled.as_mut().enable();
-        if let Some(conn) = &inner.lock(first).conn {
-            return Ok(conn.clone());
+        let conn = inner.lock(first).conn.clone();
+        if let Some(conn) = conn {
+            return Ok(conn);
         }
         inner.start_connect(first);
         settled.await;
@@ -309,7 +313,8 @@ impl Drop for Link {
     fn drop(&mut self) {
         // Connections close once their in-flight calls end; nothing reconnects them.
         for slot in 0..self.inner.slots.len() {
-            if let Some(conn) = self.inner.lock(slot).conn.take() {
+            let conn = self.inner.lock(slot).conn.take();
+            if let Some(conn) = conn {
                 conn.retired.store(true, Ordering::Relaxed);
             }
         }
@@ -371,9 +376,9 @@ impl Drop for Inflight {
 }
 
 impl Inner {
-    fn lock(&self, slot: usize) -> MutexGuard<'_, SlotState> {
-        // Every mutation is a single assignment: a poisoned slot is still consistent.
-        self.slots[slot].state.lock().unwrap_or_else(|e| e.into_inner())
+    /// The slot's state; at most one slot lock per thread at a time (see `held`).
+    fn lock(&self, slot: usize) -> SlotGuard<'_, SlotState> {
+        lock_slot(&self.slots[slot].state)
     }
 
     fn now_us(&self) -> u64 {
