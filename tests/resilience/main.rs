@@ -18,5 +18,6 @@ mod front;
 mod hostile;
 mod raw_bytes;
 mod reconnect;
+mod renew;
 mod security;
 mod series;

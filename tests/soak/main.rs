@@ -104,6 +104,15 @@ fn soak(plan: Plan) -> (Vec<Verdict>, String) {
         }
     }
     print!("{report}");
+    // Every violation, for a look after the run: target/tmp/soak/<topology>-<seed>/.
+    let kept = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("soak").join(format!(
+        "{}-{}",
+        log.plan.topology.name(),
+        log.plan.seed
+    ));
+    let all: Vec<String> =
+        verdicts.iter().flat_map(|v| v.violations.iter().map(move |x| format!("{}: {x}", v.name))).collect();
+    let _ = std::fs::write(kept.join("violations.txt"), all.join("\n"));
     if verdicts.iter().any(|v| !v.passed()) {
         for (i, text) in log.logs.iter().enumerate() {
             let tail: Vec<&str> = text.lines().rev().take(15).collect();

@@ -73,9 +73,15 @@ impl Stores {
     pub fn masters(&self) -> Vec<u16> {
         match self {
             Stores::Single { redis, .. } => vec![redis.port()],
-            Stores::Sentinel { data, .. } => {
-                data.iter().filter(|r| role(r.port()).starts_with("master")).map(|r| r.port()).collect()
-            }
+            // The sentinels' master: after a failover the old one may still call itself
+            // master (it resumed before the sentinels demoted it); clients follow the
+            // sentinels, so counts are read, and faults aimed, there.
+            Stores::Sentinel { data, sentinel_port, .. } => match sentinel_master(*sentinel_port) {
+                Some(port) => vec![port],
+                None => {
+                    data.iter().filter(|r| role(r.port()).starts_with("master")).map(|r| r.port()).collect()
+                }
+            },
             Stores::Cluster { nodes, .. } => {
                 cluster_masters(nodes).into_iter().map(|(port, _, _)| port).collect()
             }
@@ -94,9 +100,13 @@ impl Stores {
                 signal(pid, "STOP");
                 std::thread::sleep(hold);
                 signal(pid, "CONT");
-                // A cluster replica promotes itself after the node timeout (2 s).
-                let data_loss =
-                    matches!(self, Stores::Cluster { .. }) && hold >= Duration::from_millis(1_500);
+                // A cluster replica promotes itself after the node timeout (2 s), a sentinel
+                // fails over after 1 s down: writes not yet replicated are lost.
+                let data_loss = match self {
+                    Stores::Cluster { .. } => hold >= Duration::from_millis(1_500),
+                    Stores::Sentinel { .. } => hold >= Duration::from_millis(900),
+                    Stores::Single { .. } => false,
+                };
                 Applied { data_loss, note: format!("master :{port} frozen {} ms", hold.as_millis()) }
             }
             Fault::KillRedis => {

@@ -143,6 +143,9 @@ struct Inner {
     /// Reply times are µs since this instant.
     epoch: Instant,
     replaced: Mutex<Replaced>,
+    /// Bumped by every `renew`: a connect started before it (to the master the sentinels
+    /// named then, while a breaker's outage began) is not kept when it lands after it.
+    generation: AtomicU64,
 }
 
 struct Slot {
@@ -194,6 +197,7 @@ impl Link {
                 name,
                 epoch: Instant::now(),
                 replaced: Mutex::new(Replaced::default()),
+                generation: AtomicU64::new(0),
             }),
         }
     }
@@ -252,6 +256,7 @@ impl Link {
     /// Replaces every connection by a new one (made in the background): after the breaker
     /// opened, so that its probe uses a connection made since; after a master switch.
     pub fn renew(&self) {
+        self.inner.generation.fetch_add(1, Ordering::AcqRel);
         for slot in 0..self.inner.slots.len() {
             let conn = self.inner.lock(slot).conn.clone();
             match conn {
@@ -290,21 +295,26 @@ impl Link {
                 return Ok(conn);
             }
         }
-        let settled = inner.slots[first].settled.notified();
-        tokio::pin!(settled);
-        // Registered before looking again, so a connect finishing in between still wakes us.
-        settled.as_mut().enable();
-        let conn = inner.lock(first).conn.clone();
-        if let Some(conn) = conn {
-            return Ok(conn);
-        }
-        inner.start_connect(first);
-        settled.await;
-        let state = inner.lock(first);
-        match (&state.conn, &state.last_error) {
-            (Some(conn), _) => Ok(conn.clone()),
-            (None, Some(e)) => Err(e.clone()),
-            (None, None) => Err(StoreError::Unavailable("no redis connection".into())),
+        loop {
+            let settled = inner.slots[first].settled.notified();
+            tokio::pin!(settled);
+            // Registered before looking again, so a connect finishing in between still wakes us.
+            settled.as_mut().enable();
+            let conn = inner.lock(first).conn.clone();
+            if let Some(conn) = conn {
+                return Ok(conn);
+            }
+            inner.start_connect(first);
+            settled.await;
+            let state = inner.lock(first);
+            match (&state.conn, &state.last_error) {
+                (Some(conn), _) => return Ok(conn.clone()),
+                // A connect that landed after a renew was dropped and the slot connects
+                // again: wait for that one (the caller bounds the wait).
+                (None, _) if state.connecting => continue,
+                (None, Some(e)) => return Err(e.clone()),
+                (None, None) => return Err(StoreError::Unavailable("no redis connection".into())),
+            }
         }
     }
 }
@@ -445,6 +455,7 @@ impl Inner {
 }
 
 async fn connect(inner: Arc<Inner>, slot: usize) {
+    let generation = inner.generation.load(Ordering::Acquire);
     let id = inner.next_id.fetch_add(1, Ordering::Relaxed);
     let watch = DisconnectWatch { inner: Arc::downgrade(&inner), slot, id };
     let config = AsyncConnectionConfig::new()
@@ -455,6 +466,15 @@ async fn connect(inner: Arc<Inner>, slot: usize) {
     let result = match tokio::time::timeout(CONNECT_TIMEOUT, (inner.connect)(config)).await {
         Ok(result) => result,
         Err(_) => Err(StoreError::Unavailable(format!("redis connect took over {CONNECT_TIMEOUT:?}"))),
+    };
+    // Renewed while this connect was in flight: its server may be the one the renew moves
+    // away from (a master the sentinels replaced: found by the soak, a connect to the
+    // frozen old master landing after the switch and charging it, still a master, for
+    // seconds). Dropped, and the slot connects again, asking afresh.
+    let stale = inner.generation.load(Ordering::Acquire) != generation;
+    let result = match result {
+        Ok(_) if stale => Err(StoreError::Unavailable("renewed while connecting".into())),
+        result => result,
     };
     {
         let mut state = inner.lock(slot);
@@ -477,6 +497,10 @@ async fn connect(inner: Arc<Inner>, slot: usize) {
                 state.last_error = Some(e);
             }
         }
+    }
+    if stale {
+        // The slot's lock is released: `start_connect` takes it again.
+        inner.start_connect(slot);
     }
     inner.slots[slot].settled.notify_waiters();
 }
