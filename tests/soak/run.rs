@@ -45,8 +45,10 @@ pub struct RunLog {
     pub calls: Vec<Call>,
     pub canaries: Vec<Canary>,
     pub samples: Vec<Sample>,
-    /// `(key, count)` of every `soak_count` bucket, read from Redis after the run.
+    /// `(key, count)` of every `soak_count` bucket, read from Redis once its epoch ended.
     pub counts: Vec<(String, u64)>,
+    /// When each epoch's counts were read (µs since the Unix epoch).
+    pub count_reads: std::collections::HashMap<u64, u64>,
     /// Each instance's stderr.
     pub logs: Vec<String>,
     pub instances: usize,
@@ -80,6 +82,11 @@ pub fn run(plan: Plan) -> RunLog {
         probes.push(runtime.spawn(watch::run_probe(i, grpc, admin, instances[i].live.clone(), stop.clone())));
     }
 
+    let reader = {
+        let (view, stop) = (stores.view(), stop.clone());
+        std::thread::spawn(move || read_epochs(&view, start, &stop, 0))
+    };
+
     // Instances start into the clients' traffic.
     for instance in &mut instances {
         assert!(instance.start(), "instance not ready within 20 s:\n{}", instance.log_text());
@@ -112,7 +119,11 @@ pub fn run(plan: Plan) -> RunLog {
     let calls: Vec<Call> = runtime.block_on(futures_join(clients));
     let canaries: Vec<Canary> = runtime.block_on(futures_join(canaries));
     let samples: Vec<Sample> = runtime.block_on(futures_join(probes));
-    let counts = stores.counts("cnt-e");
+    let (mut counts, mut count_reads, next) = reader.join().expect("the count reader");
+    // The epochs not read yet, the clients stopped.
+    let (rest, rest_reads, _) = read_epochs(&stores.view(), start, &AtomicBool::new(true), next);
+    counts.extend(rest);
+    count_reads.extend(rest_reads);
     let logs: Vec<String> = instances.iter().map(Instance::log_text).collect();
     // Kept after the run for a look: target/tmp/soak/<topology>-<seed>/.
     let kept = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("soak").join(format!(
@@ -139,7 +150,37 @@ pub fn run(plan: Plan) -> RunLog {
         canaries,
         samples,
         counts,
+        count_reads,
         logs,
+    }
+}
+
+/// Reads the counts of each `soak_count` epoch from `first` on, 1.5 s after it ended (its
+/// calls answered or timed out), until `stop`; then every epoch begun. Reading during the
+/// run keeps an epoch comparable when Redis loses data later. The counts, when each epoch
+/// was read, and the next epoch not read.
+fn read_epochs(
+    view: &crate::stores::Masters,
+    start: u64,
+    stop: &AtomicBool,
+    first: u64,
+) -> (Vec<(String, u64)>, std::collections::HashMap<u64, u64>, u64) {
+    let (mut counts, mut reads, mut next) = (Vec::new(), std::collections::HashMap::new(), first);
+    loop {
+        let stopping = stop.load(Ordering::SeqCst);
+        let epoch_us = load::COUNT_EPOCH_US;
+        while start + (next + 1) * epoch_us + 1_500_000 <= now_us()
+            || (stopping && start + next * epoch_us <= now_us())
+        {
+            let read_at = now_us();
+            counts.extend(view.counts(&format!("cnt-e{next}-")));
+            reads.insert(next, read_at);
+            next += 1;
+        }
+        if stopping {
+            return (counts, reads, next);
+        }
+        std::thread::sleep(Duration::from_millis(250));
     }
 }
 

@@ -71,19 +71,18 @@ impl Stores {
     /// Real ports of the masters now, in a stable order (by the lowest slot they serve on a
     /// cluster).
     pub fn masters(&self) -> Vec<u16> {
+        self.view().ports()
+    }
+
+    /// Where the masters are, for another thread (the count reader).
+    pub fn view(&self) -> Masters {
         match self {
-            Stores::Single { redis, .. } => vec![redis.port()],
-            // The sentinels' master: after a failover the old one may still call itself
-            // master (it resumed before the sentinels demoted it); clients follow the
-            // sentinels, so counts are read, and faults aimed, there.
-            Stores::Sentinel { data, sentinel_port, .. } => match sentinel_master(*sentinel_port) {
-                Some(port) => vec![port],
-                None => {
-                    data.iter().filter(|r| role(r.port()).starts_with("master")).map(|r| r.port()).collect()
-                }
-            },
+            Stores::Single { redis, .. } => Masters::Single(redis.port()),
+            Stores::Sentinel { data, sentinel_port, .. } => {
+                Masters::Sentinel { sentinel: *sentinel_port, data: [data[0].port(), data[1].port()] }
+            }
             Stores::Cluster { nodes, .. } => {
-                cluster_masters(nodes).into_iter().map(|(port, _, _)| port).collect()
+                Masters::Cluster(nodes.iter().map(|n| (n.port, n.front.port())).collect())
             }
         }
     }
@@ -261,6 +260,38 @@ impl Stores {
         }
         Applied { data_loss: false, note: format!("slot {slot} moved :{source} → :{target}, {moved} keys") }
     }
+}
+
+/// The masters of a topology, found afresh at each call: the sentinels' master, a
+/// cluster's slot owners.
+#[derive(Clone, Debug)]
+pub enum Masters {
+    Single(u16),
+    Sentinel {
+        sentinel: u16,
+        data: [u16; 2],
+    },
+    /// `(real port, announced front port)` of every node.
+    Cluster(Vec<(u16, u16)>),
+}
+
+impl Masters {
+    /// Real ports of the masters now (by lowest slot on a cluster).
+    pub fn ports(&self) -> Vec<u16> {
+        match self {
+            Masters::Single(port) => vec![*port],
+            // The sentinels' master: after a failover the old one may still call itself
+            // master (it resumed before the sentinels demoted it); clients follow the
+            // sentinels, so counts are read, and faults aimed, there.
+            Masters::Sentinel { sentinel, data } => match sentinel_master(*sentinel) {
+                Some(port) => vec![port],
+                None => data.iter().copied().filter(|&p| role(p).starts_with("master")).collect(),
+            },
+            Masters::Cluster(nodes) => {
+                cluster_masters_of(nodes).into_iter().map(|(port, _, _)| port).collect()
+            }
+        }
+    }
 
     /// `(key, count)` of every fixed-window bucket whose key holds `marker`, over every
     /// master: the counts invariant 5 compares with what clients saw.
@@ -268,7 +299,7 @@ impl Stores {
         const SCRIPT: &str = "local out = {} for _, k in ipairs(redis.call('KEYS', ARGV[1])) do \
                               out[#out + 1] = k out[#out + 1] = redis.call('HGET', k, 'c') or '0' end return out";
         let mut all = Vec::new();
-        for port in self.masters() {
+        for port in self.ports() {
             let out = cli(port, &["EVAL", SCRIPT, "0", &format!("*{marker}*")]);
             let lines: Vec<&str> = out.lines().collect();
             for pair in lines.chunks(2) {
@@ -430,7 +461,12 @@ fn spawn_node(port: u16, front: u16, dir: &std::path::Path) -> Child {
 
 /// `(real port, node id, lowest slot)` of every master that serves slots, by lowest slot.
 fn cluster_masters(nodes: &[Node]) -> Vec<(u16, String, u32)> {
-    let Some(view) = nodes.iter().map(|n| cli(n.port, &["CLUSTER", "NODES"])).find(|v| !v.is_empty()) else {
+    cluster_masters_of(&nodes.iter().map(|n| (n.port, n.front.port())).collect::<Vec<_>>())
+}
+
+/// [`cluster_masters`] over `(real port, front port)` pairs.
+fn cluster_masters_of(nodes: &[(u16, u16)]) -> Vec<(u16, String, u32)> {
+    let Some(view) = nodes.iter().map(|n| cli(n.0, &["CLUSTER", "NODES"])).find(|v| !v.is_empty()) else {
         return vec![];
     };
     let mut masters = Vec::new();
@@ -440,13 +476,13 @@ fn cluster_masters(nodes: &[Node]) -> Vec<(u16, String, u32)> {
             continue;
         }
         let announced: Option<u16> = fields[1].split(['@', ':']).nth(1).and_then(|p| p.parse().ok());
-        let Some(node) = nodes.iter().find(|n| Some(n.front.port()) == announced) else { continue };
+        let Some(node) = nodes.iter().find(|n| Some(n.1) == announced) else { continue };
         let lowest = fields[8..]
             .iter()
             .filter_map(|r| r.split('-').next()?.parse::<u32>().ok())
             .min()
             .unwrap_or(u32::MAX);
-        masters.push((node.port, fields[0].to_string(), lowest));
+        masters.push((node.0, fields[0].to_string(), lowest));
     }
     masters.sort_by_key(|m| m.2);
     masters
