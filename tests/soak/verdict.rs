@@ -47,9 +47,18 @@ fn secs(log: &RunLog, at: u64) -> f64 {
     (at as f64 - log.start as f64) / 1e6
 }
 
-/// Whether `[a, b]` overlaps a fault that lost Redis data, widened by a second after it.
+/// Until when a data-losing fault may leave buckets counted afresh or twice: a second
+/// after it healed; on Sentinel 5 s, since the sentinels may fail over only after the
+/// fault (a restarted master, seconds later) and each instance follows within its 1 s
+/// poll, so for up to a second two masters count the same buckets (README, Scaling).
+fn loss_until(log: &RunLog, f: &crate::run::Happened) -> u64 {
+    let after = if log.plan.topology == crate::plan::Topology::Sentinel { 5_000_000 } else { 1_000_000 };
+    f.heal + after
+}
+
+/// Whether `[a, b]` overlaps a fault that lost Redis data, widened by [`loss_until`].
 fn data_losses(log: &RunLog, a: u64, b: u64) -> u64 {
-    log.faults.iter().filter(|f| f.data_loss && f.start <= b && f.heal + 1_000_000 >= a).count() as u64
+    log.faults.iter().filter(|f| f.data_loss && f.start <= b && loss_until(log, f) >= a).count() as u64
 }
 
 /// Whether a reload flipping `which` was written within `[a − 2 s, b]` (instances apply a
@@ -439,7 +448,7 @@ fn charged_once(log: &RunLog) -> Verdict {
         // A fault that lost data between the bucket's first charge and its read lost
         // (some of) its count; an hour boundary would start a new window.
         let lost =
-            log.faults.iter().any(|f| f.data_loss && f.heal + 1_000_000 >= *first && f.start <= read_at);
+            log.faults.iter().any(|f| f.data_loss && loss_until(log, f) >= *first && f.start <= read_at);
         let hour = 3_600_000_000;
         if lost || first / hour != read_at / hour {
             excluded += 1;
