@@ -57,8 +57,17 @@ fn loss_until(log: &RunLog, f: &crate::run::Happened) -> u64 {
 }
 
 /// Whether `[a, b]` overlaps a fault that lost Redis data, widened by [`loss_until`].
+/// A Sentinel master restarted empty counts twice: the restart starts its buckets afresh,
+/// and the sentinels may then fail over to the replica (which still holds the older
+/// counts) — a second fresh start, with two masters counting apart until every instance
+/// followed.
 fn data_losses(log: &RunLog, a: u64, b: u64) -> u64 {
-    log.faults.iter().filter(|f| f.data_loss && f.start <= b && loss_until(log, f) >= a).count() as u64
+    let sentinel = log.plan.topology == crate::plan::Topology::Sentinel;
+    log.faults
+        .iter()
+        .filter(|f| f.data_loss && f.start <= b && loss_until(log, f) >= a)
+        .map(|f| if sentinel && matches!(f.fault, Fault::KillRedis) { 2 } else { 1 })
+        .sum()
 }
 
 /// Whether a reload flipping `which` was written within `[a − 2 s, b]` (instances apply a
