@@ -3,9 +3,10 @@
 //!
 //! Owns the script sources and SHAs (computed once), building an `EVALSHA`/`EVAL` command
 //! or pipeline for a batch of charges, parsing the `{allowed, remaining, reset_us}` reply,
-//! classifying client errors, and the `NOSCRIPT` rule: retry once, with `EVAL`, only the
-//! entries that failed that way. It holds no connection and never retries after a
-//! transport error or a timeout (the script may have run). Deadlines are the caller's.
+//! and the `NOSCRIPT` rule: retry once, with `EVAL`, only the entries that failed that way.
+//! It holds no connection and never retries after a transport error or a timeout (the
+//! script may have run). Deadlines are the caller's. What a reply or a client error means
+//! (`NOSCRIPT`, `READONLY`, transport) is `redis::reply`'s, below this module and the link.
 //!
 //! A pipeline entry is one script call: a single charge (its algorithm's script) or a
 //! *part* — charges of one joint group on one slot — sent as one `joint.lua` call, whose
@@ -13,12 +14,13 @@
 
 use std::sync::LazyLock;
 
-use redis::{Cmd, Pipeline, RedisError, ServerErrorKind, Value};
+use redis::{Cmd, Pipeline, ServerErrorKind, Value};
 use tokio::time::Instant;
 
 use crate::algorithm::{Algorithm, Decision, Hits};
 
 use super::redis::link::Link;
+use super::redis::reply::is_noscript;
 use super::{Charge, Groups, StoreError};
 
 /// The script bodies as sent to Redis: the shared prelude, then the algorithm.
@@ -254,25 +256,6 @@ pub(crate) async fn send_entries(
         }
     }
     replies
-}
-
-/// Whether a reply is `NOSCRIPT` (the node does not have the script cached).
-pub fn is_noscript(value: &Value) -> bool {
-    matches!(value, Value::ServerError(e) if e.kind() == Some(ServerErrorKind::NoScript))
-}
-
-/// Whether a reply is `READONLY` (the node is a replica now: a failover happened).
-pub fn is_readonly(value: &Value) -> bool {
-    matches!(value, Value::ServerError(e) if e.kind() == Some(ServerErrorKind::ReadOnly))
-}
-
-/// A client-side error as a store error: transport problems are `Unavailable`.
-pub fn classify(e: &RedisError) -> StoreError {
-    if e.is_io_error() || e.is_connection_dropped() || e.is_timeout() || e.is_connection_refusal() {
-        StoreError::Unavailable(e.to_string())
-    } else {
-        StoreError::Server(e.to_string())
-    }
 }
 
 /// A script's `{allowed, remaining, reset_us}` reply.

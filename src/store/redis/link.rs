@@ -45,8 +45,8 @@ use tokio::time::Instant;
 mod held;
 
 use self::held::{lock_slot, SlotGuard};
-use super::super::scripts::{classify, is_readonly};
 use super::super::StoreError;
+use super::reply::{classify, is_readonly};
 
 /// Longest one background connect (TCP, TLS, AUTH, `HELLO`) may take.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);

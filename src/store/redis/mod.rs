@@ -7,12 +7,15 @@
 //!   here (a command redirected with `MOVED`/`ASK`/`TRYAGAIN` did not run, so re-sending it
 //!   is exact; nothing else is ever re-sent).
 //!
+//! Below the link and the scripts, `reply` says what a reply or a client error means.
+//!
 //! This module holds what they share: settings, URL parsing (TLS CA, socket options,
 //! RESP3 — needed for the disconnect notices the lifecycle watches) and password redaction.
 
 pub mod cluster;
 mod health;
 pub mod link;
+pub(crate) mod reply;
 pub mod sentinel;
 pub mod single;
 pub mod slots;
