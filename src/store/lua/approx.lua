@@ -33,7 +33,7 @@ local function moved(count, delta)
   return math.max(count + delta, 0)
 end
 
-local now = clock()
+local now = clock(ARGV[6])
 local out = {now}
 for i = 1, #KEYS do
   local key = KEYS[i]

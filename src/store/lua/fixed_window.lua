@@ -13,7 +13,7 @@ local unit = math.max(int(ARGV[2]), 1)
 local burst = int(ARGV[3])
 local mode = int(ARGV[4])
 local n = int(ARGV[5])
-local now = clock()
+local now = clock(ARGV[6])
 if mode > 2 then
   return redis.error_reply('ERR tollgate: mode must be 0 (consume), 1 (peek) or 2 (refund)')
 end
