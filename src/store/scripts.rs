@@ -23,7 +23,8 @@ use super::redis::link::Link;
 use super::redis::reply::is_noscript;
 use super::{Charge, Groups, StoreError};
 
-/// The script bodies as sent to Redis: the shared prelude, then the algorithm.
+/// The script bodies as sent to Redis: the shared prelude (every algorithm, written once),
+/// then the script's entry, which reads its call (see `lua/README.md`).
 pub const GCRA_LUA: &str = concat!(include_str!("lua/prelude.lua"), include_str!("lua/gcra.lua"));
 pub const SLIDING_LUA: &str =
     concat!(include_str!("lua/prelude.lua"), include_str!("lua/sliding_window.lua"));

@@ -1,7 +1,8 @@
 -- Tollgate: what every script is built from, written once (prepended to each at build
 -- time by src/store/scripts.rs, so each script is still one self-contained EVAL body):
 -- integers, the clock, stored state, and the three algorithms as pure functions of a
--- decoded state (joint.lua's).
+-- decoded state. The algorithm scripts after it (gcra.lua, sliding_window.lua,
+-- fixed_window.lua, joint.lua) only read their KEYS and ARGV, call these, and answer.
 -- Contract (KEYS, ARGV, reply, storage): README.md in this folder.
 
 -- Integers ----------------------------------------------------------------------------
@@ -326,3 +327,20 @@ local ALGORITHMS = {
 -- Calls ---------------------------------------------------------------------------------
 
 local BAD_MODE = 'ERR tollgate: mode must be 0 (consume), 1 (peek) or 2 (refund)'
+
+-- A single script's call (README.md, "Call"): EVALSHA <sha> 1 <key> <limit> <unit_us>
+-- <burst> <mode> <n> [<now_us>]. Reads KEYS[1] as algorithm stores it, decides, writes
+-- the decision, and returns the reply.
+local function single(algorithm)
+  local key = KEYS[1]
+  local limit = int(ARGV[1])
+  local unit = math.max(int(ARGV[2]), 1)
+  local burst = int(ARGV[3])
+  local mode = int(ARGV[4])
+  local n = int(ARGV[5])
+  local now = clock(ARGV[6])
+  if mode > 2 then return redis.error_reply(BAD_MODE) end
+  local reply, write = algorithm.run(read_state(key, algorithm.kind), now, limit, unit, burst, mode, n)
+  put(key, write, false)
+  return reply
+end
