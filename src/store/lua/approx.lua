@@ -16,8 +16,8 @@
 -- is read as the current window. All increments 0: a read.
 -- Reply: {now µs, then per bucket: s, c, p}.
 
--- (prelude.lua, prepended at build time: MAX, int, add, mul, div, muldiv, clock, str,
--- ms_ceil)
+-- The window math (window_at, window_expiry) and the hash (read_state, put) are the window
+-- scripts' own, in prelude.lua.
 
 -- A signed integer with |x| <= MAX from an argument (garbage -> 0).
 local function signed(v)
@@ -43,20 +43,8 @@ for i = 1, #KEYS do
   local start = int(ARGV[j + 2])
   local delta = signed(ARGV[j + 3])
   local carry = signed(ARGV[j + 4])
-  local stored = redis.call('HMGET', key, 's', 'c', 'p')
-  local t = now
-  if stored[1] then t = math.max(now, int(stored[1])) end
-  local ws = div(t, unit) * unit
-  local current, previous = 0, 0
-  if stored[1] then
-    local s = int(stored[1])
-    if s == ws then
-      current = int(stored[2])
-      if sliding then previous = int(stored[3]) end
-    elseif sliding and ws >= unit and s == ws - unit then
-      previous = int(stored[2])
-    end
-  end
+  local st = read_state(key, 'w')
+  local ws, _, current, previous = window_at(st, now, unit, sliding)
   -- Which of the increments land in the current and the previous window.
   if start > ws then start = ws end
   local dc, dp = 0, 0
@@ -70,19 +58,16 @@ for i = 1, #KEYS do
     current = moved(current, dc)
     previous = moved(previous, dp)
     -- The expiry follows from the window's start: a hash already of this window has it.
-    local same = stored[1] and int(stored[1]) == ws
+    local same = st and st.s == ws
     if current == 0 and previous == 0 then
       redis.call('DEL', key)
     elseif same and dp == 0 then
       redis.call('HSET', key, 'c', str(current))
     elseif same then
       redis.call('HSET', key, 'c', str(current), 'p', str(previous))
-    elseif sliding then
-      redis.call('HSET', key, 's', str(ws), 'c', str(current), 'p', str(previous))
-      redis.call('PEXPIREAT', key, str(ms_ceil(add(add(ws, unit), unit))))
     else
-      redis.call('HSET', key, 's', str(ws), 'c', str(current), 'p', '0')
-      redis.call('PEXPIREAT', key, str(ms_ceil(add(ws, unit))))
+      local state = {kind = 'w', s = ws, c = current, p = previous}
+      put(key, {state = state, at = window_expiry(ws, unit, sliding)}, false)
     end
   end
   out[#out + 1] = ws

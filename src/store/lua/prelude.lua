@@ -1,8 +1,8 @@
 -- Tollgate: what every script is built from, written once (prepended to each at build
 -- time by src/store/scripts.rs, so each script is still one self-contained EVAL body):
 -- integers, the clock, stored state, and the three algorithms as pure functions of a
--- decoded state. The algorithm scripts after it (gcra.lua, sliding_window.lua,
--- fixed_window.lua, joint.lua) only read their KEYS and ARGV, call these, and answer.
+-- decoded state. The scripts after it (gcra.lua, sliding_window.lua, fixed_window.lua,
+-- joint.lua, approx.lua) only read their KEYS and ARGV, call these, and answer.
 -- Contract (KEYS, ARGV, reply, storage): README.md in this folder.
 
 -- Integers ----------------------------------------------------------------------------
@@ -222,7 +222,7 @@ end
 -- The window a stored window state is in at now, rolled forward: (ws = its start, left =
 -- µs to its end, current, previous). The count carries over only within the same window
 -- and, for a sliding window, into the next one as its previous count. A start in the
--- future (a clock that stepped back) is read as now = start.
+-- future (a clock that stepped back) is read as now = start. Also approx.lua's.
 local function window_at(st, now, unit, sliding)
   if st and st.kind ~= 'w' then st = nil end
   if st then now = math.max(now, st.s) end
