@@ -29,15 +29,8 @@ use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use redis_support::RedisServer;
 use tollgate::algorithm::{apply, Algorithm, Hits, Params, State, Write, MAX_VALUE};
 
-// The bodies exactly as the stores send them (prelude + algorithm).
-const GCRA_LUA: &str =
-    concat!(include_str!("../src/store/lua/prelude.lua"), include_str!("../src/store/lua/gcra.lua"));
-const SLIDING_LUA: &str = concat!(
-    include_str!("../src/store/lua/prelude.lua"),
-    include_str!("../src/store/lua/sliding_window.lua")
-);
-const FIXED_LUA: &str =
-    concat!(include_str!("../src/store/lua/prelude.lua"), include_str!("../src/store/lua/fixed_window.lua"));
+// The bodies exactly as the stores send them (prelude, algorithm functions, entry).
+use tollgate::store::scripts::{FIXED_LUA, GCRA_LUA, SLIDING_LUA};
 
 const DAY_US: u64 = 86_400_000_000;
 

@@ -22,7 +22,7 @@ pub mod memory;
 pub mod overlimit;
 pub mod redis;
 pub mod reset;
-pub(crate) mod scripts;
+pub mod scripts;
 
 pub use self::redis::{cluster, sentinel};
 

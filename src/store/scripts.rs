@@ -23,17 +23,31 @@ use super::redis::link::Link;
 use super::redis::reply::is_noscript;
 use super::{Charge, Groups, StoreError};
 
-/// The script bodies as sent to Redis: the shared prelude (every algorithm, written once),
-/// then the script's entry, which reads its call (see `lua/README.md`).
-pub const GCRA_LUA: &str = concat!(include_str!("lua/prelude.lua"), include_str!("lua/gcra.lua"));
+/// The script bodies as sent to Redis: the shared prelude, the algorithm functions the
+/// script runs (each written once, in `lua/algorithm/`), then the script's entry, which
+/// reads its call (see `lua/README.md`). A script carries only the functions it calls:
+/// Redis runs a script's whole body, so each function defined costs every call.
+macro_rules! lua {
+    ($($part:literal),+) => {
+        concat!(include_str!("lua/prelude.lua"), $(include_str!(concat!("lua/", $part))),+)
+    };
+}
+
+pub const GCRA_LUA: &str = lua!("algorithm/gcra.lua", "gcra.lua");
 pub const SLIDING_LUA: &str =
-    concat!(include_str!("lua/prelude.lua"), include_str!("lua/sliding_window.lua"));
-pub const FIXED_LUA: &str = concat!(include_str!("lua/prelude.lua"), include_str!("lua/fixed_window.lua"));
+    lua!("algorithm/window.lua", "algorithm/sliding_window.lua", "sliding_window.lua");
+pub const FIXED_LUA: &str = lua!("algorithm/window.lua", "algorithm/fixed_window.lua", "fixed_window.lua");
 /// A group of charges decided together (see `store::Groups`, `lua/README.md`).
-pub const JOINT_LUA: &str = concat!(include_str!("lua/prelude.lua"), include_str!("lua/joint.lua"));
+pub const JOINT_LUA: &str = lua!(
+    "algorithm/gcra.lua",
+    "algorithm/window.lua",
+    "algorithm/sliding_window.lua",
+    "algorithm/fixed_window.lua",
+    "joint.lua"
+);
 /// Approximate mode's sync of many buckets (see `approx::sync`, `lua/approx.lua`).
 pub static APPROX_LUA: LazyLock<Script> =
-    LazyLock::new(|| Script::new(concat!(include_str!("lua/prelude.lua"), include_str!("lua/approx.lua"))));
+    LazyLock::new(|| Script::new(lua!("algorithm/window.lua", "approx.lua")));
 
 /// How a script is called: by SHA (the normal case) or with its source (after `NOSCRIPT`;
 /// `EVAL` also caches the script on that node).

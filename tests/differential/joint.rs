@@ -14,12 +14,10 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use tollgate::algorithm::joint::{apply, apply_each, Member};
 use tollgate::algorithm::{Algorithm, Hits, Params, State, Write, MAX_VALUE};
+use tollgate::store::scripts::JOINT_LUA;
 
 use super::redis_support::RedisServer;
 use super::{arb_hits, arb_params, arb_tick, as_i64, real_now_us, Tick, DAY_US};
-
-const JOINT_LUA: &str =
-    concat!(include_str!("../../src/store/lua/prelude.lua"), include_str!("../../src/store/lua/joint.lua"));
 
 type Case = (Vec<Params>, u64, Vec<(Tick, Vec<(usize, Hits)>)>);
 

@@ -16,8 +16,8 @@
 -- is read as the current window. All increments 0: a read.
 -- Reply: {now µs, then per bucket: s, c, p}.
 
--- The window math (window_at, window_expiry) and the hash (read_state, put) are the window
--- scripts' own, in prelude.lua.
+-- The window math (window_at, window_expiry, algorithm/window.lua) and the hash
+-- (read_state, put, prelude.lua) are the window scripts' own.
 
 -- A signed integer with |x| <= MAX from an argument (garbage -> 0).
 local function signed(v)

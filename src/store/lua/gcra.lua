@@ -1,4 +1,4 @@
--- Tollgate GCRA: one bucket through `gcra` (prelude.lua), the same function as
+-- Tollgate GCRA: one bucket through `gcra` (algorithm/gcra.lua), the same function as
 -- src/algorithm/gcra.rs, kept equal by tests/differential.rs. Contract (KEYS, ARGV, reply,
 -- storage): README.md in this folder.
 -- State: KEYS[1] is a string "<tat>:<rem>", the theoretical arrival time (TAT)
@@ -6,4 +6,4 @@
 -- integer: 32 bytes less per key), expiring at the TAT rounded up.
 -- Reply: {allowed 0|1, remaining, reset_us}.
 
-return single(ALGORITHMS.gcra)
+return single(gcra, 'g')

@@ -1,7 +1,7 @@
 -- Tollgate joint charge: a group of members decided at one instant that stand or fall
 -- together. The same function as src/algorithm/joint.rs, kept equal by
 -- tests/differential.rs; each member is decided by its algorithm's function in
--- prelude.lua (the very one gcra.lua, sliding_window.lua and fixed_window.lua call), over a
+-- algorithm/ (the very one gcra.lua, sliding_window.lua and fixed_window.lua call), over a
 -- scratch copy of the decoded states. Contract (KEYS, ARGV, reply, storage): README.md in
 -- this folder.
 -- KEYS: the group's distinct buckets (one slot in a cluster).
@@ -11,6 +11,13 @@
 -- then, optional, ARGV[3 + 7m] = '1': the members are independent (a coalesced batch on
 -- one key): each is applied if it fits, and a denial vetoes no other member.
 -- Reply: one {allowed 0|1, remaining, reset_us} per member, in order.
+
+-- Each algorithm by its name in the call, with the kind of state it reads.
+local ALGORITHMS = {
+  gcra = {run = gcra, kind = 'g'},
+  sliding_window = {run = sliding, kind = 'w'},
+  fixed_window = {run = fixed, kind = 'w'},
+}
 
 -- Parse and check every member before touching anything.
 local m = int(ARGV[1])

@@ -1,8 +1,10 @@
--- Tollgate: what every script is built from, written once (prepended to each at build
--- time by src/store/scripts.rs, so each script is still one self-contained EVAL body):
--- integers, the clock, stored state, and the three algorithms as pure functions of a
--- decoded state. The scripts after it (gcra.lua, sliding_window.lua, fixed_window.lua,
--- joint.lua, approx.lua) only read their KEYS and ARGV, call these, and answer.
+-- Tollgate: what every script starts with, written once (src/store/scripts.rs builds each
+-- script as this file, the algorithm/ files it needs, then its entry, so each script is
+-- still one self-contained EVAL body): integers, the clock, stored state and the single
+-- call. The algorithms are pure functions of a decoded state, one file each in algorithm/;
+-- a script carries only the ones it runs (every function defined costs each call a
+-- closure). The entries (gcra.lua, sliding_window.lua, fixed_window.lua, joint.lua,
+-- approx.lua) only read their KEYS and ARGV, call these, and answer.
 -- Contract (KEYS, ARGV, reply, storage): README.md in this folder.
 
 -- Integers ----------------------------------------------------------------------------
@@ -137,201 +139,15 @@ local function put(key, write, replaces)
   end
 end
 
--- The algorithms ----------------------------------------------------------------------
-
--- Each is the same function as its Rust twin in src/algorithm/, kept equal by
--- tests/differential.rs: (st, now, limit, unit, burst, mode, n) -> reply, write. reply is
--- {allowed 0|1, remaining, reset_us}; write is as put takes it (a denial writes nothing).
--- mode is 0 (consume n), 1 (peek) or 2 (refund n), checked by the caller; unit >= 1.
-
--- GCRA (src/algorithm/gcra.rs). Durations are pairs (us, frac): us + frac / limit µs,
--- 0 <= frac < limit, so that an emission interval unit / limit is never rounded. Rust:
--- gcra::Span.
-local function gcra(st, now, limit, unit, burst, mode, n)
-  if limit == 0 then
-    -- Blocks everything without dividing; a refund has nothing to give back.
-    if mode == 2 then return {1, 0, 0} end
-    return {0, 0, unit}
-  end
-  -- k emissions: k * unit / limit µs, exactly.
-  local function span(k) return muldiv(k, unit, limit) end
-  -- a + b, the µs saturating; the carry test never forms a sum that could pass 2^53.
-  local function plus(au, af, bu, bf)
-    if af >= limit - bf then return add(add(au, bu), 1), af - (limit - bf) end
-    return add(au, bu), af + bf
-  end
-  -- a - b, for a >= b.
-  local function minus(au, af, bu, bf)
-    if af >= bf then return au - bu, af - bf end
-    return au - bu - 1, af + (limit - bf)
-  end
-  local function le(au, af, bu, bf) return au < bu or (au == bu and af <= bf) end
-  -- Rounded up to whole µs.
-  local function ceil_us(u, f)
-    if f > 0 then return add(u, 1) end
-    return u
-  end
-  -- ceil(d * limit / unit): the emissions d covers, counting a started one.
-  local function hits_in(u, f)
-    local q, r = muldiv(u, limit, unit)
-    local fq = div(f, unit)
-    local fr = f - fq * unit
-    local carry = 0
-    if r > unit - fr then carry = 2 elseif r > 0 or fr > 0 then carry = 1 end
-    return add(add(q, fq), carry)
-  end
-  local tol_u, tol_f = span(burst)
-  -- ahead = max(tat, now) - now. A remainder stored under another limit (before a reload)
-  -- is clamped below this one (< 1 µs).
-  local ahead_u, ahead_f = 0, 0
-  if st and st.kind == 'g' and st.t >= now then
-    ahead_u, ahead_f = st.t - now, math.min(st.r, limit - 1)
-  end
-  -- An allowed reply for a bucket (u, f) ahead of now.
-  local function allowed_at(u, f)
-    return {1, math.max(burst - hits_in(u, f), 0), ceil_us(u, f)}
-  end
-  -- Allowed, leaving the TAT (u, f) ahead of now: store it, or drop it when it is now.
-  local function store(u, f)
-    if u == 0 and f == 0 then return allowed_at(u, f), false end
-    local tat = add(now, u)
-    -- An instant that saturates is MAX exactly (time stands still there).
-    local rem = f
-    if tat == MAX then rem = 0 end
-    return allowed_at(u, f), {state = {kind = 'g', t = tat, r = rem}, at = ms_ceil(ceil_us(tat, rem))}
-  end
-  if mode == 0 then
-    local eu, ef = span(n)
-    local nu, nf = plus(ahead_u, ahead_f, eu, ef)
-    if le(nu, nf, tol_u, tol_f) then return store(nu, nf) end
-    return {0, 0, ceil_us(minus(nu, nf, tol_u, tol_f))}
-  elseif mode == 1 then
-    local eu, ef = span(1)
-    local nu, nf = plus(ahead_u, ahead_f, eu, ef)
-    if le(nu, nf, tol_u, tol_f) then return allowed_at(ahead_u, ahead_f) end
-    -- One hit passes sooner than the bucket is full: report full.
-    if le(eu, ef, tol_u, tol_f) then return {0, 0, ceil_us(ahead_u, ahead_f)} end
-    -- burst == 0 admits nothing (not even on an empty bucket): report ahead + emission.
-    return {0, 0, ceil_us(minus(nu, nf, tol_u, tol_f))}
-  end
-  local bu, bf = span(n)
-  if le(ahead_u, ahead_f, bu, bf) then return store(0, 0) end
-  return store(minus(ahead_u, ahead_f, bu, bf))
-end
-
--- The window a stored window state is in at now, rolled forward: (ws = its start, left =
--- µs to its end, current, previous). The count carries over only within the same window
--- and, for a sliding window, into the next one as its previous count. A start in the
--- future (a clock that stepped back) is read as now = start. Also approx.lua's.
-local function window_at(st, now, unit, sliding)
-  if st and st.kind ~= 'w' then st = nil end
-  if st then now = math.max(now, st.s) end
-  local elapsed = now - div(now, unit) * unit
-  local ws = now - elapsed
-  local current, previous = 0, 0
-  if st then
-    if st.s == ws then
-      current = st.c
-      if sliding then previous = st.p end
-    elseif sliding and ws >= unit and st.s == ws - unit then
-      previous = st.c
-    end
-  end
-  return ws, unit - elapsed, current, previous
-end
-
--- When a window starting at ws expires, in ms: two windows on (sliding: it is the next
--- one's previous count), else at its end.
-local function window_expiry(ws, unit, sliding)
-  if sliding then return ms_ceil(add(add(ws, unit), unit)) end
-  return ms_ceil(add(ws, unit))
-end
-
--- Sliding window, two-epoch weighted counter (src/algorithm/sliding_window.rs).
-local function sliding(st, now, limit, unit, burst, mode, n)
-  local ws, left, current, previous = window_at(st, now, unit, true)
-  -- ceil(previous * left / unit): comparing it plus integers with limit is the exact
-  -- inequality previous * left + (current + n) * unit <= limit * unit.
-  local weighted, rest = muldiv(previous, left, unit)
-  if rest > 0 then weighted = add(weighted, 1) end
-  -- Sums of up to three values <= MAX compared with a value <= MAX: exact even when the
-  -- sum itself is not representable (it then rounds to at least 2^53).
-  local function fits(k) return weighted + current + k <= limit end
-  local function remaining(c) return math.max(limit - (weighted + c), 0) end
-  -- Time until the estimate is 0 with no more charges, current count c.
-  local function until_full(c)
-    if c > 0 then return add(left, unit) end
-    if previous > 0 then return left end
-    return 0
-  end
-  -- Exact time until k hits fit with no more charges; k does not fit now.
-  local function until_fits(k)
-    if k > limit then return add(left, unit) end
-    if previous > 0 and current + k <= limit then
-      local covered = muldiv(limit - current - k, unit, previous)
-      if covered >= 1 then return math.max(left - covered, 0) end
-    end
-    if current == 0 then return left end
-    local covered = muldiv(limit - k, unit, current)
-    return add(left, math.max(unit - covered, 0))
-  end
-  -- Allowed, leaving c in the current window: store the window, or drop an empty one.
-  local function charge(c)
-    local reply = {1, remaining(c), until_full(c)}
-    if c == 0 and previous == 0 then return reply, false end
-    local state = {kind = 'w', s = ws, c = c, p = previous}
-    return reply, {state = state, at = window_expiry(ws, unit, true)}
-  end
-  if mode == 0 then
-    if fits(n) then return charge(current + n) end
-    return {0, 0, until_fits(n)}
-  elseif mode == 1 then
-    if fits(1) then return {1, remaining(current), until_full(current)} end
-    return {0, 0, math.max(until_full(current), until_fits(1))}
-  end
-  return charge(math.max(current - n, 0))
-end
-
--- Fixed window, epoch-aligned as envoyproxy/ratelimit, but a denial consumes nothing
--- (src/algorithm/fixed_window.rs). The hash's p is always 0.
-local function fixed(st, now, limit, unit, burst, mode, n)
-  local ws, left, count = window_at(st, now, unit, false)
-  -- An allowed reply for a window holding c.
-  local function describe(c)
-    local reset = 0
-    if c > 0 then reset = left end
-    return {1, math.max(limit - c, 0), reset}
-  end
-  -- Allowed, leaving c in the window: store it, or drop an empty window.
-  local function charge(c)
-    if c == 0 then return describe(c), false end
-    return describe(c), {state = {kind = 'w', s = ws, c = c, p = 0}, at = window_expiry(ws, unit, false)}
-  end
-  if mode == 0 then
-    if count + n <= limit then return charge(count + n) end
-    return {0, 0, left}
-  elseif mode == 1 then
-    if count < limit then return describe(count) end
-    return {0, 0, left}
-  end
-  return charge(math.max(count - n, 0))
-end
-
--- Each algorithm by its name in the joint call, with the kind of state it reads.
-local ALGORITHMS = {
-  gcra = {run = gcra, kind = 'g'},
-  sliding_window = {run = sliding, kind = 'w'},
-  fixed_window = {run = fixed, kind = 'w'},
-}
-
 -- Calls ---------------------------------------------------------------------------------
 
 local BAD_MODE = 'ERR tollgate: mode must be 0 (consume), 1 (peek) or 2 (refund)'
 
 -- A single script's call (README.md, "Call"): EVALSHA <sha> 1 <key> <limit> <unit_us>
--- <burst> <mode> <n> [<now_us>]. Reads KEYS[1] as algorithm stores it, decides, writes
--- the decision, and returns the reply.
-local function single(algorithm)
+-- <burst> <mode> <n> [<now_us>]. Reads KEYS[1] as an algorithm of kind ('g' or 'w')
+-- stores it, decides with run (an algorithm/ function), writes the decision, and returns
+-- the reply.
+local function single(run, kind)
   local key = KEYS[1]
   local limit = int(ARGV[1])
   local unit = math.max(int(ARGV[2]), 1)
@@ -340,7 +156,7 @@ local function single(algorithm)
   local n = int(ARGV[5])
   local now = clock(ARGV[6])
   if mode > 2 then return redis.error_reply(BAD_MODE) end
-  local reply, write = algorithm.run(read_state(key, algorithm.kind), now, limit, unit, burst, mode, n)
+  local reply, write = run(read_state(key, kind), now, limit, unit, burst, mode, n)
   put(key, write, false)
   return reply
 end

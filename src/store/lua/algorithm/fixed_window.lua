@@ -1,0 +1,33 @@
+-- Tollgate fixed window, written once: every script that decides a fixed-window bucket
+-- (fixed_window.lua, joint.lua) is built with this file (src/store/scripts.rs concatenates
+-- prelude.lua, the algorithm files a script needs, then its entry). The same function as
+-- src/algorithm/fixed_window.rs, kept equal by tests/differential.rs. (st, now, limit,
+-- unit, burst, mode, n) -> reply, write: st is a decoded state (prelude.lua, read_state);
+-- reply is {allowed 0|1, remaining, reset_us}; write is as put takes it (a denial writes
+-- nothing). mode is 0 (consume n), 1 (peek) or 2 (refund n), checked by the caller; unit
+-- >= 1.
+
+-- Fixed window, epoch-aligned as envoyproxy/ratelimit, but a denial consumes nothing
+-- (src/algorithm/fixed_window.rs). The hash's p is always 0.
+local function fixed(st, now, limit, unit, burst, mode, n)
+  local ws, left, count = window_at(st, now, unit, false)
+  -- An allowed reply for a window holding c.
+  local function describe(c)
+    local reset = 0
+    if c > 0 then reset = left end
+    return {1, math.max(limit - c, 0), reset}
+  end
+  -- Allowed, leaving c in the window: store it, or drop an empty window.
+  local function charge(c)
+    if c == 0 then return describe(c), false end
+    return describe(c), {state = {kind = 'w', s = ws, c = c, p = 0}, at = window_expiry(ws, unit, false)}
+  end
+  if mode == 0 then
+    if count + n <= limit then return charge(count + n) end
+    return {0, 0, left}
+  elseif mode == 1 then
+    if count < limit then return describe(count) end
+    return {0, 0, left}
+  end
+  return charge(math.max(count - n, 0))
+end
