@@ -297,7 +297,7 @@ pub async fn spawn(settings: ServeSettings) -> anyhow::Result<Running> {
         let stop = stopped(signal.clone());
         let (metrics, name) = (metrics.clone(), store.name());
         tasks.push(tokio::spawn(async move {
-            crate::store::lease::sweep_leases(store, stop, |stats| metrics.set_leases(name, stats)).await;
+            crate::store::leasing::sweep_leases(store, stop, |stats| metrics.set_leases(name, stats)).await;
             Ok(())
         }));
     }
@@ -312,7 +312,7 @@ pub async fn spawn(settings: ServeSettings) -> anyhow::Result<Running> {
             // are held): exact-only deployments send Redis nothing more.
             let live = live_for_sync;
             let configured = move || live.load().snapshot.has_approximate();
-            crate::store::approx::sync::run(approx, store_for_sync, target, configured, stop).await;
+            crate::store::syncing::run(approx, store_for_sync, target, configured, stop).await;
             Ok(())
         });
         sync = Some((sync_stop, task));

@@ -49,8 +49,8 @@ use crate::algorithm::joint::{self, Member};
 use crate::algorithm::{self, Algorithm, Decision, Hits, Params};
 
 use self::bucket::{Bucket, Counts, Tier, Unsent};
+use super::charge::{Charge, Groups, StoreError};
 use super::memory::now_us;
-use super::{Charge, Groups, StoreError};
 
 /// How many buckets a full shard samples to pick one to drop.
 const EVICTION_SAMPLE: usize = 16;

@@ -51,6 +51,8 @@ use std::time::{Duration, Instant};
 
 use rand::Rng;
 
+pub use super::redis::settings::BreakerSettings;
+
 /// Longest cool-down, however often probes fail (a longer `--breaker-cooldown-ms` is kept
 /// as it is). Limiting resumes at the first probe after Redis is back, so the cap bounds
 /// the recovery after any outage: with 30 s it was up to 36 s after a long outage that
@@ -61,36 +63,6 @@ const MAX_COOLDOWN: Duration = Duration::from_secs(2);
 
 /// Sub-windows of the sliding window: failures leave it in steps of a tenth of the window.
 const SLOTS: usize = 10;
-
-/// The breaker's settings. Build with `..Default::default()` for the fields you leave alone.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct BreakerSettings {
-    /// Fewest failed calls within `window` that can open the breaker (0 disables it).
-    pub failures: u32,
-    /// Share of the calls finished within `window` that must have failed (0 to 1).
-    pub failure_rate: f64,
-    /// How far back calls count.
-    pub window: Duration,
-    /// First cool-down; doubles after each failed probe.
-    pub cooldown: Duration,
-}
-
-impl Default for BreakerSettings {
-    /// 5 failures, half of the calls, in 1 s; cool-down 1 s.
-    ///
-    /// The window is 1 s: long against a stall (a fork or a busy core lasts tens of ms, so
-    /// at any traffic it is a few percent of the window's calls, far from half), short
-    /// enough that a real outage opens the breaker within about a second, and a whole
-    /// number of the 10 ms store deadline so a frozen Redis fills it with failures.
-    fn default() -> Self {
-        BreakerSettings {
-            failures: 5,
-            failure_rate: 0.5,
-            window: Duration::from_millis(1000),
-            cooldown: Duration::from_millis(1000),
-        }
-    }
-}
 
 /// Where the breaker is. The numbers are the `tollgate_breaker_state` gauge values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

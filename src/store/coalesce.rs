@@ -48,8 +48,8 @@ use tokio::time::Instant;
 
 use crate::algorithm::Decision;
 
-use super::guarded::{Charged, Remote};
-use super::{Charge, Groups, StoreError};
+use super::charge::{Charge, Groups, StoreError};
+use super::remote::{Charged, Remote};
 
 /// Lock shards of the table: enough that two cores rarely meet on one.
 pub const SHARDS: usize = 64;

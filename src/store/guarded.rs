@@ -21,7 +21,6 @@
 //! next one. The breaker records such a call once (see [`Charged::shared`]).
 
 use std::fmt;
-use std::future::Future;
 use std::sync::Arc;
 
 use tokio::time::Instant;
@@ -30,47 +29,14 @@ use crate::algorithm::{Decision, Hits};
 
 use super::approx::{Approx, ApproxSettings};
 use super::breaker::{Breaker, BreakerSettings};
+use super::charge::{Charge, Groups, StoreError, NOT_EVALUATED};
 use super::coalesce::{self, Coalescer};
 use super::lease::{LeaseSettings, LeaseTable};
-use super::{Charge, Groups, OverLimitCache, StoreError, NOT_EVALUATED};
+use super::overlimit::OverLimitCache;
+use super::remote::{Charged, Remote};
 
 /// Buckets the over-limit cache of one Redis store may hold (≈ 100 bytes each).
 pub const OVER_LIMIT_CACHE_ENTRIES: usize = 100_000;
-
-/// A Redis client: charges a batch whose `groups` stand or fall together (see [`Groups`])
-/// by a deadline, one result per charge, in order.
-pub trait Remote {
-    fn charge(
-        &self,
-        batch: &[Charge],
-        groups: &Groups,
-        deadline: Instant,
-    ) -> impl Future<Output = Charged> + Send;
-
-    /// Replaces the client's connections by new ones, made in the background (the breaker
-    /// opened: its probe must not ride a connection from before the outage).
-    fn renew(&self) {}
-}
-
-/// What a client answers for a batch.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Charged {
-    /// One per charge, in order.
-    pub results: Vec<Result<Decision, StoreError>>,
-    /// Refunds the client sent on its own, with their answers (the cluster undoing the
-    /// applied parts of a denied group): the over-limit cache learns them like any refund.
-    pub refunds: Vec<(Charge, Result<Decision, StoreError>)>,
-    /// Every result came from coalesced calls whose first member was another request's
-    /// charge: that request records the call for the breaker, so this one does not (a
-    /// coalesced call counts once, like any call). False for a client's own answers.
-    pub shared: bool,
-}
-
-impl From<Vec<Result<Decision, StoreError>>> for Charged {
-    fn from(results: Vec<Result<Decision, StoreError>>) -> Charged {
-        Charged { results, refunds: Vec::new(), shared: false }
-    }
-}
 
 /// A Redis client behind the over-limit cache, load shedding and (optionally) a breaker.
 pub struct Guarded<C> {

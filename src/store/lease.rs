@@ -41,13 +41,11 @@
 //!   Each refill has a number; an answer whose number is no longer the key's (the key was
 //!   reset, evicted or re-parameterised meanwhile) gives its block straight back.
 
-mod flow;
 mod returns;
 mod stats;
 
 use returns::return_by;
 
-pub use flow::sweep_leases;
 pub use stats::{Dropped, LeaseStats};
 
 use std::collections::hash_map::RandomState;
@@ -64,7 +62,7 @@ use tokio::time::Instant;
 
 use crate::algorithm::{Algorithm, Decision, Params, MAX_VALUE};
 
-use super::StoreError;
+use super::charge::StoreError;
 
 /// `--lease-time-ms` default.
 pub const DEFAULT_LEASE_TIME: Duration = Duration::from_millis(100);

@@ -42,7 +42,7 @@ use crate::algorithm::{self, Decision, Params, State, Write};
 
 use self::evict::{pick_victim, sweep};
 use self::stored_key::StoredKey;
-use super::{Charge, Groups};
+use super::charge::{Charge, Groups};
 
 mod evict;
 mod stored_key;

@@ -1,4 +1,4 @@
-//! Where buckets live: the `Store` seam with its two implementations.
+//! Where buckets live: the `Store` dispatch over its implementations.
 //!
 //! `memory` (embedded default: sharded map, capped) and `redis` (Lua scripts over a pipeline).
 //! Both take a whole request's charges at once and answer one result per charge, in order,
@@ -10,156 +10,48 @@
 //! until they can pass, so a flood from one abusive key does not load Redis), load
 //! shedding and the circuit breaker (`breaker`), and optionally leases of hot buckets
 //! (`lease`: blocks of tokens taken in one charge and spent locally).
+//!
+//! The layers of `store/`, top to bottom; a file imports only from layers below its own:
+//! 1. `leasing`, `syncing`, `reset`: what runs over the whole store (charging through
+//!    leases and the lease sweeper, approximate mode's sync task, an operator's reset);
+//! 2. this file: `Store`, the dispatch over the memory store and the guarded topologies;
+//! 3. `guarded`: the guards in front of a Redis client, in the order a charge meets them;
+//! 4. the guards: `approx`, `coalesce`, `breaker`, `lease`, `overlimit`;
+//! 5. the stores: `memory`, and `redis` (its own layers in `redis`'s comment: the
+//!    topologies over one connection lifecycle, the scripts and what a reply means);
+//! 6. `remote`: the seam the guards call and the topologies implement (`Remote`,
+//!    `Reset`, `Charged`);
+//! 7. the vocabulary: `charge` (`Charge`, `Groups`, `StoreError`), `key` (bucket keys),
+//!    `deadline`.
 
 pub mod approx;
 pub mod breaker;
+pub mod charge;
 pub mod coalesce;
 pub mod deadline;
 pub mod guarded;
 pub mod key;
 pub mod lease;
+pub mod leasing;
 pub mod memory;
 pub mod overlimit;
 pub mod redis;
+pub mod remote;
 pub mod reset;
-pub mod scripts;
+pub mod syncing;
 
-pub use self::redis::{cluster, sentinel};
-
-use std::ops::Range;
+pub use self::redis::{cluster, scripts, sentinel};
 
 use tokio::time::Instant;
 
-use crate::algorithm::{Decision, Hits, Params};
+use crate::algorithm::Decision;
 
-pub use self::guarded::{Charged, Guarded, Remote};
+pub use self::charge::{Charge, Groups, StoreError, NOT_EVALUATED};
+pub use self::guarded::Guarded;
 pub use self::memory::MemoryStore;
 pub use self::overlimit::OverLimitCache;
 pub use self::redis::{RedisSettings, RedisStore};
-
-/// One bucket to charge: built by the service from a matched rule.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Charge {
-    /// The bucket key (see `key`), unique per bucket identity.
-    pub key: String,
-    pub params: Params,
-    pub hits: Hits,
-}
-
-/// Which charges of a batch stand or fall together. A group is a run of consecutive
-/// charges: they are decided at one instant, in order (a key met twice sees the first
-/// charge), and either every one is applied or — when any of them is denied — none is.
-/// The default puts every charge in a group of its own (each decided alone, as before
-/// groups existed).
-///
-/// Answers of a denied group: each denied member answers its denial; every other member
-/// answers `allowed` with the numbers of its bucket as it is (nothing was charged), or
-/// [`NOT_EVALUATED`] when the store did not look at it (the over-limit cache denied the
-/// group without asking Redis).
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Groups {
-    /// The exclusive end of each group, increasing; empty: every charge alone.
-    ends: Vec<usize>,
-    /// Each group is a coalesced batch (see [`Groups::coalesced`]), not a joint group.
-    coalesced: bool,
-}
-
-impl Groups {
-    /// Every charge in a group of its own.
-    pub fn each() -> Groups {
-        Groups::default()
-    }
-
-    /// Groups ending (exclusive) at each of `ends`, which must increase; the last must be
-    /// the batch's length. Groups of one may be given or left implicit.
-    pub fn from_ends(ends: Vec<usize>) -> Groups {
-        debug_assert!(ends.windows(2).all(|w| w[0] < w[1]), "group ends must increase");
-        if ends.iter().enumerate().all(|(i, &end)| end == i + 1) {
-            return Groups::each();
-        }
-        Groups { ends, coalesced: false }
-    }
-
-    /// A coalesced batch (`coalesce`): each group, ending (exclusive) at each of `ends`, is
-    /// a run of *independent* charges of one bucket sent as one script call (`joint.lua`'s
-    /// `each` mode): each is applied if it fits, in order, and a denial vetoes no other.
-    /// Never built for requests: only the coalescer sends these.
-    pub fn coalesced(ends: Vec<usize>) -> Groups {
-        debug_assert!(ends.windows(2).all(|w| w[0] < w[1]), "group ends must increase");
-        Groups { ends, coalesced: true }
-    }
-
-    /// Whether the groups are coalesced batches (independent members), not joint groups.
-    pub fn is_coalesced(&self) -> bool {
-        self.coalesced
-    }
-
-    /// Whether every charge is alone (no group of two or more).
-    pub fn is_each(&self) -> bool {
-        self.ends.is_empty()
-    }
-
-    /// The groups of a batch of `len` charges, as ranges, in order.
-    pub fn ranges(&self, len: usize) -> impl Iterator<Item = Range<usize>> + '_ {
-        let explicit = !self.ends.is_empty();
-        let mut start = 0;
-        let mut ends = self.ends.iter().copied();
-        std::iter::from_fn(move || {
-            if start >= len {
-                return None;
-            }
-            let end = if explicit { ends.next().unwrap_or(len).min(len) } else { start + 1 };
-            let range = start..end.max(start + 1);
-            start = range.end;
-            Some(range)
-        })
-    }
-}
-
-/// The answer of a member of a denied group that the store did not look at (see
-/// [`Groups`]): allowed, nothing charged, numbers unknown. `remaining` is past anything an
-/// algorithm answers ([`crate::algorithm::MAX_VALUE`]), so it cannot be mistaken for one.
-pub const NOT_EVALUATED: Decision = Decision { allowed: true, remaining: u64::MAX, reset_us: 0 };
-
-/// Why a charge got no decision. Every variant is answered by the domain's failure policy.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum StoreError {
-    /// The deadline passed before Redis answered (the script may still have run).
-    #[error("store deadline exceeded")]
-    Timeout,
-    /// No connection could be had, or the connection failed.
-    #[error("store unavailable: {0}")]
-    Unavailable(String),
-    /// Redis answered this charge with an error.
-    #[error("store error: {0}")]
-    Server(String),
-    /// The circuit breaker is open: Redis was not called.
-    #[error("store circuit breaker open")]
-    CircuitOpen,
-    /// The connection already has `--redis-max-inflight` commands outstanding: Redis was
-    /// not called (a backlog behind a stalled server would charge for answered requests).
-    #[error("store overloaded: too many commands in flight")]
-    Overloaded,
-}
-
-impl StoreError {
-    /// A short, bounded label for metrics.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            StoreError::Timeout => "timeout",
-            StoreError::Unavailable(_) => "unavailable",
-            StoreError::Server(_) => "server_error",
-            StoreError::CircuitOpen => "circuit_open",
-            StoreError::Overloaded => "overloaded",
-        }
-    }
-
-    /// The store could not be reached or did not keep up (not an error a script answered):
-    /// what the circuit breaker and health reporting count as failures.
-    pub fn is_unreachable(&self) -> bool {
-        matches!(self, StoreError::Timeout | StoreError::Unavailable(_) | StoreError::Overloaded)
-    }
-}
+pub use self::remote::{Charged, Remote, Reset};
 
 /// The store a server runs with. An enum: there are exactly two, chosen at startup.
 #[derive(Debug)]
@@ -249,20 +141,5 @@ impl Store {
             Store::Cluster(_) => "redis_cluster",
             Store::Sentinel(_) => "redis_sentinel",
         }
-    }
-}
-
-#[cfg(test)]
-mod groups_tests {
-    use super::Groups;
-
-    #[test]
-    fn groups_cover_the_batch_in_order() {
-        let each: Vec<_> = Groups::each().ranges(3).collect();
-        assert_eq!(each, [0..1, 1..2, 2..3]);
-        let joint: Vec<_> = Groups::from_ends(vec![2, 3, 6]).ranges(6).collect();
-        assert_eq!(joint, [0..2, 2..3, 3..6]);
-        assert!(Groups::from_ends(vec![1, 2]).is_each());
-        assert_eq!(Groups::each().ranges(0).count(), 0);
     }
 }

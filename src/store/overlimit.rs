@@ -66,7 +66,7 @@ use tokio::time::Instant;
 
 use crate::algorithm::{Decision, Hits, Params};
 
-use super::{Charge, StoreError};
+use super::charge::{Charge, StoreError};
 
 /// The longest a denial is answered locally before Redis is asked again: the bound on how
 /// long another instance's refund or admin reset can go unseen by this one.

@@ -14,24 +14,12 @@
 //! not traffic. Other instances' over-limit caches learn nothing: their entries end within
 //! `overlimit::MAX_LOCAL_DENIAL`.
 
-use std::future::Future;
-
-use redis::{Pipeline, Value};
 use tokio::time::Instant;
 
-use super::guarded::{Guarded, Remote};
-use super::redis::link::Link;
-use super::{Store, StoreError};
-
-/// A Redis client that can delete bucket keys.
-pub trait Reset {
-    /// Deletes `keys` (never empty) by `deadline`.
-    fn reset(
-        &self,
-        keys: &[String],
-        deadline: Instant,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send;
-}
+use super::charge::StoreError;
+use super::guarded::Guarded;
+use super::remote::{Remote, Reset};
+use super::Store;
 
 impl Store {
     /// Deletes the buckets of `keys`: their next charge finds them full. `Ok` once the
@@ -77,41 +65,6 @@ impl<C: Remote + Reset + Send + Sync + 'static> Guarded<C> {
             }
         }
         result
-    }
-}
-
-/// One `DEL` with every key, on `link` (single Redis, the Sentinel master).
-pub(crate) async fn del_on(link: &Link, keys: &[String], deadline: Instant) -> Result<(), StoreError> {
-    let mut pipe = Pipeline::with_capacity(1);
-    pipe.add_command(redis::cmd("DEL").arg(keys).to_owned());
-    let mut values = link.send(pipe, 1, deadline).await?;
-    deleted(values.pop().unwrap_or(Value::Nil))
-}
-
-/// The reply of a `DEL`: a count, or the server's error.
-pub(crate) fn deleted(value: Value) -> Result<(), StoreError> {
-    match value {
-        Value::Int(_) => Ok(()),
-        Value::ServerError(e) => Err(StoreError::Server(format!("DEL: {e:?}"))),
-        other => Err(StoreError::Server(format!("DEL: unexpected reply {other:?}"))),
-    }
-}
-
-impl Reset for super::RedisStore {
-    async fn reset(&self, keys: &[String], deadline: Instant) -> Result<(), StoreError> {
-        del_on(self.link(), keys, deadline).await
-    }
-}
-
-impl Reset for super::sentinel::SentinelStore {
-    async fn reset(&self, keys: &[String], deadline: Instant) -> Result<(), StoreError> {
-        del_on(self.link(), keys, deadline).await
-    }
-}
-
-impl Reset for super::cluster::ClusterStore {
-    async fn reset(&self, keys: &[String], deadline: Instant) -> Result<(), StoreError> {
-        self.delete(keys, deadline).await
     }
 }
 

@@ -43,9 +43,7 @@
 //! The task owns everything in flight: no request waits for it, and stopping it sends the
 //! increments still waiting once and takes this instance out of the heartbeat set.
 
-use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::future::{join, join_all};
@@ -54,11 +52,11 @@ use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
 use crate::algorithm::{Algorithm, Params};
-use crate::store::cluster::{key_slot, ClusterStore, Lane};
+use crate::store::charge::{Charge, StoreError};
 use crate::store::memory::now_us;
+use crate::store::redis::cluster::{key_slot, ClusterStore, Lane};
 use crate::store::redis::link::Link;
-use crate::store::scripts::{send_entries, Call, APPROX_LUA};
-use crate::store::{Charge, Store, StoreError};
+use crate::store::redis::scripts::{send_entries, Call, APPROX_LUA};
 
 use super::bucket::{Counts, Tier, Unsent};
 use super::{lock, queue, Approx, Orphan};
@@ -413,7 +411,7 @@ impl Approx {
 
     /// Takes this instance out of the heartbeat set (it is stopping: the others' `N`
     /// drops at their next beat instead of after the liveness span).
-    async fn leave(&self, via: Via<'_>, target: &SyncTarget, deadline: Instant) {
+    pub async fn leave(&self, via: Via<'_>, target: &SyncTarget, deadline: Instant) {
         let slot = key_slot(target.instances_key.as_bytes());
         let add = |pipe: &mut Pipeline, _: usize, _: Call| {
             pipe.add_command(redis::cmd("ZREM").arg(&target.instances_key).arg(&target.id).clone());
@@ -541,53 +539,4 @@ fn parse(value: Value, n: usize) -> Result<(u64, Vec<Counts>), StoreError> {
         }
         other => Err(StoreError::Server(format!("unexpected approx.lua reply {other:?}"))),
     }
-}
-
-/// Runs the sync of `table` against `store` until `stop` resolves, then writes the
-/// increments still waiting, once, and leaves the heartbeat set. The memory store (nothing
-/// to sync with) returns at once: approximate domains are charged exactly there.
-pub async fn run(
-    table: Arc<Approx>,
-    store: Arc<Store>,
-    target: SyncTarget,
-    approximate_configured: impl Fn() -> bool,
-    stop: impl Future<Output = ()>,
-) {
-    let Some(via) = store.sync_via() else { return };
-    let interval = table.settings().interval;
-    let half = u64::try_from((interval / 2).as_micros()).unwrap_or(u64::MAX).max(1_000);
-    tokio::pin!(stop);
-    // The first heartbeat at once: the warm-up (decided exactly) ends one interval after it.
-    let mut first = approximate_configured();
-    loop {
-        let wake = if first {
-            first = false;
-            Wake::Full
-        } else {
-            // Wake on the wall-clock grid of half intervals, as every other instance does:
-            // a wake on an even multiple is a full one.
-            let now = now_us();
-            let next = (now / half + 1) * half;
-            tokio::select! {
-                () = tokio::time::sleep(Duration::from_micros(next - now)) => {}
-                () = &mut stop => break,
-            }
-            if (next / half).is_multiple_of(2) {
-                Wake::Full
-            } else {
-                Wake::Half
-            }
-        };
-        // A sync slower than a wake delays the next one (the grid skips what passed): each
-        // call's deadline is for a Redis that does not answer, not for a busy one. A tick is
-        // never cut short (its increments in flight are settled by it).
-        let beat = approximate_configured();
-        table.tick(via, &target, wake, beat, MAX_PER_WAKE).await;
-    }
-    let deadline = Instant::now() + Duration::from_secs(1);
-    let last = async {
-        table.tick(via, &target, Wake::Last, false, usize::MAX).await;
-        table.leave(via, &target, deadline).await;
-    };
-    let _ = tokio::time::timeout_at(deadline, last).await;
 }

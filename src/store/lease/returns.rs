@@ -24,7 +24,7 @@ use tokio::time::Instant;
 use crate::algorithm::{Decision, Params};
 
 use super::{lock, Entry, LeaseTable, Return, EVICTION_SAMPLE, SWEEP_SCAN};
-use crate::store::StoreError;
+use crate::store::charge::StoreError;
 
 /// Why a return was given up: the index of its counter in `LeaseTable::dropped`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,4 +1,4 @@
--- Tollgate: what every script starts with, written once (src/store/scripts.rs builds each
+-- Tollgate: what every script starts with, written once (src/store/redis/scripts.rs builds each
 -- script as this file, the algorithm/ files it needs, then its entry, so each script is
 -- still one self-contained EVAL body): integers, the clock, stored state and the single
 -- call. The algorithms are pure functions of a decoded state, one file each in algorithm/;

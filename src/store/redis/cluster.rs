@@ -43,12 +43,13 @@ use tokio::time::Instant;
 
 use crate::algorithm::Decision;
 
-use super::super::guarded::Charged;
-use super::super::scripts::{parse_part, Call, Scripts};
-use super::super::{Charge, Groups, StoreError};
+use super::super::charge::{Charge, Groups, StoreError};
+use super::super::remote::{Charged, Remote};
+use super::connect::{address, connect_to, connection_info, node_url, redact_url, with_address};
+use super::health::Health;
 use super::link::{Link, LinkSettings, Replaced};
+use super::scripts::{parse_part, Call, Scripts};
 use super::slots::{Node, Redirect, SlotMap};
-use super::{address, connect_to, connection_info, node_url, redact_url, with_address, Health};
 
 use self::groups::Parts;
 
@@ -413,7 +414,7 @@ fn redacted(nodes: &[String]) -> Vec<String> {
     nodes.iter().map(|n| redact_url(n)).collect()
 }
 
-impl super::super::Remote for ClusterStore {
+impl Remote for ClusterStore {
     async fn charge(&self, batch: &[Charge], groups: &Groups, deadline: Instant) -> Charged {
         ClusterStore::charge_groups(self, batch, groups, deadline).await
     }

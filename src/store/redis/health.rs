@@ -10,7 +10,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::store::StoreError;
+use super::super::charge::StoreError;
 
 /// How long calls must have failed, with no success, before Redis counts as failing.
 pub const FAILING_AFTER: Duration = Duration::from_millis(500);

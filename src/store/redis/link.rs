@@ -45,7 +45,7 @@ use tokio::time::Instant;
 mod held;
 
 use self::held::{lock_slot, SlotGuard};
-use super::super::StoreError;
+use super::super::charge::StoreError;
 use super::reply::{classify, is_readonly};
 
 /// Longest one background connect (TCP, TLS, AUTH, `HELLO`) may take.

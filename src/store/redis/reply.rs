@@ -1,14 +1,15 @@
 //! What a Redis reply or client error means to the store, whoever sent the command: a
-//! script's `NOSCRIPT`, a demoted master's `READONLY`, a transport failure.
+//! script's `NOSCRIPT`, a demoted master's `READONLY`, a transport failure, a `DEL`'s
+//! answer.
 //!
 //! Owns only that reading. It sits below both the connection lifecycle (`link`, which takes
 //! a `READONLY` connection out and classifies the errors of a call) and the scripts
-//! (`store::scripts`, which re-sends `NOSCRIPT` entries), so neither imports the other for
+//! (`redis::scripts`, which re-sends `NOSCRIPT` entries), so neither imports the other for
 //! it. It sends nothing and holds no state.
 
 use redis::{RedisError, ServerErrorKind, Value};
 
-use super::super::StoreError;
+use super::super::charge::StoreError;
 
 /// Whether a reply is `NOSCRIPT` (the node does not have the script cached).
 pub fn is_noscript(value: &Value) -> bool {
@@ -26,5 +27,14 @@ pub fn classify(e: &RedisError) -> StoreError {
         StoreError::Unavailable(e.to_string())
     } else {
         StoreError::Server(e.to_string())
+    }
+}
+
+/// The reply of a `DEL` (an operator's reset): a count, or the server's error.
+pub fn deleted(value: Value) -> Result<(), StoreError> {
+    match value {
+        Value::Int(_) => Ok(()),
+        Value::ServerError(e) => Err(StoreError::Server(format!("DEL: {e:?}"))),
+        other => Err(StoreError::Server(format!("DEL: unexpected reply {other:?}"))),
     }
 }

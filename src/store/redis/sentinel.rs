@@ -24,13 +24,11 @@ use redis::aio::MultiplexedConnection;
 use redis::ConnectionInfo;
 use tokio::time::Instant;
 
-use crate::algorithm::Decision;
-
-use super::super::guarded::Charged;
-use super::super::scripts::{charge_groups_pipelined, Scripts};
-use super::super::{Charge, Groups, StoreError};
+use super::super::charge::{Charge, Groups, StoreError};
+use super::super::remote::{Charged, Remote, Reset};
+use super::connect::{connection_info, node_url, redact_url, with_address};
 use super::link::{Connect, Link, LinkSettings, Replaced};
-use super::{connection_info, node_url, redact_url, with_address, Health};
+use super::server::Server;
 
 /// How often the sentinels are asked which node is master.
 const WATCH_PERIOD: Duration = Duration::from_secs(1);
@@ -63,14 +61,10 @@ impl fmt::Debug for SentinelSettings {
 
 /// Sentinel-backed store.
 pub struct SentinelStore {
-    link: Arc<Link>,
-    /// Approximate mode's own connection to the master (as `RedisStore`'s).
-    sync_link: Arc<Link>,
-    scripts: Scripts,
+    server: Server,
     master: String,
     sentinels: Vec<String>,
     watching: Once,
-    health: Health,
     description: String,
 }
 
@@ -92,16 +86,14 @@ impl SentinelStore {
         let connect = connect_to_master(template.clone(), urls.clone(), settings.master.clone());
         let shown: Vec<String> = urls.iter().map(|u| redact_url(u)).collect();
         let description = format!("{} via {}", settings.master, shown.join(","));
-        let sync = settings.link.for_sync();
         let sync_connect = connect_to_master(template, urls.clone(), settings.master.clone());
+        let server =
+            Server::new(settings.link, description.clone(), description.clone(), connect, sync_connect);
         Ok(SentinelStore {
-            link: Arc::new(Link::new(settings.link, description.clone(), connect)),
-            sync_link: Arc::new(Link::new(sync, format!("{description} (sync)"), sync_connect)),
-            scripts: Scripts::new(),
+            server,
             master: settings.master.clone(),
             sentinels: urls,
             watching: Once::new(),
-            health: Health::new(description.clone()),
             description,
         })
     }
@@ -113,51 +105,32 @@ impl SentinelStore {
 
     /// Whether the last call reached the master.
     pub fn is_healthy(&self) -> bool {
-        self.health.is_up()
+        self.server.is_healthy()
     }
 
     /// Connections replaced since the start, by reason.
     pub fn replaced(&self) -> Replaced {
-        self.link.replaced() + self.sync_link.replaced()
+        self.server.replaced()
     }
 
-    /// The master's connections (for commands other than charges: `reset`).
+    /// The master's connections charges ride (approximate mode's first reads of a bucket).
     pub(crate) fn link(&self) -> &Link {
-        &self.link
+        self.server.link()
     }
 
     /// Approximate mode's own connection to the master; starts the watch of the sentinels
     /// if no charge has.
     pub(crate) fn sync_link(&self) -> &Link {
         self.watch();
-        &self.sync_link
+        self.server.sync_link()
     }
 
     /// Starts, once, the task that follows a master switch (both links).
     fn watch(&self) {
         self.watching.call_once(|| {
-            let links = vec![Arc::downgrade(&self.link), Arc::downgrade(&self.sync_link)];
+            let links = vec![Arc::downgrade(self.server.link()), Arc::downgrade(self.server.sync_link())];
             tokio::spawn(watch_master(links, self.sentinels.clone(), self.master.clone()));
         });
-    }
-
-    /// Charges the batch in one round trip (two if some scripts were missing), by `deadline`.
-    pub async fn charge(&self, batch: &[Charge], deadline: Instant) -> Vec<Result<Decision, StoreError>> {
-        self.charge_groups(batch, &Groups::each(), deadline).await
-    }
-
-    /// Charges a batch whose `groups` stand or fall together: one pipeline entry per group
-    /// (a joint group is one `joint.lua` call), one round trip, by `deadline`.
-    pub async fn charge_groups(
-        &self,
-        batch: &[Charge],
-        groups: &Groups,
-        deadline: Instant,
-    ) -> Vec<Result<Decision, StoreError>> {
-        self.watch();
-        let results = charge_groups_pipelined(&self.link, &self.scripts, batch, groups, deadline).await;
-        self.health.record(&results);
-        results
     }
 }
 
@@ -233,13 +206,20 @@ async fn ask_sentinels(
     None
 }
 
-impl super::super::Remote for SentinelStore {
+impl Remote for SentinelStore {
     async fn charge(&self, batch: &[Charge], groups: &Groups, deadline: Instant) -> Charged {
-        SentinelStore::charge_groups(self, batch, groups, deadline).await.into()
+        self.watch();
+        self.server.charge_groups(batch, groups, deadline).await.into()
     }
 
     fn renew(&self) {
-        self.link.renew();
+        self.server.renew();
+    }
+}
+
+impl Reset for SentinelStore {
+    async fn reset(&self, keys: &[String], deadline: Instant) -> Result<(), StoreError> {
+        self.server.delete(keys, deadline).await
     }
 }
 

@@ -4,8 +4,8 @@
 //!
 //! Scripts are called by SHA (`scripts`); `NOSCRIPT` entries are sent again once with
 //! `EVAL`. A joint group (`Groups`) is one entry of that pipeline: one `joint.lua` call that
-//! charges all of its buckets or none, atomically (a script runs alone on the server). Nothing else is re-sent: after a timeout or a failed connection the script may
-//! have run, and a second send would charge the bucket twice. A connection the server
+//! charges all of its buckets or none, atomically (a script runs alone on the server).
+//! Nothing else is re-sent: after a timeout or a failed connection the script may have run, and a second send would charge the bucket twice. A connection the server
 //! closed is replaced before a request uses it (the lifecycle watches disconnects), so a
 //! Redis restart costs no request.
 
@@ -14,22 +14,15 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::algorithm::Decision;
-
-use super::super::guarded::Charged;
-use super::super::scripts::{charge_groups_pipelined, Scripts};
-use super::super::{Charge, Groups, StoreError};
+use super::super::charge::{Charge, Groups, StoreError};
+use super::super::remote::{Charged, Remote, Reset};
+use super::connect::{address, connect_to, connection_info, redact_url};
 use super::link::{Link, Replaced};
-use super::{address, connect_to, connection_info, redact_url, Health, RedisSettings};
+use super::server::Server;
+use super::settings::RedisSettings;
 
-/// Redis-backed store.
 pub struct RedisStore {
-    link: Link,
-    /// One connection of its own for approximate mode's sync: a sync of many buckets must
-    /// not hold up the requests pipelined behind it on a shared connection.
-    sync_link: Link,
-    scripts: Scripts,
-    health: Health,
+    server: Server,
     url: String,
 }
 
@@ -45,15 +38,15 @@ impl RedisStore {
     pub fn new(settings: &RedisSettings, store_timeout: Duration) -> Result<RedisStore, StoreError> {
         let info = connection_info(&settings.url, settings.ca_file.as_ref())?;
         let name = address(&info);
-        let link = settings.link(store_timeout);
-        let sync = link.for_sync();
-        Ok(RedisStore {
-            sync_link: Link::new(sync, format!("{name} (sync)"), connect_to(info.clone())),
-            link: Link::new(link, name, connect_to(info)),
-            scripts: Scripts::new(),
-            health: Health::new(redact_url(&settings.url)),
-            url: settings.url.clone(),
-        })
+        let shown = redact_url(&settings.url);
+        let server = Server::new(
+            settings.link(store_timeout),
+            name,
+            shown,
+            connect_to(info.clone()),
+            connect_to(info),
+        );
+        Ok(RedisStore { server, url: settings.url.clone() })
     }
 
     /// The Redis URL without its password.
@@ -63,49 +56,37 @@ impl RedisStore {
 
     /// Whether the last call reached Redis.
     pub fn is_healthy(&self) -> bool {
-        self.health.is_up()
+        self.server.is_healthy()
     }
 
     /// Connections replaced since the start, by reason.
     pub fn replaced(&self) -> Replaced {
-        self.link.replaced() + self.sync_link.replaced()
+        self.server.replaced()
     }
 
-    /// The connections (for commands other than charges: `reset`).
+    /// The connections charges ride (approximate mode's first reads of a bucket).
     pub(crate) fn link(&self) -> &Link {
-        &self.link
+        self.server.link()
     }
 
-    /// Approximate mode's own connection (see the field).
+    /// Approximate mode's own connection (see `redis::server`).
     pub(crate) fn sync_link(&self) -> &Link {
-        &self.sync_link
-    }
-
-    /// Charges the batch in one round trip (two if some scripts were missing), by `deadline`.
-    pub async fn charge(&self, batch: &[Charge], deadline: Instant) -> Vec<Result<Decision, StoreError>> {
-        self.charge_groups(batch, &Groups::each(), deadline).await
-    }
-
-    /// Charges a batch whose `groups` stand or fall together: one pipeline entry per group
-    /// (a joint group is one `joint.lua` call), one round trip, by `deadline`.
-    pub async fn charge_groups(
-        &self,
-        batch: &[Charge],
-        groups: &Groups,
-        deadline: Instant,
-    ) -> Vec<Result<Decision, StoreError>> {
-        let results = charge_groups_pipelined(&self.link, &self.scripts, batch, groups, deadline).await;
-        self.health.record(&results);
-        results
+        self.server.sync_link()
     }
 }
 
-impl super::super::Remote for RedisStore {
+impl Remote for RedisStore {
     async fn charge(&self, batch: &[Charge], groups: &Groups, deadline: Instant) -> Charged {
-        RedisStore::charge_groups(self, batch, groups, deadline).await.into()
+        self.server.charge_groups(batch, groups, deadline).await.into()
     }
 
     fn renew(&self) {
-        self.link.renew();
+        self.server.renew();
+    }
+}
+
+impl Reset for RedisStore {
+    async fn reset(&self, keys: &[String], deadline: Instant) -> Result<(), StoreError> {
+        self.server.delete(keys, deadline).await
     }
 }

@@ -1,5 +1,5 @@
 -- Tollgate GCRA, written once: every script that decides a GCRA bucket (gcra.lua,
--- joint.lua) is built with this file (src/store/scripts.rs concatenates prelude.lua, the
+-- joint.lua) is built with this file (src/store/redis/scripts.rs concatenates prelude.lua, the
 -- algorithm files a script needs, then its entry). The same function as
 -- src/algorithm/gcra.rs, kept equal by tests/differential.rs. (st, now, limit, unit,
 -- burst, mode, n) -> reply, write: st is a decoded state (prelude.lua, read_state); reply

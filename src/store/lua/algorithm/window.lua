@@ -1,6 +1,6 @@
 -- Tollgate's window arithmetic, written once: what the sliding and fixed windows
 -- (algorithm/sliding_window.lua, algorithm/fixed_window.lua) and approximate mode's sync
--- (approx.lua) share. Concatenated after prelude.lua by src/store/scripts.rs.
+-- (approx.lua) share. Concatenated after prelude.lua by src/store/redis/scripts.rs.
 
 -- The window a stored window state is in at now, rolled forward: (ws = its start, left =
 -- µs to its end, current, previous). The count carries over only within the same window

@@ -17,9 +17,10 @@ use futures_util::future::{join, join_all};
 use redis::{Pipeline, Value};
 use tokio::time::Instant;
 
-use super::super::super::scripts::Call;
+use super::super::super::charge::StoreError;
+use super::super::scripts::Call;
 use super::super::slots::Node;
-use super::{Lane, Redirect, Shared, StoreError};
+use super::{Lane, Redirect, Shared};
 
 impl super::ClusterStore {
     /// Sends entry `i` (appended by `add` to a pipeline, called by `Call`) to the master of

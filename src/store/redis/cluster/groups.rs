@@ -19,7 +19,7 @@ use tokio::time::Instant;
 
 use crate::algorithm::{Decision, Hits};
 
-use super::super::super::{Charge, Groups, StoreError};
+use super::super::super::charge::{Charge, Groups, StoreError};
 use super::{key_slot, Shared};
 
 /// How long the refunds of a denied group may take, whatever the request's deadline (they

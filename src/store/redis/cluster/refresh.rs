@@ -8,8 +8,8 @@ use rand::seq::SliceRandom;
 use redis::Pipeline;
 use tokio::time::Instant;
 
-use super::super::super::StoreError;
-use super::super::host_port;
+use super::super::super::charge::StoreError;
+use super::super::connect::host_port;
 use super::super::link::SendError;
 use super::super::slots::{Node, SlotMap};
 use super::{Shared, REFRESH_GAP, REFRESH_TIMEOUT};

@@ -9,9 +9,11 @@ use futures_util::future::join_all;
 use redis::Pipeline;
 use tokio::time::Instant;
 
-use super::{key_slot, Lane, Shared, StoreError};
-use crate::store::reset::deleted;
-use crate::store::scripts::Call;
+use super::super::super::charge::StoreError;
+use super::super::super::remote::Reset;
+use super::super::reply::deleted;
+use super::{key_slot, Lane, Shared};
+use crate::store::redis::scripts::Call;
 
 impl super::ClusterStore {
     /// Deletes every key, each on its own master, all at once; the first failure, if any.
@@ -28,5 +30,11 @@ impl Shared {
             pipe.add_command(redis::cmd("DEL").arg(key).to_owned());
         };
         deleted(self.send_alone(slot, None, Lane::Charges, 1, deadline, build).await?)
+    }
+}
+
+impl Reset for super::ClusterStore {
+    async fn reset(&self, keys: &[String], deadline: Instant) -> Result<(), StoreError> {
+        self.delete(keys, deadline).await
     }
 }

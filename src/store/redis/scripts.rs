@@ -19,9 +19,9 @@ use tokio::time::Instant;
 
 use crate::algorithm::{Algorithm, Decision, Hits};
 
-use super::redis::link::Link;
-use super::redis::reply::is_noscript;
-use super::{Charge, Groups, StoreError};
+use super::super::charge::{Charge, Groups, StoreError};
+use super::link::Link;
+use super::reply::is_noscript;
 
 /// The script bodies as sent to Redis: the shared prelude, the algorithm functions the
 /// script runs (each written once, in `lua/algorithm/`), then the script's entry, which
@@ -29,7 +29,7 @@ use super::{Charge, Groups, StoreError};
 /// Redis runs a script's whole body, so each function defined costs every call.
 macro_rules! lua {
     ($($part:literal),+) => {
-        concat!(include_str!("lua/prelude.lua"), $(include_str!(concat!("lua/", $part))),+)
+        concat!(include_str!("../lua/prelude.lua"), $(include_str!(concat!("../lua/", $part))),+)
     };
 }
 

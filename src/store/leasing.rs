@@ -1,5 +1,6 @@
-//! Charging through the lease table: serve from leases, refill in tasks, return from the
-//! sweeper.
+//! Charging through the lease table (`lease`): serve from leases, refill in tasks, return
+//! from the sweeper. Above the dispatch (`Store`): refills and returns are charges like
+//! any other, through the whole store.
 //!
 //! `Store::charge_leasing` is the request path. Each leasable charge asks the table
 //! (`take`); a refill is spawned as a task that owns the block's charge and its answer, so
@@ -23,9 +24,10 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::algorithm::{Decision, Hits};
-use crate::store::{Charge, Groups, Store, StoreError};
 
-use super::{LeaseStats, LeaseTable, Refill, Return, Take};
+use super::charge::{Charge, Groups, StoreError};
+use super::lease::{LeaseStats, LeaseTable, Refill, Return, Take};
+use super::Store;
 
 /// How many refills a request may wait for before it goes to Redis alone.
 const WAIT_ROUNDS: usize = 3;

@@ -1,0 +1,93 @@
+//! One Redis server as a store talks to it: the connections charges ride (`link`), one
+//! connection of approximate mode's sync of its own (a sync of many buckets must not hold
+//! up the requests pipelined behind it on a shared connection), the scripts, and the
+//! health seen from the calls. The single node (`single`) and the Sentinel master
+//! (`sentinel`) are each one `Server`; they differ only in how a connect finds the address.
+
+use std::sync::Arc;
+
+use redis::{Pipeline, Value};
+use tokio::time::Instant;
+
+use crate::algorithm::Decision;
+
+use super::super::charge::{Charge, Groups, StoreError};
+use super::health::Health;
+use super::link::{Connect, Link, LinkSettings, Replaced};
+use super::reply::deleted;
+use super::scripts::{charge_groups_pipelined, Scripts};
+
+pub(super) struct Server {
+    /// Shared with a watcher that renews it (Sentinel's), which holds it weakly.
+    link: Arc<Link>,
+    sync_link: Arc<Link>,
+    scripts: Scripts,
+    health: Health,
+}
+
+impl Server {
+    /// A server whose connections are named `name` in logs, reached through `connect`
+    /// (charges) and `sync_connect` (the sync's connection); its health is reported as
+    /// `shown`. Neither may hold a password. Connects lazily.
+    pub(super) fn new(
+        settings: LinkSettings,
+        name: String,
+        shown: String,
+        connect: Connect,
+        sync_connect: Connect,
+    ) -> Server {
+        Server {
+            sync_link: Arc::new(Link::new(settings.for_sync(), format!("{name} (sync)"), sync_connect)),
+            link: Arc::new(Link::new(settings, name, connect)),
+            scripts: Scripts::new(),
+            health: Health::new(shown),
+        }
+    }
+
+    /// The connections charges ride (and `reset`'s `DEL`, approximate mode's first reads).
+    pub(super) fn link(&self) -> &Arc<Link> {
+        &self.link
+    }
+
+    /// Approximate mode's own connection.
+    pub(super) fn sync_link(&self) -> &Arc<Link> {
+        &self.sync_link
+    }
+
+    /// Whether the last call reached the server.
+    pub(super) fn is_healthy(&self) -> bool {
+        self.health.is_up()
+    }
+
+    /// Connections replaced since the start, by reason, both links together.
+    pub(super) fn replaced(&self) -> Replaced {
+        self.link.replaced() + self.sync_link.replaced()
+    }
+
+    /// Charges a batch whose `groups` stand or fall together: one pipeline entry per group
+    /// (a joint group is one `joint.lua` call), one round trip (two if some scripts were
+    /// missing), by `deadline`.
+    pub(super) async fn charge_groups(
+        &self,
+        batch: &[Charge],
+        groups: &Groups,
+        deadline: Instant,
+    ) -> Vec<Result<Decision, StoreError>> {
+        let results = charge_groups_pipelined(&self.link, &self.scripts, batch, groups, deadline).await;
+        self.health.record(&results);
+        results
+    }
+
+    /// One `DEL` with every key (an operator's reset).
+    pub(super) async fn delete(&self, keys: &[String], deadline: Instant) -> Result<(), StoreError> {
+        let mut pipe = Pipeline::with_capacity(1);
+        pipe.add_command(redis::cmd("DEL").arg(keys).to_owned());
+        let mut values = self.link.send(pipe, 1, deadline).await?;
+        deleted(values.pop().unwrap_or(Value::Nil))
+    }
+
+    /// Replaces the charges' connections (see `Remote::renew`).
+    pub(super) fn renew(&self) {
+        self.link.renew();
+    }
+}

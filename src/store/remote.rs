@@ -1,0 +1,57 @@
+//! The seam between the guards and the Redis topologies: what a Redis client does
+//! (`Remote`: charge a batch, renew its connections; `Reset`: delete bucket keys) and what
+//! it answers (`Charged`). The topologies (`redis::single`, `redis::sentinel`,
+//! `redis::cluster`) implement it; `guarded` and `coalesce` call it.
+
+use std::future::Future;
+
+use tokio::time::Instant;
+
+use crate::algorithm::Decision;
+
+use super::charge::{Charge, Groups, StoreError};
+
+/// A Redis client: charges a batch whose `groups` stand or fall together (see [`Groups`])
+/// by a deadline, one result per charge, in order.
+pub trait Remote {
+    fn charge(
+        &self,
+        batch: &[Charge],
+        groups: &Groups,
+        deadline: Instant,
+    ) -> impl Future<Output = Charged> + Send;
+
+    /// Replaces the client's connections by new ones, made in the background (the breaker
+    /// opened: its probe must not ride a connection from before the outage).
+    fn renew(&self) {}
+}
+
+/// What a client answers for a batch.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Charged {
+    /// One per charge, in order.
+    pub results: Vec<Result<Decision, StoreError>>,
+    /// Refunds the client sent on its own, with their answers (the cluster undoing the
+    /// applied parts of a denied group): the over-limit cache learns them like any refund.
+    pub refunds: Vec<(Charge, Result<Decision, StoreError>)>,
+    /// Every result came from coalesced calls whose first member was another request's
+    /// charge: that request records the call for the breaker, so this one does not (a
+    /// coalesced call counts once, like any call). False for a client's own answers.
+    pub shared: bool,
+}
+
+impl From<Vec<Result<Decision, StoreError>>> for Charged {
+    fn from(results: Vec<Result<Decision, StoreError>>) -> Charged {
+        Charged { results, refunds: Vec::new(), shared: false }
+    }
+}
+
+/// A Redis client that can delete bucket keys.
+pub trait Reset {
+    /// Deletes `keys` (never empty) by `deadline`.
+    fn reset(
+        &self,
+        keys: &[String],
+        deadline: Instant,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+}
