@@ -13,6 +13,7 @@ mod fresh;
 mod hot_keys;
 pub mod label;
 mod lease;
+mod outcome;
 mod series;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -24,11 +25,11 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
-use crate::service::bounds::Oversize;
-use crate::service::respond::Outcome;
 use crate::store::MemoryStore;
 
-pub use series::{RuleSeries, SnapshotCounters};
+use self::outcome::OUTCOMES;
+pub use self::outcome::{Outcome, Oversize};
+pub use self::series::{RuleSeries, SnapshotCounters};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct DecisionLabels {
@@ -163,16 +164,6 @@ impl Default for SeriesLimits {
         }
     }
 }
-
-const OUTCOMES: [Outcome; 7] = [
-    Outcome::WithinLimit,
-    Outcome::NearLimit,
-    Outcome::OverLimit,
-    Outcome::ShadowMode,
-    Outcome::Unlimited,
-    Outcome::FailureOpen,
-    Outcome::FailureClosed,
-];
 
 fn outcome_index(outcome: Outcome) -> usize {
     OUTCOMES.iter().position(|o| *o == outcome).unwrap_or(0)

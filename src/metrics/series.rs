@@ -15,9 +15,9 @@ use std::sync::{Mutex, PoisonError, RwLock};
 use prometheus_client::metrics::counter::Counter;
 
 use crate::config::{Level, Rule, Snapshot};
-use crate::service::respond::Outcome;
 
-use super::{label, DecisionLabels, DomainLabel, Metrics, RuleCounters, RuleLabels, OUTCOMES};
+use super::outcome::{Outcome, OUTCOMES};
+use super::{label, DecisionLabels, DomainLabel, Metrics, RuleCounters, RuleLabels};
 
 /// The `rule` label of request `limit` overrides.
 const OVERRIDE: &str = "request_override";

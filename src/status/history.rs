@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
 use crate::config::Snapshot;
-use crate::service::respond::Outcome;
+use crate::metrics::Outcome;
 
 /// Seconds of history kept: one slot each.
 pub const SECONDS: usize = 60;
