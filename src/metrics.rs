@@ -1,4 +1,5 @@
-//! Prometheus metrics: the families, their labels, and per-rule handles.
+//! Prometheus metrics: the families, their labels, and per-rule handles; and the server's
+//! own one-minute history (`history`, not exported) that the status page reads.
 //!
 //! Names are a contract (design §7). Labels are bounded: `domain` and `rule` come from the
 //! config, never from requests, except for rules that opt in with `detailed_metric` or
@@ -10,6 +11,7 @@
 
 mod approx;
 mod fresh;
+pub mod history;
 mod hot_keys;
 pub mod label;
 mod lease;
@@ -106,7 +108,7 @@ pub struct Metrics {
     limits: SeriesLimits,
     installed: series::Installed,
     /// The status page's one-minute history (not exported to Prometheus).
-    history: crate::status::history::History,
+    history: history::History,
     /// The hot-key sketches, and the gauge that shows their shape.
     hot_keys: crate::hotkeys::HotKeys,
     hot_key_shares: hot_keys::HotKeyShares,
@@ -379,7 +381,7 @@ impl Metrics {
             config_last_success,
             limits,
             installed: series::Installed::default(),
-            history: crate::status::history::History::new(),
+            history: history::History::new(),
             hot_keys: crate::hotkeys::HotKeys::default(),
             hot_key_shares,
             approx,
@@ -422,7 +424,7 @@ impl Metrics {
     }
 
     /// The one-minute history of decisions and store latency the status page shows.
-    pub fn history(&self) -> &crate::status::history::History {
+    pub fn history(&self) -> &history::History {
         &self.history
     }
 

@@ -4,7 +4,7 @@
 //! `value_to_metric`) are counted under a label composed from the descriptor's values,
 //! bounded by `Metrics::record_per_value`; all others use the handles resolved when the
 //! snapshot was built, so counting allocates nothing. The status page's one-minute history
-//! (`status::history`) counts each decided descriptor once more, per rule, on the
+//! (`metrics::history`) counts each decided descriptor once more, per rule, on the
 //! snapshot's rings: one clock read per request, two relaxed atomics per descriptor. The
 //! hot-key sketch (`crate::hotkeys`) counts each charged descriptor once, at that second:
 //! `hot_buckets` says which bucket that is.
@@ -13,8 +13,8 @@ use crate::algorithm::Hits;
 use crate::config::Domain;
 use crate::hotkeys::ChargedBucket;
 use crate::live::Active;
+use crate::metrics::history::Class;
 use crate::metrics::{Metrics, RuleSeries};
-use crate::status::history::Class;
 use crate::store::Charge;
 
 use super::plan::Plan;
