@@ -8,17 +8,27 @@
 //! are resolved once per config snapshot (`RuleCounters`), so the request path of other
 //! rules increments pre-built handles and allocates nothing; a reload removes the series
 //! of the rules it drops.
+//!
+//! Layout: this file (`Metrics`: the registry and the families with their label sets;
+//! `approx`, `lease`, `fresh` and `hot_keys` register their own), then the recorders by
+//! what they count: `requests` (decisions and the request path), `store` (store calls,
+//! gauges refreshed before a scrape), `config` (loads and reloads); below them `outcome`
+//! (the closed `result` and `reason` values the service reports) and `history`. Knows no
+//! handler and no page: the service, the admin port and the wiring call in, never back.
 
 mod approx;
+mod config;
 mod fresh;
 pub mod history;
 mod hot_keys;
 pub mod label;
 mod lease;
 mod outcome;
+mod requests;
 mod series;
+mod store;
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -27,11 +37,9 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
-use crate::store::MemoryStore;
-
-use self::outcome::OUTCOMES;
 pub use self::outcome::{Outcome, Oversize};
-pub use self::series::{RuleSeries, SnapshotCounters};
+pub use self::requests::RuleCounters;
+pub use self::series::{RuleSeries, SeriesLimits, SnapshotCounters, DEFAULT_MAX_DETAILED_SERIES};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct DecisionLabels {
@@ -127,50 +135,6 @@ struct DomainLabel {
     domain: String,
 }
 
-/// Pre-resolved counters of one rule: one per decision result, and its hits.
-#[derive(Debug, Clone)]
-pub struct RuleCounters {
-    decisions: [Counter; 7],
-    hits: Counter,
-}
-
-impl RuleCounters {
-    /// Counts one descriptor decided by this rule.
-    pub fn record(&self, outcome: Outcome, hits: u64) {
-        self.decisions[outcome_index(outcome)].inc();
-        // Saturates: `hits_addend` may be 2^64 - 1, and a wrapped counter would read as a reset.
-        let _ = self
-            .hits
-            .inner()
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| Some(v.saturating_add(hits)));
-    }
-}
-
-/// Bounds on the series of rules that carry request values in their `rule` label.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SeriesLimits {
-    /// `--max-label-value-bytes`: longest part (key, value or pattern) of such a label.
-    pub max_label_value_bytes: usize,
-    /// `--max-detailed-series`: distinct value label sets per domain (each ≤ 8 series).
-    pub max_detailed_series: usize,
-}
-
-/// Default of `--max-detailed-series`.
-pub const DEFAULT_MAX_DETAILED_SERIES: usize = 1_000;
-
-impl Default for SeriesLimits {
-    fn default() -> Self {
-        SeriesLimits {
-            max_label_value_bytes: label::DEFAULT_MAX_LABEL_VALUE_BYTES,
-            max_detailed_series: DEFAULT_MAX_DETAILED_SERIES,
-        }
-    }
-}
-
-fn outcome_index(outcome: Outcome) -> usize {
-    OUTCOMES.iter().position(|o| *o == outcome).unwrap_or(0)
-}
-
 /// Boundaries added to the doubling series so that Envoy's default 20 ms filter timeout
 /// (and half of it) can be read off the histograms exactly.
 const ENVOY_TIMEOUT_BOUNDS: [f64; 2] = [0.01, 0.02];
@@ -185,11 +149,6 @@ fn latency_buckets() -> Vec<f64> {
 
 fn latency_histogram() -> Histogram {
     Histogram::new(latency_buckets())
-}
-
-/// Seconds since the Unix epoch, as Prometheus' `time()` reads them.
-fn unix_now() -> f64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
 }
 
 impl Default for Metrics {
@@ -390,39 +349,6 @@ impl Metrics {
         }
     }
 
-    /// Marks `version` as the serving config (call right after the swap, and after the
-    /// startup load, which also counts as the last successful load).
-    pub fn serving(&self, version: &str) {
-        self.config_loaded(true);
-        self.config_info.clear();
-        self.config_info.get_or_create(&VersionLabel { version: version.to_string() }).set(1);
-    }
-
-    /// Counters for one (domain, rule) label pair (created if new).
-    fn rule_counters(&self, domain: &str, rule: &str) -> RuleCounters {
-        let decisions = OUTCOMES.map(|outcome| {
-            self.decisions.get_or_create_owned(&DecisionLabels {
-                domain: domain.to_string(),
-                rule: rule.to_string(),
-                result: outcome.as_str(),
-            })
-        });
-        let hits =
-            self.hits.get_or_create_owned(&RuleLabels { domain: domain.to_string(), rule: rule.to_string() });
-        RuleCounters { decisions, hits }
-    }
-
-    pub fn observe_request(&self, seconds: f64) {
-        self.request_duration.observe(seconds);
-    }
-
-    /// One store call and its outcome (`ok`, `timeout`, `unavailable`, `server_error`).
-    pub fn observe_store(&self, store: &'static str, outcome: &'static str, seconds: f64) {
-        self.store_requests.get_or_create(&StoreLabels { store, outcome }).inc();
-        self.store_duration.get_or_create(&StoreName { store }).observe(seconds);
-        self.history.observe_store(seconds);
-    }
-
     /// The one-minute history of decisions and store latency the status page shows.
     pub fn history(&self) -> &history::History {
         &self.history
@@ -437,115 +363,6 @@ impl Metrics {
     /// sketches: per configured domain, the shares of its busiest buckets.
     pub fn set_hot_key_shares(&self, hot_keys: &crate::hotkeys::SnapshotHotKeys) {
         self.hot_key_shares.set(&hot_keys.shares(self.history.now(), hot_keys::RANKS));
-    }
-
-    pub fn unknown_domain(&self) {
-        self.unknown_domain.inc();
-    }
-
-    /// One reload attempt: `success` or `failure`.
-    pub fn reload(&self, ok: bool) {
-        let result = if ok { "success" } else { "failure" };
-        self.config_reloads.get_or_create(&ResultLabel { result }).inc();
-        self.config_loaded(ok);
-    }
-
-    /// Exports `tollgate_config_reload_fresh_rules_total` of every domain of `snapshot` (0 for
-    /// a new one); call at each load.
-    pub fn export_fresh_rules(&self, snapshot: &crate::config::Snapshot) {
-        for domain in snapshot.domains.keys() {
-            self.fresh_rules.export(domain);
-        }
-    }
-
-    /// `rules` rules of `domain` whose buckets a reload started afresh (`crate::fresh`).
-    pub fn fresh_rules(&self, domain: &str, rules: usize) {
-        self.fresh_rules.add(domain, rules);
-    }
-
-    /// Stamps the last attempt, and the last success when `ok`: an alert compares the two
-    /// (a failing reload leaves the success behind the attempt).
-    fn config_loaded(&self, ok: bool) {
-        let now = unix_now();
-        self.config_last_attempt.set(now);
-        if ok {
-            self.config_last_success.set(now);
-        }
-    }
-
-    /// Leases' metrics of `store`, pushed by the lease sweeper on each tick.
-    pub fn set_leases(&self, store: &'static str, stats: &crate::store::lease::LeaseStats) {
-        self.leases.set(store, stats);
-    }
-
-    /// Approximate mode's metrics, refreshed before each scrape.
-    pub fn set_approx(&self, table: &crate::store::approx::Approx) {
-        self.approx.set(table);
-    }
-
-    /// Memory store gauges and counters, refreshed before each scrape from its `stats()`
-    /// and `capacity()`.
-    pub fn set_memory(&self, memory: &MemoryStore) {
-        let stats = memory.stats();
-        self.memory_keys.set(i64::try_from(stats.keys).unwrap_or(i64::MAX));
-        self.memory_max_keys.set(i64::try_from(memory.capacity()).unwrap_or(i64::MAX));
-        set_counter(
-            &self.memory_evictions.get_or_create(&LossyLabel { lossy: "false" }),
-            stats.lossless_evictions,
-        );
-        set_counter(
-            &self.memory_evictions.get_or_create(&LossyLabel { lossy: "true" }),
-            stats.lossy_evictions,
-        );
-        set_counter(&self.memory_at_limit_evictions, stats.at_limit_evictions);
-    }
-
-    /// Charges the over-limit cache of a Redis store answered, refreshed before each scrape
-    /// from its `local_answers()`.
-    pub fn set_over_limit_cache_hits(&self, store: &'static str, hits: u64) {
-        set_counter(&self.over_limit_cache_hits.get_or_create(&StoreName { store }), hits);
-    }
-
-    /// One request past the size bounds.
-    pub fn oversized(&self, reason: &'static str) {
-        self.oversized.get_or_create(&ReasonLabel { reason }).inc();
-    }
-
-    /// One descriptor decided locally because the store failed (`failure_mode: local`).
-    pub fn local_decision(&self, domain: &str) {
-        self.local_decisions.get_or_create(&DomainLabel { domain: domain.to_string() }).inc();
-    }
-
-    /// Breaker gauges, refreshed before each scrape.
-    pub fn set_breaker(&self, store: &'static str, state: i64, opens: u64) {
-        self.breaker_state.get_or_create(&StoreName { store }).set(state);
-        set_counter(&self.breaker_opens.get_or_create(&StoreName { store }), opens);
-    }
-
-    /// One answer whose OVER_LIMIT `--shadow-mode` turned into OK. Only configured domains
-    /// are counted (an unknown domain is never OVER_LIMIT), so the label stays bounded.
-    pub fn shadow_override(&self, domain: &str) {
-        self.shadow_overrides.get_or_create(&DomainLabel { domain: domain.to_string() }).inc();
-    }
-
-    /// One reset through the admin port. Only configured domains are counted (an unknown
-    /// one is refused), so the label stays bounded.
-    pub fn admin_reset(&self, domain: &str) {
-        self.admin_resets.get_or_create(&DomainLabel { domain: domain.to_string() }).inc();
-    }
-
-    /// Connection replacement counts of a Redis store, refreshed before each scrape.
-    pub fn set_replaced(&self, store: &'static str, replaced: crate::store::redis::link::Replaced) {
-        let counts = [
-            ("closed", replaced.closed),
-            ("failed", replaced.failed),
-            ("readonly", replaced.readonly),
-            ("no_reply", replaced.no_reply),
-            ("renewed", replaced.renewed),
-        ];
-        for (reason, value) in counts {
-            set_counter(&self.connections_replaced.get_or_create(&ReplacedLabels { store, reason }), value);
-        }
     }
 
     /// The text exposition format.
