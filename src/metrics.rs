@@ -13,7 +13,7 @@
 //! `approx`, `lease`, `fresh` and `hot_keys` register their own), then the recorders by
 //! what they count: `requests` (decisions and the request path), `store` (store calls,
 //! gauges refreshed before a scrape), `config` (loads and reloads); below them `outcome`
-//! (the closed `result` and `reason` values the service reports) and `history`. Knows no
+//! (the closed `result` and `reason` values the service reports), `history` and `mirror`. Knows no
 //! handler and no page: the service, the admin port and the wiring call in, never back.
 
 mod approx;
@@ -23,6 +23,7 @@ pub mod history;
 mod hot_keys;
 pub mod label;
 mod lease;
+mod mirror;
 mod outcome;
 mod requests;
 mod series;
@@ -38,7 +39,6 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
 pub use self::outcome::{Outcome, Oversize};
-pub use self::requests::RuleCounters;
 pub use self::series::{RuleSeries, SeriesLimits, SnapshotCounters, DEFAULT_MAX_DETAILED_SERIES};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -371,14 +371,6 @@ impl Metrics {
         // Writing to a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
         out
-    }
-}
-
-/// Brings a counter that mirrors an external monotonic count up to `value`.
-fn set_counter(counter: &Counter<u64, AtomicU64>, value: u64) {
-    let current = counter.get();
-    if value > current {
-        counter.inc_by(value - current);
     }
 }
 

@@ -8,7 +8,8 @@ use crate::store::lease::LeaseStats;
 use crate::store::redis::link::Replaced;
 use crate::store::MemoryStore;
 
-use super::{set_counter, LossyLabel, Metrics, ReplacedLabels, StoreLabels, StoreName};
+use super::mirror::set_counter;
+use super::{LossyLabel, Metrics, ReplacedLabels, StoreLabels, StoreName};
 
 impl Metrics {
     /// One store call and its outcome (`ok`, `timeout`, `unavailable`, `server_error`).
