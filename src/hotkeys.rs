@@ -3,12 +3,13 @@
 //!
 //! Layout: `sketch` (pure: a fixed-size space-saving table per domain over a sliding
 //! window), this file (`HotKeys`: one sketch per configured domain, kept across reloads;
-//! `SnapshotHotKeys::record`, fed by the request path with every charged descriptor; and
-//! `view`, which turns a sketch into what the admin port shows).
+//! `SnapshotHotKeys::record`, fed by the request path with every bucket it charged, as a
+//! [`ChargedBucket`]; and `view`, which turns a sketch into what the admin port shows).
+//! It knows rules, bucket keys and entries, not the request path's plans or messages.
 //!
 //! A bucket is identified as its store key is (rule + the values that enter the key; the
-//! pattern on `share_threshold` levels): the sketch hashes the key of the descriptor's
-//! first limit. Values are request bytes and can be credentials: the view shows a value
+//! pattern on `share_threshold` levels): the request path hands over the key of each
+//! charged descriptor's first limit, and the sketch hashes it. Values are request bytes and can be credentials: the view shows a value
 //! only where the config already shows it (an exact value, a `share_threshold` pattern) or
 //! where the rule asks for values in metrics (`detailed_metric`, or `value_to_metric` on
 //! that level); any other value is shown as `value_hash`, the 128-bit SHA-256 prefix that
@@ -32,10 +33,8 @@ use serde::Serialize;
 
 use crate::config::{Domain, Rule, Snapshot};
 use crate::escape::escape;
-use crate::service::plan::Plan;
-use crate::service::wire::RateLimitDescriptor;
 use crate::store::key::{digest_hex, part_digest};
-use crate::store::{Charge, Store};
+use crate::store::Store;
 
 use self::sketch::{Identity, Sketch, StoredEntry, MAX_PART_BYTES};
 
@@ -94,33 +93,20 @@ impl SnapshotHotKeys {
         self.domains.get(name).map(Arc::as_ref)
     }
 
-    /// Counts each charged descriptor of a request once, at second `now`.
-    pub fn record(
+    /// Counts each bucket a request charged once, at second `now`.
+    pub fn record<'a, E>(
         &self,
         domain: &str,
         now: u64,
-        plans: &[Plan<'_>],
-        charges: &[Charge],
-        descriptors: &[RateLimitDescriptor],
-    ) {
+        charged: impl IntoIterator<Item = ChargedBucket<'a, E>>,
+    ) where
+        E: ExactSizeIterator<Item = (&'a [u8], &'a [u8])> + Clone,
+    {
         let Some(sketch) = self.domains.get(domain) else { return };
-        // Each charged descriptor: the hash of its first limit's key, that limit's rule, the
-        // key and the descriptor (to describe the bucket if it takes a slot).
-        let buckets: Vec<_> = plans
-            .iter()
-            .zip(descriptors)
-            .filter_map(|(plan, descriptor)| {
-                let Plan::Limited(limit) = plan else { return None };
-                let charge = charges.get(limit.charges.clone()).and_then(<[Charge]>::first)?;
-                Some((
-                    self.hasher.hash_one(charge.key.as_bytes()),
-                    (limit.rule, charge.key.as_str(), descriptor),
-                ))
-            })
-            .collect();
-        sketch.record_all(now, &buckets, |&(rule, key, descriptor), identity| {
-            fill(identity, rule, key, descriptor)
-        });
+        // Each bucket with the hash of its key (to describe it if it takes a slot).
+        let buckets: Vec<_> =
+            charged.into_iter().map(|bucket| (self.hasher.hash_one(bucket.key.as_bytes()), bucket)).collect();
+        sketch.record_all(now, &buckets, fill);
     }
 
     /// The share of the window taken by each domain's `n` busiest buckets (see
@@ -130,8 +116,23 @@ impl SnapshotHotKeys {
     }
 }
 
+/// One bucket a request charged, as the request path hands it to the sketch.
+#[derive(Debug, Clone)]
+pub struct ChargedBucket<'a, E> {
+    /// The rule of the limit whose key names the bucket; `None` for a request's own `limit`.
+    pub rule: Option<&'a Rule>,
+    /// The bucket's store key: that of the descriptor's first limit.
+    pub key: &'a str,
+    /// The descriptor's entries as `(key, value)` bytes, in order.
+    pub entries: E,
+}
+
 /// Describes a bucket that takes a slot, in the slot's own buffers.
-fn fill(identity: &mut Identity, rule: Option<&Rule>, key: &str, descriptor: &RateLimitDescriptor) {
+fn fill<'a, E>(bucket: &ChargedBucket<'a, E>, identity: &mut Identity)
+where
+    E: ExactSizeIterator<Item = (&'a [u8], &'a [u8])> + Clone,
+{
+    let ChargedBucket { rule, key, entries } = bucket;
     match rule {
         Some(rule) => {
             let path = identity.rule_path.get_or_insert_with(String::new);
@@ -143,9 +144,9 @@ fn fill(identity: &mut Identity, rule: Option<&Rule>, key: &str, descriptor: &Ra
     identity.key.clear();
     identity.key.push_str(key);
     // A rule's bucket holds the entries along its path; an override's, every entry.
-    let count = rule.map_or(descriptor.entries.len(), |r| r.levels.len()).min(MAX_ENTRIES);
+    let count = rule.map_or(entries.len(), |r| r.levels.len()).min(MAX_ENTRIES);
     identity.entries.resize_with(count, StoredEntry::default);
-    for (stored, (key, value)) in identity.entries.iter_mut().zip(descriptor.pairs()) {
+    for (stored, (key, value)) in identity.entries.iter_mut().zip(entries.clone()) {
         stored.key.clear();
         stored.key.extend_from_slice(&key[..cut_at(key)]);
         stored.value.clear();

@@ -13,8 +13,8 @@ use std::time::SystemTime;
 use arc_swap::ArcSwap;
 
 use crate::config::{self, ConfigErrors, LoadOptions, Snapshot};
+use crate::metrics::history::SnapshotHistory;
 use crate::metrics::{Metrics, SnapshotCounters};
-use crate::status::history::SnapshotHistory;
 
 /// A compiled snapshot and the metric handles of its rules.
 #[derive(Debug)]

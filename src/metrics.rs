@@ -1,4 +1,5 @@
-//! Prometheus metrics: the families, their labels, and per-rule handles.
+//! Prometheus metrics: the families, their labels, and per-rule handles; and the server's
+//! own one-minute history (`history`, not exported) that the status page reads.
 //!
 //! Names are a contract (design §7). Labels are bounded: `domain` and `rule` come from the
 //! config, never from requests, except for rules that opt in with `detailed_metric` or
@@ -7,15 +8,28 @@
 //! are resolved once per config snapshot (`RuleCounters`), so the request path of other
 //! rules increments pre-built handles and allocates nothing; a reload removes the series
 //! of the rules it drops.
+//!
+//! Layout: this file (`Metrics`: the registry and the families with their label sets;
+//! `approx`, `lease`, `fresh` and `hot_keys` register their own), then the recorders by
+//! what they count: `requests` (decisions and the request path), `store` (store calls,
+//! gauges refreshed before a scrape), `config` (loads and reloads); below them `outcome`
+//! (the closed `result` and `reason` values the service reports), `history` and `mirror`. Knows no
+//! handler and no page: the service, the admin port and the wiring call in, never back.
 
 mod approx;
+mod config;
 mod fresh;
+pub mod history;
 mod hot_keys;
 pub mod label;
 mod lease;
+mod mirror;
+mod outcome;
+mod requests;
 mod series;
+mod store;
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -24,11 +38,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
-use crate::service::bounds::Oversize;
-use crate::service::respond::Outcome;
-use crate::store::MemoryStore;
-
-pub use series::{RuleSeries, SnapshotCounters};
+pub use self::outcome::{Outcome, Oversize};
+pub use self::series::{RuleSeries, SeriesLimits, SnapshotCounters, DEFAULT_MAX_DETAILED_SERIES};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct DecisionLabels {
@@ -105,7 +116,7 @@ pub struct Metrics {
     limits: SeriesLimits,
     installed: series::Installed,
     /// The status page's one-minute history (not exported to Prometheus).
-    history: crate::status::history::History,
+    history: history::History,
     /// The hot-key sketches, and the gauge that shows their shape.
     hot_keys: crate::hotkeys::HotKeys,
     hot_key_shares: hot_keys::HotKeyShares,
@@ -124,60 +135,6 @@ struct DomainLabel {
     domain: String,
 }
 
-/// Pre-resolved counters of one rule: one per decision result, and its hits.
-#[derive(Debug, Clone)]
-pub struct RuleCounters {
-    decisions: [Counter; 7],
-    hits: Counter,
-}
-
-impl RuleCounters {
-    /// Counts one descriptor decided by this rule.
-    pub fn record(&self, outcome: Outcome, hits: u64) {
-        self.decisions[outcome_index(outcome)].inc();
-        // Saturates: `hits_addend` may be 2^64 - 1, and a wrapped counter would read as a reset.
-        let _ = self
-            .hits
-            .inner()
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| Some(v.saturating_add(hits)));
-    }
-}
-
-/// Bounds on the series of rules that carry request values in their `rule` label.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SeriesLimits {
-    /// `--max-label-value-bytes`: longest part (key, value or pattern) of such a label.
-    pub max_label_value_bytes: usize,
-    /// `--max-detailed-series`: distinct value label sets per domain (each ≤ 8 series).
-    pub max_detailed_series: usize,
-}
-
-/// Default of `--max-detailed-series`.
-pub const DEFAULT_MAX_DETAILED_SERIES: usize = 1_000;
-
-impl Default for SeriesLimits {
-    fn default() -> Self {
-        SeriesLimits {
-            max_label_value_bytes: label::DEFAULT_MAX_LABEL_VALUE_BYTES,
-            max_detailed_series: DEFAULT_MAX_DETAILED_SERIES,
-        }
-    }
-}
-
-const OUTCOMES: [Outcome; 7] = [
-    Outcome::WithinLimit,
-    Outcome::NearLimit,
-    Outcome::OverLimit,
-    Outcome::ShadowMode,
-    Outcome::Unlimited,
-    Outcome::FailureOpen,
-    Outcome::FailureClosed,
-];
-
-fn outcome_index(outcome: Outcome) -> usize {
-    OUTCOMES.iter().position(|o| *o == outcome).unwrap_or(0)
-}
-
 /// Boundaries added to the doubling series so that Envoy's default 20 ms filter timeout
 /// (and half of it) can be read off the histograms exactly.
 const ENVOY_TIMEOUT_BOUNDS: [f64; 2] = [0.01, 0.02];
@@ -192,11 +149,6 @@ fn latency_buckets() -> Vec<f64> {
 
 fn latency_histogram() -> Histogram {
     Histogram::new(latency_buckets())
-}
-
-/// Seconds since the Unix epoch, as Prometheus' `time()` reads them.
-fn unix_now() -> f64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
 }
 
 impl Default for Metrics {
@@ -388,7 +340,7 @@ impl Metrics {
             config_last_success,
             limits,
             installed: series::Installed::default(),
-            history: crate::status::history::History::new(),
+            history: history::History::new(),
             hot_keys: crate::hotkeys::HotKeys::default(),
             hot_key_shares,
             approx,
@@ -397,41 +349,8 @@ impl Metrics {
         }
     }
 
-    /// Marks `version` as the serving config (call right after the swap, and after the
-    /// startup load, which also counts as the last successful load).
-    pub fn serving(&self, version: &str) {
-        self.config_loaded(true);
-        self.config_info.clear();
-        self.config_info.get_or_create(&VersionLabel { version: version.to_string() }).set(1);
-    }
-
-    /// Counters for one (domain, rule) label pair (created if new).
-    fn rule_counters(&self, domain: &str, rule: &str) -> RuleCounters {
-        let decisions = OUTCOMES.map(|outcome| {
-            self.decisions.get_or_create_owned(&DecisionLabels {
-                domain: domain.to_string(),
-                rule: rule.to_string(),
-                result: outcome.as_str(),
-            })
-        });
-        let hits =
-            self.hits.get_or_create_owned(&RuleLabels { domain: domain.to_string(), rule: rule.to_string() });
-        RuleCounters { decisions, hits }
-    }
-
-    pub fn observe_request(&self, seconds: f64) {
-        self.request_duration.observe(seconds);
-    }
-
-    /// One store call and its outcome (`ok`, `timeout`, `unavailable`, `server_error`).
-    pub fn observe_store(&self, store: &'static str, outcome: &'static str, seconds: f64) {
-        self.store_requests.get_or_create(&StoreLabels { store, outcome }).inc();
-        self.store_duration.get_or_create(&StoreName { store }).observe(seconds);
-        self.history.observe_store(seconds);
-    }
-
     /// The one-minute history of decisions and store latency the status page shows.
-    pub fn history(&self) -> &crate::status::history::History {
+    pub fn history(&self) -> &history::History {
         &self.history
     }
 
@@ -446,129 +365,12 @@ impl Metrics {
         self.hot_key_shares.set(&hot_keys.shares(self.history.now(), hot_keys::RANKS));
     }
 
-    pub fn unknown_domain(&self) {
-        self.unknown_domain.inc();
-    }
-
-    /// One reload attempt: `success` or `failure`.
-    pub fn reload(&self, ok: bool) {
-        let result = if ok { "success" } else { "failure" };
-        self.config_reloads.get_or_create(&ResultLabel { result }).inc();
-        self.config_loaded(ok);
-    }
-
-    /// Exports `tollgate_config_reload_fresh_rules_total` of every domain of `snapshot` (0 for
-    /// a new one); call at each load.
-    pub fn export_fresh_rules(&self, snapshot: &crate::config::Snapshot) {
-        for domain in snapshot.domains.keys() {
-            self.fresh_rules.export(domain);
-        }
-    }
-
-    /// `rules` rules of `domain` whose buckets a reload started afresh (`crate::fresh`).
-    pub fn fresh_rules(&self, domain: &str, rules: usize) {
-        self.fresh_rules.add(domain, rules);
-    }
-
-    /// Stamps the last attempt, and the last success when `ok`: an alert compares the two
-    /// (a failing reload leaves the success behind the attempt).
-    fn config_loaded(&self, ok: bool) {
-        let now = unix_now();
-        self.config_last_attempt.set(now);
-        if ok {
-            self.config_last_success.set(now);
-        }
-    }
-
-    /// Leases' metrics of `store`, pushed by the lease sweeper on each tick.
-    pub fn set_leases(&self, store: &'static str, stats: &crate::store::lease::LeaseStats) {
-        self.leases.set(store, stats);
-    }
-
-    /// Approximate mode's metrics, refreshed before each scrape.
-    pub fn set_approx(&self, table: &crate::store::approx::Approx) {
-        self.approx.set(table);
-    }
-
-    /// Memory store gauges and counters, refreshed before each scrape from its `stats()`
-    /// and `capacity()`.
-    pub fn set_memory(&self, memory: &MemoryStore) {
-        let stats = memory.stats();
-        self.memory_keys.set(i64::try_from(stats.keys).unwrap_or(i64::MAX));
-        self.memory_max_keys.set(i64::try_from(memory.capacity()).unwrap_or(i64::MAX));
-        set_counter(
-            &self.memory_evictions.get_or_create(&LossyLabel { lossy: "false" }),
-            stats.lossless_evictions,
-        );
-        set_counter(
-            &self.memory_evictions.get_or_create(&LossyLabel { lossy: "true" }),
-            stats.lossy_evictions,
-        );
-        set_counter(&self.memory_at_limit_evictions, stats.at_limit_evictions);
-    }
-
-    /// Charges the over-limit cache of a Redis store answered, refreshed before each scrape
-    /// from its `local_answers()`.
-    pub fn set_over_limit_cache_hits(&self, store: &'static str, hits: u64) {
-        set_counter(&self.over_limit_cache_hits.get_or_create(&StoreName { store }), hits);
-    }
-
-    /// One request past the size bounds.
-    pub fn oversized(&self, reason: &'static str) {
-        self.oversized.get_or_create(&ReasonLabel { reason }).inc();
-    }
-
-    /// One descriptor decided locally because the store failed (`failure_mode: local`).
-    pub fn local_decision(&self, domain: &str) {
-        self.local_decisions.get_or_create(&DomainLabel { domain: domain.to_string() }).inc();
-    }
-
-    /// Breaker gauges, refreshed before each scrape.
-    pub fn set_breaker(&self, store: &'static str, state: i64, opens: u64) {
-        self.breaker_state.get_or_create(&StoreName { store }).set(state);
-        set_counter(&self.breaker_opens.get_or_create(&StoreName { store }), opens);
-    }
-
-    /// One answer whose OVER_LIMIT `--shadow-mode` turned into OK. Only configured domains
-    /// are counted (an unknown domain is never OVER_LIMIT), so the label stays bounded.
-    pub fn shadow_override(&self, domain: &str) {
-        self.shadow_overrides.get_or_create(&DomainLabel { domain: domain.to_string() }).inc();
-    }
-
-    /// One reset through the admin port. Only configured domains are counted (an unknown
-    /// one is refused), so the label stays bounded.
-    pub fn admin_reset(&self, domain: &str) {
-        self.admin_resets.get_or_create(&DomainLabel { domain: domain.to_string() }).inc();
-    }
-
-    /// Connection replacement counts of a Redis store, refreshed before each scrape.
-    pub fn set_replaced(&self, store: &'static str, replaced: crate::store::redis::link::Replaced) {
-        let counts = [
-            ("closed", replaced.closed),
-            ("failed", replaced.failed),
-            ("readonly", replaced.readonly),
-            ("no_reply", replaced.no_reply),
-            ("renewed", replaced.renewed),
-        ];
-        for (reason, value) in counts {
-            set_counter(&self.connections_replaced.get_or_create(&ReplacedLabels { store, reason }), value);
-        }
-    }
-
     /// The text exposition format.
     pub fn encode(&self) -> String {
         let mut out = String::new();
         // Writing to a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
         out
-    }
-}
-
-/// Brings a counter that mirrors an external monotonic count up to `value`.
-fn set_counter(counter: &Counter<u64, AtomicU64>, value: u64) {
-    let current = counter.get();
-    if value > current {
-        counter.inc_by(value - current);
     }
 }
 

@@ -1,16 +1,16 @@
 //! The status page of the admin port: `GET /` (HTML) and `GET /v1/status` (JSON), one view.
 //!
-//! Layout: `history` (the server's own one-minute history: decisions per second of each
-//! rule, store latency; fed by the request path), this file (`Status`: gathers the serving
-//! config, the store's state and the history into one value, serialised as the JSON
-//! contract), `page` (renders that value as a self-contained HTML page). Neither endpoint
-//! shows request values, and neither needs the admin token; but the busiest buckets of
-//! `crate::hotkeys` name buckets (their values hashed, and an unsalted hash of an IP address
-//! or a short id reverses), so with an admin token configured they are gathered only for a
-//! request that carries it ([`HotBuckets`], decided by `admin`). Must not be on the request
-//! path: gathering takes a lock (the reload error) and walks every rule.
+//! Layout: this file (`Status`: gathers the serving config, the store's state and the
+//! server's one-minute history into one value, serialised as the JSON contract), `page`
+//! (renders that value as a self-contained HTML page). The history (decisions per second
+//! of each rule, store latency) is kept below, in `crate::metrics::history`: the request
+//! path feeds it and knows no page. Neither endpoint shows request values, and neither
+//! needs the admin token; but the busiest buckets of `crate::hotkeys` name buckets (their
+//! values hashed, and an unsalted hash of an IP address or a short id reverses), so with an
+//! admin token configured they are gathered only for a request that carries it
+//! ([`HotBuckets`], decided by `admin`). Must not be on the request path: gathering takes
+//! a lock (the reload error) and walks every rule.
 
-pub mod history;
 pub mod page;
 
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -20,11 +20,10 @@ use serde::Serialize;
 use crate::config::{Domain, Limit, Rule, RuleLimit};
 use crate::hotkeys::{HotKey, Values};
 use crate::live::Live;
+use crate::metrics::history::{Minute, Rates};
 use crate::metrics::Metrics;
 use crate::store::breaker::{Breaker, BreakerState};
 use crate::store::Store;
-
-use self::history::{Minute, Rates};
 
 /// Everything the status page shows. Field names are the `/v1/status` contract.
 #[derive(Debug, Clone, Serialize)]

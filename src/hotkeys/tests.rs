@@ -3,6 +3,8 @@ use std::path::PathBuf;
 use super::*;
 use crate::config::compile_sources;
 use crate::service::plan;
+use crate::service::record::hot_buckets;
+use crate::service::wire::RateLimitDescriptor;
 
 const POLICY: &str = r#"
 domain: api
@@ -33,7 +35,7 @@ fn feed(hot: &SnapshotHotKeys, snapshot: &Snapshot, now: u64, entries: &[(&str, 
     let descriptors = [RateLimitDescriptor::from_entries(entries.iter().copied())];
     let (plans, charges, _) = plan::plan(domain, &descriptors, 1, "");
     for _ in 0..times {
-        hot.record("api", now, &plans, &charges, &descriptors);
+        hot.record("api", now, hot_buckets(&plans, &charges, &descriptors));
     }
 }
 
@@ -133,7 +135,7 @@ fn overrides_count_under_their_own_rule_with_every_value_hashed() {
     descriptor.limit = Some(crate::service::wire::RateLimitOverride { requests_per_unit: 5, unit: 2 });
     let descriptors = [descriptor];
     let (plans, charges, _) = plan::plan(domain, &descriptors, 1, "");
-    hot.record("api", 10, &plans, &charges, &descriptors);
+    hot.record("api", 10, hot_buckets(&plans, &charges, &descriptors));
     let view = read(&hot, &snapshot, Values::AsConfigured);
     assert_eq!(view.keys.len(), 1);
     assert_eq!(view.keys[0].rule, OVERRIDE_RULE);

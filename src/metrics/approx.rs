@@ -11,7 +11,7 @@ use prometheus_client::registry::Registry;
 
 use crate::store::approx::Approx;
 
-use super::set_counter;
+use super::mirror::set_counter;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ResultLabel {

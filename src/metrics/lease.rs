@@ -10,7 +10,7 @@ use prometheus_client::registry::Registry;
 
 use crate::store::lease::LeaseStats;
 
-use super::set_counter;
+use super::mirror::set_counter;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct DroppedLabels {

@@ -15,12 +15,34 @@ use std::sync::{Mutex, PoisonError, RwLock};
 use prometheus_client::metrics::counter::Counter;
 
 use crate::config::{Level, Rule, Snapshot};
-use crate::service::respond::Outcome;
 
-use super::{label, DecisionLabels, DomainLabel, Metrics, RuleCounters, RuleLabels, OUTCOMES};
+use super::outcome::{Outcome, OUTCOMES};
+use super::requests::RuleCounters;
+use super::{label, DecisionLabels, DomainLabel, Metrics, RuleLabels};
 
 /// The `rule` label of request `limit` overrides.
 const OVERRIDE: &str = "request_override";
+
+/// Bounds on the series of rules that carry request values in their `rule` label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SeriesLimits {
+    /// `--max-label-value-bytes`: longest part (key, value or pattern) of such a label.
+    pub max_label_value_bytes: usize,
+    /// `--max-detailed-series`: distinct value label sets per domain (each ≤ 8 series).
+    pub max_detailed_series: usize,
+}
+
+/// Default of `--max-detailed-series`.
+pub const DEFAULT_MAX_DETAILED_SERIES: usize = 1_000;
+
+impl Default for SeriesLimits {
+    fn default() -> Self {
+        SeriesLimits {
+            max_label_value_bytes: label::DEFAULT_MAX_LABEL_VALUE_BYTES,
+            max_detailed_series: DEFAULT_MAX_DETAILED_SERIES,
+        }
+    }
+}
 
 /// How a rule of a snapshot is counted.
 #[derive(Debug, Clone)]

@@ -2,13 +2,15 @@
 //!
 //! Oversized requests are not gRPC errors: Envoy fails open on an error, which would let
 //! exactly the attacker through. They are answered by the domain's failure policy and
-//! counted. Values below the bound are fine whatever they hold (keys hash long values).
+//! counted (the bound broken is a `metrics::Oversize`). Values below the bound are fine
+//! whatever they hold (keys hash long values).
 
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, DescriptorStatus};
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
 
 use super::wire::RateLimitRequest;
 use crate::config::FailureMode;
+use crate::metrics::Oversize;
 
 /// Limits on one request's shape.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -21,24 +23,6 @@ pub struct Bounds {
 impl Default for Bounds {
     fn default() -> Self {
         Bounds { max_descriptors: 64, max_entries: 32, max_value_bytes: 4096 }
-    }
-}
-
-/// Which bound a request broke: the `reason` label of `tollgate_oversized_requests_total`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Oversize {
-    Descriptors,
-    Entries,
-    ValueBytes,
-}
-
-impl Oversize {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Oversize::Descriptors => "descriptors",
-            Oversize::Entries => "entries",
-            Oversize::ValueBytes => "value_bytes",
-        }
     }
 }
 

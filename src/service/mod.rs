@@ -14,7 +14,7 @@
 pub mod bounds;
 pub mod dynamic_metadata;
 pub mod plan;
-mod record;
+pub(crate) mod record;
 pub mod respond;
 pub mod server;
 pub mod wire;

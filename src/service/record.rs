@@ -4,15 +4,17 @@
 //! `value_to_metric`) are counted under a label composed from the descriptor's values,
 //! bounded by `Metrics::record_per_value`; all others use the handles resolved when the
 //! snapshot was built, so counting allocates nothing. The status page's one-minute history
-//! (`status::history`) counts each decided descriptor once more, per rule, on the
+//! (`metrics::history`) counts each decided descriptor once more, per rule, on the
 //! snapshot's rings: one clock read per request, two relaxed atomics per descriptor. The
-//! hot-key sketch (`crate::hotkeys`) counts each charged descriptor once, at that second.
+//! hot-key sketch (`crate::hotkeys`) counts each charged descriptor once, at that second:
+//! `hot_buckets` says which bucket that is.
 
 use crate::algorithm::Hits;
 use crate::config::Domain;
+use crate::hotkeys::ChargedBucket;
 use crate::live::Active;
+use crate::metrics::history::Class;
 use crate::metrics::{Metrics, RuleSeries};
-use crate::status::history::Class;
 use crate::store::Charge;
 
 use super::plan::Plan;
@@ -35,7 +37,7 @@ pub fn record(
     let rules = active.counters.domains.get(&domain.name);
     let rings = active.history.domain(&domain.name).unwrap_or_default();
     let second = metrics.history().now();
-    active.hot_keys.record(&domain.name, second, plans, charges, &request.descriptors);
+    active.hot_keys.record(&domain.name, second, hot_buckets(plans, charges, &request.descriptors));
     for ((plan, verdict), descriptor) in plans.iter().zip(verdicts).zip(&request.descriptors) {
         let Some(Verdict { outcome, limit: index }) = *verdict else { continue };
         let (rule, hits) = match plan {
@@ -92,6 +94,19 @@ pub fn record(
             }
         }
     }
+}
+
+/// The bucket of each charged descriptor that the hot-key sketch counts: its first limit's.
+pub(crate) fn hot_buckets<'a>(
+    plans: &'a [Plan<'a>],
+    charges: &'a [Charge],
+    descriptors: &'a [RateLimitDescriptor],
+) -> impl Iterator<Item = ChargedBucket<'a, impl ExactSizeIterator<Item = (&'a [u8], &'a [u8])> + Clone>> {
+    plans.iter().zip(descriptors).filter_map(|(plan, descriptor)| {
+        let Plan::Limited(limit) = plan else { return None };
+        let charge = charges.get(limit.charges.clone()).and_then(<[Charge]>::first)?;
+        Some(ChargedBucket { rule: limit.rule, key: &charge.key, entries: descriptor.pairs() })
+    })
 }
 
 fn consumed(charge: &Charge) -> u64 {

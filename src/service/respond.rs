@@ -2,7 +2,7 @@
 //!
 //! Pure: one `DescriptorStatus` per descriptor in request order, the overall code, and the
 //! failure policy applied to store errors. Also says, per descriptor, which metric result
-//! it counts as.
+//! it counts as (`metrics::Outcome`).
 
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
     rate_limit::Unit as ProtoUnit, Code, DescriptorStatus, RateLimit,
@@ -12,35 +12,10 @@ use envoy_types::pb::google::protobuf::Duration;
 
 use crate::algorithm::Decision;
 use crate::config::{FailureMode, Unit};
+use crate::metrics::Outcome;
 use crate::store::{StoreError, NOT_EVALUATED};
 
 use super::plan::{Limit, Plan};
-
-/// How a descriptor was decided: the `result` label of `tollgate_decisions_total`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Outcome {
-    WithinLimit,
-    NearLimit,
-    OverLimit,
-    ShadowMode,
-    Unlimited,
-    FailureOpen,
-    FailureClosed,
-}
-
-impl Outcome {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Outcome::WithinLimit => "within_limit",
-            Outcome::NearLimit => "near_limit",
-            Outcome::OverLimit => "over_limit",
-            Outcome::ShadowMode => "shadow_mode",
-            Outcome::Unlimited => "unlimited",
-            Outcome::FailureOpen => "failure_open",
-            Outcome::FailureClosed => "failure_closed",
-        }
-    }
-}
 
 /// How a charged descriptor was decided: its outcome and which of its limits decided it
 /// (an index into `Limit::limits()`: the denying one, else the most constraining).

@@ -8,9 +8,9 @@
 
 use std::fmt::Write as _;
 
-use super::history::{Class, Minute};
 use super::{DomainStatus, RuleStatus, Status};
 use crate::hotkeys::HotKey;
+use crate::metrics::history::{Class, Minute};
 
 /// Seconds between automatic reloads of the page.
 pub const REFRESH_SECONDS: u32 = 5;

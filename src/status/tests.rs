@@ -2,9 +2,9 @@ use std::sync::Arc;
 
 use serde_json::json;
 
-use super::history::Class;
 use super::page::{escape_html, render, utc};
 use super::*;
+use crate::metrics::history::Class;
 use crate::store::MemoryStore;
 
 const API: &str = r#"

@@ -150,7 +150,8 @@ mod respond_with_several_limits {
     use super::*;
     use crate::algorithm::Decision;
     use crate::config::FailureMode;
-    use crate::service::respond::{self, reported, Outcome};
+    use crate::metrics::Outcome;
+    use crate::service::respond::{self, reported};
     use crate::store::{StoreError, NOT_EVALUATED};
     use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 

@@ -10,21 +10,22 @@
 //! so a wall-clock step never scrambles the minute.
 //!
 //! Rings are kept per (domain, rule label) across reloads: `History::for_snapshot` hands a
-//! new snapshot the rings of the rules it keeps and forgets the rest. Must not know of
-//! gRPC, HTTP or Prometheus.
+//! new snapshot the rings of the rules it keeps and forgets the rest. Held by `Metrics`,
+//! fed by the request path (`service::record`), read by the status page (`crate::status`).
+//! Must not know of gRPC, HTTP or Prometheus: not exported, nothing here registers.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
+use super::outcome::Outcome;
 use crate::config::Snapshot;
-use crate::service::respond::Outcome;
 
 /// Seconds of history kept: one slot each.
 pub const SECONDS: usize = 60;
 
-/// How a decision shows on the status page.
+/// How a decision shows in the history (and on the status page).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Class {
     /// Within or near the limit, shadow mode, unlimited: the request went on.
