@@ -18,6 +18,7 @@
 
 mod approx;
 mod config;
+mod counters;
 mod fresh;
 pub mod history;
 mod hot_keys;
@@ -38,8 +39,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
+pub use self::counters::{RuleSeries, SeriesLimits, SnapshotCounters, DEFAULT_MAX_DETAILED_SERIES};
 pub use self::outcome::{Outcome, Oversize};
-pub use self::series::{RuleSeries, SeriesLimits, SnapshotCounters, DEFAULT_MAX_DETAILED_SERIES};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct DecisionLabels {
@@ -114,7 +115,7 @@ pub struct Metrics {
     config_last_attempt: Gauge<f64, AtomicU64>,
     config_last_success: Gauge<f64, AtomicU64>,
     limits: SeriesLimits,
-    installed: series::Installed,
+    installed: counters::Installed,
     /// The status page's one-minute history (not exported to Prometheus).
     history: history::History,
     /// The hot-key sketches, and the gauge that shows their shape.
@@ -339,7 +340,7 @@ impl Metrics {
             config_last_attempt,
             config_last_success,
             limits,
-            installed: series::Installed::default(),
+            installed: counters::Installed::default(),
             history: history::History::new(),
             hot_keys: crate::hotkeys::HotKeys::default(),
             hot_key_shares,

@@ -1,37 +1,11 @@
-//! Counting requests: a rule's decision counters (`RuleCounters`, resolved once per
+//! Counting requests: a rule's decision counters (`rule_counters`, resolved once per
 //! snapshot by `series`), the gRPC call's duration, the requests answered without a rule's
 //! decision (unknown domain, oversized, the local fallback, a shadow-mode override), and
 //! the admin port's resets. Only configured domains reach a `domain` label here.
 
-use std::sync::atomic::Ordering;
-
-use prometheus_client::metrics::counter::Counter;
-
-use super::outcome::{Outcome, OUTCOMES};
+use super::counters::RuleCounters;
+use super::outcome::OUTCOMES;
 use super::{DecisionLabels, DomainLabel, Metrics, ReasonLabel, RuleLabels};
-
-/// Pre-resolved counters of one rule: one per decision result, and its hits.
-#[derive(Debug, Clone)]
-pub struct RuleCounters {
-    pub(super) decisions: [Counter; 7],
-    pub(super) hits: Counter,
-}
-
-impl RuleCounters {
-    /// Counts one descriptor decided by this rule.
-    pub fn record(&self, outcome: Outcome, hits: u64) {
-        self.decisions[outcome_index(outcome)].inc();
-        // Saturates: `hits_addend` may be 2^64 - 1, and a wrapped counter would read as a reset.
-        let _ = self
-            .hits
-            .inner()
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| Some(v.saturating_add(hits)));
-    }
-}
-
-fn outcome_index(outcome: Outcome) -> usize {
-    OUTCOMES.iter().position(|o| *o == outcome).unwrap_or(0)
-}
 
 impl Metrics {
     /// Counters for one (domain, rule) label pair (created if new).

@@ -10,104 +10,22 @@
 //! sets and gives their room back.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Mutex, PoisonError, RwLock};
+use std::sync::PoisonError;
 
-use prometheus_client::metrics::counter::Counter;
+use crate::config::{Rule, Snapshot};
 
-use crate::config::{Level, Rule, Snapshot};
-
+use super::counters::{DomainSets, RuleSeries, RuleSets, Shape, SnapshotCounters};
 use super::outcome::{Outcome, OUTCOMES};
-use super::requests::RuleCounters;
 use super::{label, DecisionLabels, DomainLabel, Metrics, RuleLabels};
 
 /// The `rule` label of request `limit` overrides.
 const OVERRIDE: &str = "request_override";
-
-/// Bounds on the series of rules that carry request values in their `rule` label.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SeriesLimits {
-    /// `--max-label-value-bytes`: longest part (key, value or pattern) of such a label.
-    pub max_label_value_bytes: usize,
-    /// `--max-detailed-series`: distinct value label sets per domain (each ≤ 8 series).
-    pub max_detailed_series: usize,
-}
-
-/// Default of `--max-detailed-series`.
-pub const DEFAULT_MAX_DETAILED_SERIES: usize = 1_000;
-
-impl Default for SeriesLimits {
-    fn default() -> Self {
-        SeriesLimits {
-            max_label_value_bytes: label::DEFAULT_MAX_LABEL_VALUE_BYTES,
-            max_detailed_series: DEFAULT_MAX_DETAILED_SERIES,
-        }
-    }
-}
-
-/// How a rule of a snapshot is counted.
-#[derive(Debug, Clone)]
-pub enum RuleSeries {
-    /// On handles resolved when the snapshot was built (the plain `<rule>` label), one per
-    /// limit of the rule (`Rule::limit_label`; one for a `rate_limit` or `unlimited`).
-    Fixed(Vec<RuleCounters>),
-    /// Under a label composed from each request's values (`Metrics::record_per_value`).
-    PerValue,
-}
-
-/// Per-domain, per-rule counting for one snapshot (`domains[domain][rule_id]`).
-#[derive(Debug, Default)]
-pub struct SnapshotCounters {
-    pub domains: HashMap<String, Vec<RuleSeries>>,
-    /// Counters for request `limit` overrides, per domain.
-    pub overrides: HashMap<String, RuleCounters>,
-}
 
 /// The base label of each limit of `rule` (one for `rate_limit` and `unlimited`).
 fn limit_labels(rule: &Rule) -> Vec<String> {
     match rule.limits() {
         [] | [_] => vec![rule.label().to_string()],
         limits => limits.iter().map(|limit| rule.limit_label(limit)).collect(),
-    }
-}
-
-/// The series Tollgate created and has not removed yet.
-#[derive(Debug, Default)]
-pub(super) struct Installed {
-    /// (domain, rule) of the plain series of the serving snapshot.
-    plain: Mutex<HashSet<(String, String)>>,
-    /// Per domain: the value label sets of the rules that carry values.
-    per_value: RwLock<HashMap<String, DomainSets>>,
-}
-
-#[derive(Debug)]
-struct DomainSets {
-    /// Value label sets created in this domain, `_other_` ones excluded: what the cap bounds.
-    count: usize,
-    /// By rule label.
-    rules: HashMap<String, RuleSets>,
-    /// `tollgate_metric_series_dropped_total{domain}`.
-    dropped: Counter,
-}
-
-#[derive(Debug)]
-struct RuleSets {
-    shape: Shape,
-    /// By composed label.
-    sets: HashMap<String, RuleCounters>,
-    /// `<rule>:_other_`, made when the domain first overflows.
-    other: Option<RuleCounters>,
-}
-
-/// What a rule's labels are composed from: a reload that changes it retires the sets.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Shape {
-    detailed_metric: bool,
-    levels: Vec<Level>,
-}
-
-impl Shape {
-    fn of(rule: &Rule) -> Shape {
-        Shape { detailed_metric: rule.detailed_metric, levels: rule.levels.clone() }
     }
 }
 
