@@ -16,9 +16,10 @@ use crate::algorithm::Algorithm;
 use super::domains::{self, Parsed};
 use super::error::{ConfigError, ConfigErrors};
 use super::matcher::{is_wildcard, Branch, Node, Tree};
-use super::model::{ChargeMode, Consistency, Domain, FailureMode, HashTag, Level, Rule, Snapshot};
+use super::model::{ChargeMode, Consistency, Domain, FailureMode, HashTag, Snapshot};
 use super::options::LoadOptions;
 use super::raw::{self, Positions, RawDescriptor};
+use super::rule::{Level, Rule};
 
 mod consistency;
 mod limits;
