@@ -31,8 +31,8 @@ use crate::store::lease::LeaseSettings;
 use crate::store::sentinel::{SentinelSettings, SentinelStore};
 use crate::store::{Guarded, MemoryStore, RedisSettings, RedisStore, Store};
 
-/// The gRPC service name health checks ask about.
-pub const SERVICE_NAME: &str = "envoy.service.ratelimit.v3.RateLimitService";
+/// The gRPC service name health checks ask about (the service's own, re-exported here).
+pub use crate::service::SERVICE_NAME;
 
 /// Which store backs the buckets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
