@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+pub use crate::admin::client::AdminCall;
 use crate::algorithm::Algorithm;
 use crate::app::{RedisTopology, ServeSettings, StoreKind, TlsFiles};
 use crate::config::LoadOptions;
@@ -53,25 +54,6 @@ pub enum Command {
     Usage(AdminCall),
     /// Reset a descriptor's buckets to full on a running server (POST /v1/reset).
     Reset(AdminCall),
-}
-
-/// `tollgate usage|reset [--admin ADDR] --domain D --descriptor k=v[,k=v…] [--token-file F]`:
-/// prints the server's JSON; exits non-zero with the server's message on an HTTP error.
-#[derive(Debug, Args)]
-pub struct AdminCall {
-    /// The server's admin address: `host:port` or `http://host:port` (plain HTTP only).
-    #[arg(long, env = "TOLLGATE_ADMIN_URL", default_value = "127.0.0.1:9102")]
-    pub admin: String,
-    /// The descriptor's domain.
-    #[arg(long)]
-    pub domain: String,
-    /// The descriptor as `key=value,key=value`, as `explain` takes it (`\,` for a comma,
-    /// `\=` for an equals sign, `\xNN` for a byte).
-    #[arg(long)]
-    pub descriptor: crate::explain::DescriptorArg,
-    /// A file holding the server's admin token (sent as `Authorization: Bearer`).
-    #[arg(long, env = "TOLLGATE_ADMIN_TOKEN_FILE")]
-    pub token_file: Option<PathBuf>,
 }
 
 /// `tollgate explain PATH --domain D --descriptor k=v[,k=v…]...`
