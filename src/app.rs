@@ -1,5 +1,9 @@
 //! Wiring: builds the store, loads the config, binds the listeners and runs the servers
 //! until shutdown. Tests call `spawn` with port-0 addresses and get the bound ones back.
+//!
+//! Layout: this file starts, serves and stops (listeners, health, drain, signals);
+//! `settings` is what it runs with (`ServeSettings`, from the CLI or a test) and `store`
+//! builds the store those settings name.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -18,152 +22,21 @@ use tonic_health::server::HealthReporter;
 use tonic_health::ServingStatus;
 
 use crate::admin::Admin;
-use crate::config::LoadOptions;
 use crate::live::Live;
-use crate::metrics::{Metrics, SeriesLimits};
-use crate::service::bounds::Bounds;
-use crate::service::respond::LimitHeaderNames;
+use crate::metrics::Metrics;
 use crate::service::{RateLimitServer, RateLimiter, Settings};
 use crate::store::approx::sync::SyncTarget;
-use crate::store::approx::ApproxSettings;
-use crate::store::cluster::{ClusterSettings, ClusterStore};
-use crate::store::lease::LeaseSettings;
-use crate::store::sentinel::{SentinelSettings, SentinelStore};
-use crate::store::{Guarded, MemoryStore, RedisSettings, RedisStore, Store};
+use crate::store::Store;
 
-/// The gRPC service name health checks ask about.
-pub const SERVICE_NAME: &str = "envoy.service.ratelimit.v3.RateLimitService";
+mod settings;
+mod store;
 
-/// Which store backs the buckets.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum StoreKind {
-    Memory,
-    Redis,
-}
+/// The gRPC service name health checks ask about (the service's own, re-exported here).
+pub use crate::service::SERVICE_NAME;
+pub use settings::{RedisTopology, ServeSettings, StoreKind, TlsFiles};
 
-/// Which Redis deployment `--store redis` uses.
-#[derive(Clone, Default, PartialEq, Eq)]
-pub enum RedisTopology {
-    /// One server (or a proxy) at `redis.url`.
-    #[default]
-    Single,
-    /// A Redis Cluster, discovered from these seed nodes (`host:port` or URLs).
-    Cluster { nodes: Vec<String> },
-    /// The master the sentinels call `master`; `redis.url` gives its credentials, db and TLS.
-    Sentinel { master: String, sentinels: Vec<String> },
-}
-
-impl std::fmt::Debug for RedisTopology {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let redacted = |nodes: &[String]| -> Vec<String> {
-            nodes.iter().map(|n| crate::store::redis::redact_url(n)).collect()
-        };
-        match self {
-            RedisTopology::Single => f.write_str("Single"),
-            RedisTopology::Cluster { nodes } => {
-                f.debug_struct("Cluster").field("nodes", &redacted(nodes)).finish()
-            }
-            RedisTopology::Sentinel { master, sentinels } => f
-                .debug_struct("Sentinel")
-                .field("master", master)
-                .field("sentinels", &redacted(sentinels))
-                .finish(),
-        }
-    }
-}
-
-/// Server-side TLS for gRPC; with `client_ca`, clients must present a certificate (mTLS).
-#[derive(Debug, Clone)]
-pub struct TlsFiles {
-    pub cert: PathBuf,
-    pub key: PathBuf,
-    pub client_ca: Option<PathBuf>,
-}
-
-/// Everything `serve` needs, from flags or environment.
-#[derive(Debug, Clone)]
-pub struct ServeSettings {
-    pub config: PathBuf,
-    /// `--merge-domains`, `--default-algorithm`: how the config's files load (every reload
-    /// too).
-    pub config_options: LoadOptions,
-    pub store: StoreKind,
-    pub redis: RedisSettings,
-    /// Single server, Cluster or Sentinel (only with `store: Redis`).
-    pub redis_topology: RedisTopology,
-    pub redis_key_prefix: String,
-    pub store_timeout: Duration,
-    /// `--lease-hot-keys`: every rule's hot buckets may be leased (not only `lease: true`).
-    pub lease_hot_keys: bool,
-    /// `--lease-time-ms`: how long a leased block may be spent.
-    pub lease_time: Duration,
-    /// `--sync-interval-ms`: approximate domains' sync period.
-    pub sync_interval: Duration,
-    /// `--sync-staleness-ms`: how long failing syncs go on deciding from estimates.
-    pub sync_staleness: Duration,
-    pub memory_max_keys: usize,
-    pub grpc_addr: SocketAddr,
-    pub admin_addr: SocketAddr,
-    pub near_limit_ratio: f64,
-    pub shadow_mode: bool,
-    /// Add x-ratelimit-* / retry-after headers to responses (not with Envoy's own option).
-    pub response_headers: bool,
-    /// Add the peer's RateLimit-* headers, under these names.
-    pub limit_headers: Option<LimitHeaderNames>,
-    /// Answer the request and the passed rules' `metadata` as dynamic metadata.
-    pub response_dynamic_metadata: bool,
-    /// Bounds on request size (past them: the domain's failure policy).
-    pub bounds: Bounds,
-    /// Bounds on the metric series of rules that carry request values.
-    pub metric_series: SeriesLimits,
-    /// How long to keep serving after SIGTERM while endpoints are withdrawn.
-    pub drain: Duration,
-    /// Connections older than this (± 10 % jitter per process) are asked to reconnect.
-    pub max_connection_age: Option<Duration>,
-    pub tls: Option<TlsFiles>,
-    /// Watch the config location and reload on change.
-    pub watch_config: bool,
-    /// A file holding the bearer token `POST` admin endpoints and `/v1/usage` require
-    /// (none: open, and `/v1/reset` refused).
-    pub admin_token_file: Option<PathBuf>,
-    /// `/v1/reset` without a token (`--admin-allow-unauthenticated-reset`).
-    pub admin_allow_unauthenticated_reset: bool,
-}
-
-impl ServeSettings {
-    /// Defaults for a given config path (loopback, memory store), as the CLI has them.
-    pub fn new(config: PathBuf) -> ServeSettings {
-        ServeSettings {
-            config,
-            config_options: LoadOptions::default(),
-            store: StoreKind::Memory,
-            redis: RedisSettings::new("redis://127.0.0.1:6379/"),
-            redis_topology: RedisTopology::Single,
-            redis_key_prefix: String::new(),
-            store_timeout: Duration::from_millis(10),
-            lease_hot_keys: false,
-            lease_time: crate::store::lease::DEFAULT_LEASE_TIME,
-            sync_interval: Duration::from_millis(250),
-            sync_staleness: Duration::from_secs(10),
-            memory_max_keys: 1_000_000,
-            grpc_addr: SocketAddr::from(([127, 0, 0, 1], 8081)),
-            admin_addr: SocketAddr::from(([127, 0, 0, 1], 9102)),
-            near_limit_ratio: 0.8,
-            shadow_mode: false,
-            response_headers: false,
-            limit_headers: None,
-            response_dynamic_metadata: false,
-            bounds: Bounds::default(),
-            metric_series: SeriesLimits::default(),
-            drain: Duration::from_secs(5),
-            max_connection_age: Some(Duration::from_secs(3600)),
-            tls: None,
-            watch_config: true,
-            admin_token_file: None,
-            admin_allow_unauthenticated_reset: false,
-        }
-    }
-}
+use settings::validate;
+use store::{build_store, warn_unserved_consistency};
 
 /// A running server: its bound addresses and a way to stop it.
 #[derive(Debug)]
@@ -342,19 +215,6 @@ pub async fn spawn(settings: ServeSettings) -> anyhow::Result<Running> {
     })
 }
 
-/// Refuses settings no server can keep its promises with, before anything starts.
-fn validate(settings: &ServeSettings) -> anyhow::Result<()> {
-    if settings.store_timeout.is_zero() {
-        anyhow::bail!("--store-timeout-ms must be at least 1: with 0 every charge would be answered by the failure policy");
-    }
-    let approx = ApproxSettings {
-        interval: settings.sync_interval,
-        staleness: settings.sync_staleness,
-        max_keys: settings.memory_max_keys,
-    };
-    approx.validate().map_err(|e| anyhow::anyhow!(e))
-}
-
 /// Runs until `shutdown` resolves, then stops gracefully.
 pub async fn run(settings: ServeSettings, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
     let running = spawn(settings).await?;
@@ -371,30 +231,6 @@ fn log_loaded(live: &Live) {
         rules = active.snapshot.rule_count(),
         "config loaded"
     );
-}
-
-/// Approximate domains on the memory store (nothing to sync with: each instance counts
-/// alone) are charged exactly: say so once at startup, so the config's promise is not
-/// silently different. Every Redis topology serves them.
-fn warn_unserved_consistency(live: &Live, store: &Store) {
-    if store.approx().is_some() {
-        return;
-    }
-    let active = live.load();
-    let approximate: Vec<&str> = active
-        .snapshot
-        .domains
-        .values()
-        .filter(|d| d.consistency == crate::config::Consistency::Approximate)
-        .map(|d| d.name.as_str())
-        .collect();
-    if !approximate.is_empty() {
-        tracing::warn!(
-            domains = ?approximate,
-            store = store.name(),
-            "consistency: approximate needs --store redis; these domains are charged exactly"
-        );
-    }
 }
 
 async fn set_health(health: &HealthReporter, status: ServingStatus) {
@@ -430,79 +266,6 @@ fn admin_token(settings: &ServeSettings) -> anyhow::Result<Option<crate::admin::
 fn jittered(age: Duration) -> Duration {
     let factor = rand::rng().random_range(0.9..=1.1);
     age.mul_f64(factor)
-}
-
-fn build_store(settings: &ServeSettings) -> anyhow::Result<Store> {
-    if settings.store == StoreKind::Memory && settings.redis_topology != RedisTopology::Single {
-        anyhow::bail!("--redis-cluster-nodes and --redis-sentinel need --store redis");
-    }
-    Ok(match settings.store {
-        StoreKind::Memory => Store::Memory(MemoryStore::new(settings.memory_max_keys)),
-        StoreKind::Redis => build_redis(settings)?,
-    })
-}
-
-fn build_redis(settings: &ServeSettings) -> anyhow::Result<Store> {
-    let link = settings.redis.link(settings.store_timeout);
-    let ca_file = settings.redis.ca_file.clone();
-    // Always a table: a reload may give any rule `lease: true`.
-    let leases = LeaseSettings {
-        every_rule: settings.lease_hot_keys,
-        time: settings.lease_time,
-        max_keys: crate::store::lease::LEASE_MAX_KEYS,
-        store_timeout: settings.store_timeout,
-    };
-    // Always a table: a reload may make any domain approximate.
-    let approx = ApproxSettings {
-        interval: settings.sync_interval,
-        staleness: settings.sync_staleness,
-        max_keys: settings.memory_max_keys,
-    };
-    Ok(match &settings.redis_topology {
-        RedisTopology::Single => Store::Redis(
-            Guarded::new(
-                RedisStore::new(&settings.redis, settings.store_timeout).context("redis store")?,
-                Some(settings.redis.breaker),
-            )
-            .coalescing(settings.redis.coalesce.then_some(settings.redis.max_inflight))
-            .with_leases(leases)
-            .with_approx(approx),
-        ),
-        RedisTopology::Cluster { nodes } => {
-            if let Some(tag) = crate::store::cluster::hash_tag(settings.redis_key_prefix.as_bytes()) {
-                tracing::warn!(
-                    slot = crate::store::cluster::key_slot(tag),
-                    "the key prefix holds a hash tag: every bucket is in one slot, on one master"
-                );
-            }
-            let cluster = ClusterSettings { nodes: nodes.clone(), ca_file, link };
-            let client = ClusterStore::new(&cluster).context("redis cluster store")?;
-            Store::Cluster(
-                Guarded::new(client, None)
-                    .coalescing(settings.redis.coalesce.then_some(settings.redis.max_inflight))
-                    .with_leases(leases)
-                    .with_approx(approx),
-            )
-        }
-        RedisTopology::Sentinel { master, sentinels } => {
-            let sentinel = SentinelSettings {
-                master: master.clone(),
-                sentinels: sentinels.clone(),
-                master_url: Some(settings.redis.url.clone()),
-                ca_file,
-                link,
-            };
-            Store::Sentinel(
-                Guarded::new(
-                    SentinelStore::new(&sentinel).context("redis sentinel store")?,
-                    Some(settings.redis.breaker),
-                )
-                .coalescing(settings.redis.coalesce.then_some(settings.redis.max_inflight))
-                .with_leases(leases)
-                .with_approx(approx),
-            )
-        }
-    })
 }
 
 async fn stopped(mut signal: watch::Receiver<bool>) {

@@ -1,5 +1,6 @@
 //! `tollgate usage` and `tollgate reset`: call `/v1/usage` and `/v1/reset` of a running
-//! server and hand back its JSON.
+//! server and hand back its JSON. Their arguments (`AdminCall`) live here, below the CLI,
+//! which embeds them as the two subcommands.
 //!
 //! A minimal HTTP/1.1 client over a plain TCP connection (one request, `Connection:
 //! close`): the admin port is plain HTTP, on loopback by default, so no TLS and no HTTP
@@ -8,8 +9,10 @@
 //! `--descriptor`'s syntax, every byte percent-encoded (`query::encode`), so values that are
 //! not UTF-8 arrive exactly.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
+use clap::Args;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -19,6 +22,25 @@ use super::query::{descriptor_bytes, encode};
 
 /// The longest one call may take, connection included.
 const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// `tollgate usage|reset [--admin ADDR] --domain D --descriptor k=v[,k=v…] [--token-file F]`:
+/// prints the server's JSON; exits non-zero with the server's message on an HTTP error.
+#[derive(Debug, Args)]
+pub struct AdminCall {
+    /// The server's admin address: `host:port` or `http://host:port` (plain HTTP only).
+    #[arg(long, env = "TOLLGATE_ADMIN_URL", default_value = "127.0.0.1:9102")]
+    pub admin: String,
+    /// The descriptor's domain.
+    #[arg(long)]
+    pub domain: String,
+    /// The descriptor as `key=value,key=value`, as `explain` takes it (`\,` for a comma,
+    /// `\=` for an equals sign, `\xNN` for a byte).
+    #[arg(long)]
+    pub descriptor: DescriptorArg,
+    /// A file holding the server's admin token (sent as `Authorization: Bearer`).
+    #[arg(long, env = "TOLLGATE_ADMIN_TOKEN_FILE")]
+    pub token_file: Option<PathBuf>,
+}
 
 /// Which endpoint to call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -69,7 +91,7 @@ pub async fn call(
 }
 
 /// `tollgate usage` / `tollgate reset`: prints the server's JSON, or its error and fails.
-pub async fn run(verb: Verb, args: &crate::cli::AdminCall) -> std::process::ExitCode {
+pub async fn run(verb: Verb, args: &AdminCall) -> std::process::ExitCode {
     let token = match args.token_file.as_deref().map(read_token).transpose() {
         Ok(token) => token,
         Err(e) => {

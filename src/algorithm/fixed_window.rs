@@ -7,7 +7,8 @@
 //! `tests/differential.rs` keeps the two equal. All values are clamped to, and saturate
 //! at, [`MAX_VALUE`](super::MAX_VALUE) (2^53 − 1), exactly as the script does.
 
-use super::{clamp, Decision, Hits, Outcome, Params, State, Write};
+use super::bucket::{Decision, Hits, Outcome, Params, State, Write};
+use super::saturating::clamp;
 
 /// Applies the fixed window to the stored `(start, count, _)` (`None` = never seen or
 /// expired; the third field is ignored and stored as 0).

@@ -25,7 +25,8 @@
 //! `now + 2 * tolerance` below 2^53 until 2112, so no sum that can decide an admission
 //! ever saturates. The config rejects a rule past it ([`tolerance_fits`]).
 
-use super::{add, clamp, mul_div_rem, Decision, Hits, Outcome, Params, State, Write, MAX_VALUE};
+use super::bucket::{Decision, Hits, Outcome, Params, State, Write};
+use super::saturating::{add, clamp, mul_div_rem, MAX_VALUE};
 
 /// The longest a GCRA bucket may take to drain a full burst (`burst * unit / limit`):
 /// 2^51 µs, about 71 years. With `now` below 2^52 µs (the year 2112), `now` plus twice this

@@ -19,7 +19,8 @@
 //! writes nothing, and the others are applied all the same — the answers single charges
 //! would get in that order at that instant (`joint.lua` with its `each` argument).
 
-use super::{apply as apply_one, Decision, Hits, Params, State, Write};
+use super::apply as apply_one;
+use super::bucket::{Decision, Hits, Params, State, Write};
 
 /// One member of a group: which of the group's distinct buckets, with what parameters
 /// and hits.

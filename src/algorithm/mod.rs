@@ -5,96 +5,23 @@
 //! The memory store calls these functions directly; the Lua scripts in `src/store/lua/`
 //! implement the same math for Redis, and a differential test keeps the two in step.
 //!
-//! Layout: `gcra.rs` (default), `sliding_window.rs` (two-epoch weighted counter),
-//! `fixed_window.rs` (epoch-aligned, as envoyproxy/ratelimit); `joint.rs` decides a group
-//! of charges that stand or fall together (several limits of one descriptor, a domain
-//! charged all-or-nothing) with those three.
+//! Layout: `bucket.rs` (the vocabulary: params, hits, state, decision) and
+//! `saturating.rs` (arithmetic capped at `MAX_VALUE`) at the bottom; `gcra.rs` (default),
+//! `sliding_window.rs` (two-epoch weighted counter), `fixed_window.rs` (epoch-aligned, as
+//! envoyproxy/ratelimit) over them; this file dispatches to those three (`apply`,
+//! `standing`); `joint.rs`, over the dispatch, decides a group of charges that stand or
+//! fall together (several limits of one descriptor, a domain charged all-or-nothing).
 
+mod bucket;
 pub mod fixed_window;
 pub mod gcra;
 pub mod joint;
+mod saturating;
 pub mod sliding_window;
 
-/// Which algorithm a rule uses. A closed set: the YAML `algorithm` field.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Algorithm {
-    /// Generic cell rate algorithm: smooth, with a configurable burst. The default.
-    Gcra,
-    /// Two-epoch weighted counter: smooths fixed-window edges without per-request state.
-    SlidingWindow,
-    /// Epoch-aligned fixed windows, as envoyproxy/ratelimit (denials consume nothing).
-    FixedWindow,
-}
-
-impl Algorithm {
-    /// The name used in YAML, metrics and `/rlconfig`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Algorithm::Gcra => "gcra",
-            Algorithm::SlidingWindow => "sliding_window",
-            Algorithm::FixedWindow => "fixed_window",
-        }
-    }
-}
-
-/// The numbers one limit is enforced with. Built once at config compile time.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Params {
-    pub algorithm: Algorithm,
-    /// Requests admitted per `unit_us`. 0 denies everything (never divided by).
-    pub limit: u64,
-    /// Length of the unit (second, minute, ... year) in microseconds.
-    pub unit_us: u64,
-    /// GCRA only: how many requests may arrive at once on a full bucket.
-    /// Equal to `limit` unless the rule says otherwise; ignored by the window algorithms.
-    pub burst: u64,
-}
-
-/// How a descriptor charges its bucket.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Hits {
-    /// Consume `n` (n >= 1) if all of them fit; a denial consumes nothing.
-    Consume(u64),
-    /// `hits_addend: 0`: answer whether one hit would pass now and describe the bucket;
-    /// consume nothing.
-    Peek,
-    /// `is_negative_hits`: give `n` back, never past a full bucket; always allowed.
-    Refund(u64),
-}
-
-/// The answer for one bucket.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Decision {
-    pub allowed: bool,
-    /// Requests still admissible after this charge; 0 when denied.
-    pub remaining: u64,
-    /// Allowed: microseconds until the bucket is fully restored.
-    /// Denied: microseconds until this same request would pass.
-    pub reset_us: u64,
-}
-
-/// State kept per bucket, in memory or (with the same fields) in Redis.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum State {
-    /// GCRA: the theoretical arrival time, `tat + rem / limit` µs since the epoch
-    /// (`rem < limit`): whole µs plus the sub-µs remainder, so that an emission interval
-    /// `unit / limit` that is not a whole number of µs is never rounded (see `gcra`).
-    Gcra { tat: u64, rem: u64 },
-    /// Both window algorithms: the start of the current window and its counters
-    /// (`previous` is always 0 for the fixed window).
-    Window { start: u64, current: u64, previous: u64 },
-}
-
-/// What the store must do with the bucket after a decision.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Write {
-    /// Nothing changed (denials, peeks).
-    Keep,
-    /// Store the new state; it carries no information after `expires_at` (µs since epoch).
-    Put { state: State, expires_at: u64 },
-    /// The bucket is back to full: the state can be dropped.
-    Delete,
-}
+pub use bucket::{Algorithm, Decision, Hits, Outcome, Params, State, Write};
+pub(crate) use saturating::mul_div_ceil;
+pub use saturating::MAX_VALUE;
 
 /// What forgetting a bucket's state would hand its owner: how a capped store ranks
 /// buckets for eviction. Ordered so that the bucket to evict first is the smallest.
@@ -115,13 +42,6 @@ impl Standing {
         // A bucket that admits nothing even when fresh (limit or burst 0) loses nothing.
         Standing { at_limit: left == 0 && full > 0, given_back: full.saturating_sub(left) }
     }
-}
-
-/// One application of an algorithm: the answer and the state change.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Outcome {
-    pub decision: Decision,
-    pub write: Write,
 }
 
 /// Applies `params.algorithm` to the stored `state` (None = never seen or expired).
@@ -165,57 +85,6 @@ fn window(state: Option<State>) -> Option<(u64, u64, u64)> {
     match state {
         Some(State::Window { start, current, previous }) => Some((start, current, previous)),
         _ => None,
-    }
-}
-
-/// The largest value the algorithms take in, store, compute with or return: 2^53 − 1.
-///
-/// Every input (limit, unit, burst, hits, `now`, stored state) is clamped to it and every
-/// sum or product saturates at it. It is the largest integer a Lua number (a double) holds
-/// exactly, so the Redis scripts, which clamp and saturate the same way, give bit-for-bit
-/// the same answers on every input. As µs since the epoch it is the year 2255; as a count,
-/// 9·10^15 — no real limit comes near it.
-pub const MAX_VALUE: u64 = (1 << 53) - 1;
-
-/// `x` clamped to [`MAX_VALUE`].
-pub(crate) fn clamp(x: u64) -> u64 {
-    x.min(MAX_VALUE)
-}
-
-/// `a + b`, saturating at [`MAX_VALUE`].
-pub(crate) fn add(a: u64, b: u64) -> u64 {
-    a.saturating_add(b).min(MAX_VALUE)
-}
-
-/// `floor(a * b / c)` computed exactly (no intermediate overflow), saturating at
-/// [`MAX_VALUE`]; `c == 0` saturates.
-pub(crate) fn mul_div(a: u64, b: u64, c: u64) -> u64 {
-    match u128::from(a).saturating_mul(u128::from(b)).checked_div(u128::from(c)) {
-        Some(q) => u64::try_from(q).map_or(MAX_VALUE, clamp),
-        None => MAX_VALUE,
-    }
-}
-
-/// `(floor(a * b / c), (a * b) % c)` computed exactly, the quotient saturating at
-/// [`MAX_VALUE`] (the remainder is exact even then); `c == 0` gives `(MAX_VALUE, 0)`.
-/// The Lua scripts' `muldiv` gives the same pair for `a, b, c <= MAX_VALUE`.
-pub(crate) fn mul_div_rem(a: u64, b: u64, c: u64) -> (u64, u64) {
-    let product = u128::from(a) * u128::from(b);
-    match (product.checked_div(u128::from(c)), product.checked_rem(u128::from(c))) {
-        (Some(q), Some(r)) => (u64::try_from(q).map_or(MAX_VALUE, clamp), u64::try_from(r).unwrap_or(0)),
-        _ => (MAX_VALUE, 0),
-    }
-}
-
-/// `ceil(a * b / c)`, exactly, saturating at [`MAX_VALUE`]; `c == 0` saturates.
-pub(crate) fn mul_div_ceil(a: u64, b: u64, c: u64) -> u64 {
-    let product = u128::from(a).saturating_mul(u128::from(b));
-    match product.checked_div(u128::from(c)) {
-        Some(q) => {
-            let q = q + u128::from(product % u128::from(c) != 0);
-            u64::try_from(q).map_or(MAX_VALUE, clamp)
-        }
-        None => MAX_VALUE,
     }
 }
 

@@ -13,7 +13,8 @@
 //! is evaluated as `ceil(previous * (unit - elapsed) / unit) + current + n <= limit`, which
 //! is the same inequality (the right side is an integer) and keeps every number in range.
 
-use super::{add, clamp, mul_div, mul_div_ceil, Decision, Hits, Outcome, Params, State, Write};
+use super::bucket::{Decision, Hits, Outcome, Params, State, Write};
+use super::saturating::{add, clamp, mul_div, mul_div_ceil};
 
 /// Applies the sliding window to the stored `(start, current, previous)` (`None` = never
 /// seen or expired).

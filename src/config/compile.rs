@@ -16,9 +16,11 @@ use crate::algorithm::Algorithm;
 use super::domains::{self, Parsed};
 use super::error::{ConfigError, ConfigErrors};
 use super::matcher::{is_wildcard, Branch, Node, Tree};
-use super::model::{ChargeMode, Consistency, Domain, FailureMode, HashTag, Level, Rule, Snapshot};
+use super::model::{ChargeMode, Consistency, Domain, FailureMode, HashTag, Snapshot};
 use super::options::LoadOptions;
-use super::raw::{self, Positions, RawDescriptor};
+use super::raw::{Positions, RawDescriptor};
+use super::rule::{Level, Rule};
+use super::yaml;
 
 mod consistency;
 mod limits;
@@ -42,7 +44,7 @@ pub fn compile_sources_with(
     let mut errors = Vec::new();
     let mut files = Vec::with_capacity(sources.len());
     for (file, source) in sources {
-        match raw::parse(file, source) {
+        match yaml::parse(file, source) {
             Ok(raw) => files.push(Parsed { file, raw, positions: Positions::scan(source) }),
             Err(error) => errors.push(error),
         }

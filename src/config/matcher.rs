@@ -12,11 +12,13 @@
 //! value-less default.
 //!
 //! This module owns matching only: it is built by `compile` (which has already rejected
-//! duplicates and invalid values) and must not validate, do I/O or know about stores.
+//! duplicates and invalid values) and must not validate, do I/O or know about stores. Its
+//! nodes name rules by `RuleId` (`rule`); what a reached node answers, and the rules
+//! themselves, are `model`'s (`Domain::lookup`), which builds on this tree.
 
 use std::collections::HashMap;
 
-use super::model::{Domain, Lookup, RuleId};
+use super::rule::RuleId;
 
 /// A domain's descriptor tree: the top-level `descriptors`.
 #[derive(Debug, Default)]
@@ -172,39 +174,26 @@ impl Branch {
     }
 }
 
-impl Domain {
-    /// Matches one request descriptor, given as its `(key, value)` entries in order, as
-    /// bytes (`&[u8]` from a request, or `&str`).
-    ///
-    /// Walks one level per entry (exact value, then first matching wildcard in file order,
-    /// then the value-less default; no backtracking). The answer is decided by the node the
-    /// last entry reaches: its rule, an explicit allow (no rule, no children) or `NoMatch`
-    /// (no node, children but no rule, or a request deeper than the tree). No entries:
-    /// `NoMatch`. Costs O(entries) hash lookups and allocates nothing.
-    pub fn lookup<I, K, V>(&self, entries: I) -> Lookup<'_>
+impl Tree {
+    /// The node the last of `entries` reaches, walking one level per entry (`Branch::step`:
+    /// no backtracking). `None` when an entry finds no node, or with no entries. What that
+    /// node answers (its rule, an allow) is `Domain::lookup`'s. Allocates nothing.
+    pub(crate) fn reach<I, K, V>(&self, entries: I) -> Option<&Node>
     where
-        I: IntoIterator<Item = (K, V)>,
-        I::IntoIter: ExactSizeIterator,
+        I: ExactSizeIterator<Item = (K, V)>,
         K: AsRef<[u8]>,
         V: AsRef<[u8]>,
     {
-        let entries = entries.into_iter();
         let last = entries.len().saturating_sub(1);
-        let mut branch = &self.tree.root;
+        let mut branch = &self.root;
         for (depth, (key, value)) in entries.enumerate() {
-            let Some(node) = branch.step(key.as_ref(), value.as_ref()) else {
-                return Lookup::NoMatch;
-            };
+            let node = branch.step(key.as_ref(), value.as_ref())?;
             if depth == last {
-                return match node.rule.and_then(|id| self.rules.get(id.0)) {
-                    Some(rule) => Lookup::Rule(rule),
-                    None if node.children.is_empty() => Lookup::Allow,
-                    None => Lookup::NoMatch,
-                };
+                return Some(node);
             }
             branch = &node.children;
         }
-        Lookup::NoMatch
+        None
     }
 }
 

@@ -12,7 +12,8 @@
 //! of several merged mappings, the earlier one wins; merging is shallow (a written
 //! `rate_limit` replaces the merged `rate_limit` as a whole); merged mappings may merge
 //! in turn. A key that overrides a merged one is not a duplicate key. Owns only this
-//! resolution; the shape of the result is `raw`'s, and nothing here validates values.
+//! resolution; the shape of the result is `raw`'s, `yaml::parse` reads the layers, and
+//! nothing here validates values.
 
 use std::fmt;
 use std::marker::PhantomData;

@@ -1,12 +1,14 @@
 //! Policies: the YAML model, its validation, the compiled matcher, and loading from disk.
 //!
-//! Layout: `raw` (the YAML's structs, `deny_unknown_fields`; YAML merge keys resolved by
-//! `merge_keys`, floats where strings belong refused by `floats`), `domains` (which files
-//! make which domain, and the domain-level fields), `compile` (validation collecting every
-//! error, building the immutable `model`; a node's `rate_limit` / `rate_limits` in
-//! `compile::limits`, what an approximate domain refuses in `compile::consistency`),
-//! `matcher` (hash-per-level tree walk), `loader` (the only part that touches the file
-//! system), `options` (the load-time switches). Everything but `loader` is pure.
+//! Layout: `yaml` (one file's text to `raw`, the YAML's structs: `deny_unknown_fields`,
+//! merge keys resolved by `merge_keys`, floats where strings belong refused by `floats`),
+//! `domains` (which files make which domain, and the domain-level fields), `compile`
+//! (validation collecting every error, building the immutable `model`; a node's
+//! `rate_limit` / `rate_limits` in `compile::limits`, what an approximate domain refuses in
+//! `compile::consistency`), `model` (snapshot and domains, over `matcher`: the
+//! hash-per-level tree walk, and `rule`: a compiled rule and its limits), `loader` (the
+//! only part that touches the file system), `options` (the load-time switches). Everything
+//! but `loader` is pure.
 //! The request path only sees `model` types (`Snapshot`, `Domain::lookup`, `Rule`).
 
 pub mod compile;
@@ -19,6 +21,8 @@ mod merge_keys;
 pub mod model;
 pub mod options;
 pub mod raw;
+pub mod rule;
+pub mod yaml;
 
 #[cfg(test)]
 mod tests;
@@ -26,8 +30,6 @@ mod tests;
 pub use compile::{compile_sources, compile_sources_with};
 pub use error::{ConfigError, ConfigErrors};
 pub use loader::{load_path, load_path_with};
-pub use model::{
-    ChargeMode, Consistency, Domain, FailureMode, HashTag, Level, Limit, Lookup, Rule, RuleId, RuleLimit,
-    Snapshot, Unit,
-};
+pub use model::{ChargeMode, Consistency, Domain, FailureMode, HashTag, Lookup, Snapshot};
 pub use options::LoadOptions;
+pub use rule::{Level, Limit, Rule, RuleId, RuleLimit, Unit};

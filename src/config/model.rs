@@ -1,15 +1,18 @@
 //! The compiled, immutable policy model: what the request path sees.
 //!
 //! Built only by `compile` from validated YAML; never mutated after construction (a reload
-//! builds a whole new `Snapshot`). Pure: no I/O, no tokio, no metrics.
+//! builds a whole new `Snapshot`). A `Domain` holds its rules (`rule`, re-exported here) and
+//! its descriptor tree (`matcher`); `Domain::lookup` turns the node the tree walk reaches
+//! into an answer. Pure: no I/O, no tokio, no metrics.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::SystemTime;
 
-use crate::algorithm::{Algorithm, Params};
+use crate::algorithm::Algorithm;
 
 use super::matcher::Tree;
+pub use super::rule::{params, params_window, Level, Limit, Rule, RuleId, RuleLimit, Unit};
 
 /// One whole, consistent configuration: every domain, plus identity for operators.
 #[derive(Debug)]
@@ -184,9 +187,32 @@ pub struct Domain {
     pub(crate) tree: Tree,
 }
 
-/// Index of a rule in `Domain::rules`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct RuleId(pub usize);
+impl Domain {
+    /// Matches one request descriptor, given as its `(key, value)` entries in order, as
+    /// bytes (`&[u8]` from a request, or `&str`).
+    ///
+    /// Walks one level per entry (exact value, then first matching wildcard in file order,
+    /// then the value-less default; no backtracking). The answer is decided by the node the
+    /// last entry reaches: its rule, an explicit allow (no rule, no children) or `NoMatch`
+    /// (no node, children but no rule, or a request deeper than the tree). No entries:
+    /// `NoMatch`. Costs O(entries) hash lookups and allocates nothing.
+    pub fn lookup<I, K, V>(&self, entries: I) -> Lookup<'_>
+    where
+        I: IntoIterator<Item = (K, V)>,
+        I::IntoIter: ExactSizeIterator,
+        K: AsRef<[u8]>,
+        V: AsRef<[u8]>,
+    {
+        let Some(node) = self.tree.reach(entries.into_iter()) else {
+            return Lookup::NoMatch;
+        };
+        match node.rule.and_then(|id| self.rules.get(id.0)) {
+            Some(rule) => Lookup::Rule(rule),
+            None if node.children.is_empty() => Lookup::Allow,
+            None => Lookup::NoMatch,
+        }
+    }
+}
 
 /// What a descriptor's entries reach in a domain's tree.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -197,223 +223,4 @@ pub enum Lookup<'a> {
     Allow,
     /// The last entry reached a node with a `rate_limit`.
     Rule(&'a Rule),
-}
-
-/// A node of the tree that carries a `rate_limit`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Rule {
-    pub id: RuleId,
-    /// Config path of the node, e.g. `descriptors[2].descriptors[0]`; in a domain merged
-    /// from several files, after the file's stem: `users:descriptors[0]`.
-    pub path: String,
-    /// `rate_limit.name`, used by `replaces`, metrics and `current_limit.name`. `None` on a
-    /// node with `rate_limits` (each of its limits has its own name).
-    pub name: Option<String>,
-    pub limit: RuleLimit,
-    pub shadow_mode: bool,
-    pub quota_mode: bool,
-    /// `lease: true`: hot buckets of this rule may be served from leases on a Redis store
-    /// (`store::lease`); `--lease-hot-keys` does the same for every rule.
-    pub lease: bool,
-    pub detailed_metric: bool,
-    pub value_to_metric: bool,
-    /// Names of the rules this one replaces when both match in one request.
-    pub replaces: Vec<String>,
-    /// One entry per descriptor entry on the way to this node (root first).
-    pub levels: Vec<Level>,
-    /// Free-form `metadata` of the node, sorted by key: shown by `/rlconfig` and, with
-    /// `--response-dynamic-metadata`, answered to Envoy when the descriptor passes.
-    pub metadata: Vec<(String, serde_json::Value)>,
-}
-
-impl Rule {
-    /// The name shown in metrics and logs: the rule's `name`, else its config path.
-    pub fn label(&self) -> &str {
-        self.name.as_deref().unwrap_or(&self.path)
-    }
-
-    /// The label of one of this rule's limits in metrics, logs and `explain`: the rule's
-    /// label for a `rate_limit`, `<path>/<name>` for an entry of `rate_limits`.
-    pub fn limit_label(&self, limit: &Limit) -> String {
-        match &limit.name {
-            Some(name) => format!("{}/{}", self.path, name),
-            None => self.label().to_string(),
-        }
-    }
-
-    /// The rule's limits (empty for `unlimited`).
-    pub fn limits(&self) -> &[Limit] {
-        match &self.limit {
-            RuleLimit::Limited(limits) => limits,
-            RuleLimit::Unlimited => &[],
-        }
-    }
-}
-
-/// What a matched rule enforces.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RuleLimit {
-    /// Charged against one bucket per limit: one for `rate_limit`, one per entry of
-    /// `rate_limits` (in file order). A descriptor passes only if every limit passes, and
-    /// then all are charged; if one denies, none is.
-    Limited(Vec<Limit>),
-    /// `unlimited: true`: always OK, no bucket.
-    Unlimited,
-}
-
-/// One limit of a rule: its numbers and what enters its bucket identity.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Limit {
-    /// `rate_limits[].name` (required and unique within the node there; part of the bucket
-    /// identity). `None` for a `rate_limit`, whose name (`Rule::name`) is not.
-    pub name: Option<String>,
-    /// The numbers: `params.unit_us` is the whole window, `unit × multiplier`.
-    pub params: Params,
-    /// The unit as written.
-    pub unit: Unit,
-    /// `unit_multiplier` (1 when absent): the window is this many units. Part of the
-    /// bucket identity when not 1.
-    pub multiplier: u64,
-}
-
-impl Limit {
-    /// A limit of one unit, as `rate_limit` without `unit_multiplier` writes.
-    pub fn single(params: Params, unit: Unit) -> Limit {
-        Limit { name: None, params, unit, multiplier: 1 }
-    }
-
-    /// The window in words: `second`, `5 minutes` (see [`Unit::window`]).
-    pub fn window(&self) -> String {
-        self.unit.window(self.multiplier)
-    }
-
-    /// The window in seconds (`unit × unit_multiplier`).
-    pub fn window_seconds(&self) -> u64 {
-        self.unit.seconds().saturating_mul(self.multiplier)
-    }
-
-    /// What GCRA calls capacity (`burst`) and the windows their limit: the requests a
-    /// fresh bucket admits at once.
-    pub fn capacity(&self) -> u64 {
-        match self.params.algorithm {
-            Algorithm::Gcra => self.params.burst,
-            Algorithm::SlidingWindow | Algorithm::FixedWindow => self.params.limit,
-        }
-    }
-}
-
-/// One level of the path that leads to a rule: the entry key, how its value enters the
-/// bucket identity, and whether it may enter the metric label.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Level {
-    pub key: String,
-    /// `Some(pattern)` when the node is a wildcard with `share_threshold: true`: every
-    /// matching value shares one bucket, identified by the pattern. `None`: the request's
-    /// value is part of the bucket identity.
-    pub shared_pattern: Option<String>,
-    /// The node's `value` as written (an exact value or a pattern with `*`); `None` for the
-    /// value-less default node.
-    pub value: Option<String>,
-    /// `value_to_metric: true` on this node: the request's value goes into the `rule`
-    /// metric label of the rules at and below it (unless the level shares a pattern).
-    pub value_to_metric: bool,
-}
-
-/// The `rate_limit.unit` of a rule. Month is 30 days, year 365 days.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Unit {
-    Second,
-    Minute,
-    Hour,
-    Day,
-    Week,
-    Month,
-    Year,
-}
-
-impl Unit {
-    /// Parses a YAML unit, any case.
-    pub fn parse(s: &str) -> Option<Unit> {
-        Some(match s.to_ascii_lowercase().as_str() {
-            "second" => Unit::Second,
-            "minute" => Unit::Minute,
-            "hour" => Unit::Hour,
-            "day" => Unit::Day,
-            "week" => Unit::Week,
-            "month" => Unit::Month,
-            "year" => Unit::Year,
-            _ => return None,
-        })
-    }
-
-    pub fn seconds(self) -> u64 {
-        match self {
-            Unit::Second => 1,
-            Unit::Minute => 60,
-            Unit::Hour => 3_600,
-            Unit::Day => 86_400,
-            Unit::Week => 7 * 86_400,
-            Unit::Month => 30 * 86_400,
-            Unit::Year => 365 * 86_400,
-        }
-    }
-
-    /// A window of `multiplier` units in words, as `explain`, `/rlconfig` and config errors
-    /// write it: `second` for 1 (so "20 per second"), else `5 minutes`.
-    pub fn window(self, multiplier: u64) -> String {
-        match multiplier {
-            1 => self.as_str().to_owned(),
-            n => format!("{n} {}s", self.as_str()),
-        }
-    }
-
-    pub fn micros(self) -> u64 {
-        self.seconds() * 1_000_000
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Unit::Second => "second",
-            Unit::Minute => "minute",
-            Unit::Hour => "hour",
-            Unit::Day => "day",
-            Unit::Week => "week",
-            Unit::Month => "month",
-            Unit::Year => "year",
-        }
-    }
-
-    /// One character used in bucket keys (stable across releases: keys live in Redis).
-    pub fn key_char(self) -> char {
-        match self {
-            Unit::Second => 's',
-            Unit::Minute => 'm',
-            Unit::Hour => 'h',
-            Unit::Day => 'd',
-            Unit::Week => 'w',
-            Unit::Month => 'M',
-            Unit::Year => 'y',
-        }
-    }
-}
-
-/// Convenience for building limit parameters.
-pub fn params(algorithm: Algorithm, limit: u64, unit: Unit, burst: Option<u64>) -> Params {
-    params_window(algorithm, limit, unit, 1, burst)
-}
-
-/// Limit parameters for a window of `multiplier` units (`unit_multiplier`).
-pub fn params_window(
-    algorithm: Algorithm,
-    limit: u64,
-    unit: Unit,
-    multiplier: u64,
-    burst: Option<u64>,
-) -> Params {
-    Params {
-        algorithm,
-        limit,
-        unit_us: unit.micros().saturating_mul(multiplier),
-        burst: burst.unwrap_or(limit),
-    }
 }

@@ -35,7 +35,7 @@ use crate::live::Live;
 use crate::metrics::Metrics;
 use crate::store::approx::Approx;
 use crate::store::{Charge, Groups, MemoryStore, Store, StoreError};
-pub use server::RateLimitServer;
+pub use server::{RateLimitServer, SERVICE_NAME};
 pub use wire::RateLimitRequest;
 
 /// Request-path settings fixed at startup.

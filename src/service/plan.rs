@@ -169,7 +169,7 @@ fn lookup<'a>(domain: &'a Domain, descriptor: &RateLimitDescriptor) -> Plan<'a> 
                 rule: None,
                 // `--default-algorithm`, as for the limits in the files that name none.
                 own: Some(crate::config::Limit::single(
-                    crate::config::model::params(
+                    crate::config::rule::params(
                         domain.default_algorithm,
                         u64::from(over.requests_per_unit),
                         unit,

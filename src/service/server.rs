@@ -19,6 +19,9 @@ use tonic_prost::ProstCodec;
 use super::wire::RateLimitRequest;
 use super::RateLimiter;
 
+/// The gRPC service name: the endpoint's path prefix, and the name health checks ask about.
+pub const SERVICE_NAME: &str = "envoy.service.ratelimit.v3.RateLimitService";
+
 /// The one method this service has.
 const SHOULD_RATE_LIMIT: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
 
@@ -35,7 +38,7 @@ impl RateLimitServer {
 }
 
 impl NamedService for RateLimitServer {
-    const NAME: &'static str = crate::app::SERVICE_NAME;
+    const NAME: &'static str = SERVICE_NAME;
 }
 
 impl<B> Service<http::Request<B>> for RateLimitServer

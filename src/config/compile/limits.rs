@@ -9,8 +9,8 @@ use std::collections::HashMap;
 
 use crate::algorithm::{gcra, Algorithm};
 
-use super::super::model::{self, Level, Limit, Rule, RuleId, RuleLimit, Unit};
 use super::super::raw::{RawDescriptor, RawRateLimit};
+use super::super::rule::{self, Level, Limit, Rule, RuleId, RuleLimit, Unit};
 use super::{metadata, Builder};
 
 /// Most entries a `rate_limits` list may hold. The service tracks a rule's limits in a
@@ -236,7 +236,7 @@ impl Builder<'_> {
             );
             return None;
         }
-        let params = model::params_window(algorithm, u64::from(limit), unit, multiplier, raw.burst);
+        let params = rule::params_window(algorithm, u64::from(limit), unit, multiplier, raw.burst);
         if algorithm == Algorithm::Gcra && !gcra::tolerance_fits(&params) {
             // Only an explicit burst can get here: the default (= limit) drains in one
             // window, and the window fits.

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use super::*;
 use crate::algorithm::Algorithm;
-use crate::config::{model, HashTag, Limit as ConfigLimit, Snapshot};
+use crate::config::{rule, HashTag, Limit as ConfigLimit, Snapshot};
 use crate::store::cluster::key_slot;
 
 const YAML: &str = "
@@ -29,13 +29,13 @@ fn snapshot() -> Snapshot {
     domain.rules[0].limit = RuleLimit::Limited(vec![
         ConfigLimit {
             name: Some("burst".into()),
-            params: model::params(Algorithm::Gcra, 20, Unit::Second, None),
+            params: rule::params(Algorithm::Gcra, 20, Unit::Second, None),
             unit: Unit::Second,
             multiplier: 1,
         },
         ConfigLimit {
             name: Some("daily".into()),
-            params: model::params_window(Algorithm::FixedWindow, 50_000, Unit::Day, 7, None),
+            params: rule::params_window(Algorithm::FixedWindow, 50_000, Unit::Day, 7, None),
             unit: Unit::Day,
             multiplier: 7,
         },
@@ -137,7 +137,7 @@ fn a_single_limit_keeps_its_key_and_a_multiplier_makes_a_new_one() {
     let rule = &mut snapshot.domains.get_mut("d").expect("d").rules[1];
     rule.limit = RuleLimit::Limited(vec![ConfigLimit {
         name: None,
-        params: model::params_window(Algorithm::Gcra, 5, Unit::Minute, 5, None),
+        params: rule::params_window(Algorithm::Gcra, 5, Unit::Minute, 5, None),
         unit: Unit::Minute,
         multiplier: 5,
     }]);
@@ -212,7 +212,7 @@ mod respond_with_several_limits {
     fn limit(count: u64, unit: Unit, multiplier: u64) -> ConfigLimit {
         ConfigLimit {
             name: None,
-            params: model::params_window(Algorithm::Gcra, count, unit, multiplier, None),
+            params: rule::params_window(Algorithm::Gcra, count, unit, multiplier, None),
             unit,
             multiplier,
         }
