@@ -35,16 +35,16 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use indexmap::map::raw_entry_v1::{RawEntryApiV1, RawEntryMut};
-use indexmap::IndexMap;
 
 use crate::algorithm::joint::{self, Member};
 use crate::algorithm::{self, Decision, Params, State, Write};
 
 use self::evict::{pick_victim, sweep};
-use self::stored_key::StoredKey;
+use self::shard::{Entry, Shard};
 use super::charge::{Charge, Groups};
 
 mod evict;
+mod shard;
 mod stored_key;
 
 /// A full shard sweeps all its expired entries at most this often (µs).
@@ -74,36 +74,6 @@ impl Padded {
     fn lock(&self) -> MutexGuard<'_, Shard> {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
-}
-
-#[derive(Debug)]
-struct Shard {
-    /// Hashed with the store's `RandomState`: the hash a charge computes once is the one
-    /// the map would compute (see [`MemoryStore::hash`]).
-    map: IndexMap<StoredKey, Entry, RandomState>,
-    /// No entry expires before this (a lower bound; exact right after a sweep).
-    min_expiry: u64,
-    last_sweep: u64,
-}
-
-impl Shard {
-    fn new(hasher: RandomState) -> Shard {
-        Shard { map: IndexMap::with_hasher(hasher), min_expiry: 0, last_sweep: 0 }
-    }
-
-    /// The state of `key` (of hash `hash`) if it has not expired at `now`.
-    fn live(&self, hash: u64, key: &str, now: u64) -> Option<State> {
-        let (_, entry) = self.map.raw_entry_v1().from_key_hashed_nocheck(hash, key)?;
-        (entry.expires_at > now).then_some(entry.state)
-    }
-}
-
-#[derive(Debug, Clone, Copy)]
-struct Entry {
-    state: State,
-    expires_at: u64,
-    /// The limit the state was written under: eviction ranks the state by it.
-    params: Params,
 }
 
 /// Counters of the memory store, for metrics.

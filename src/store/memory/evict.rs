@@ -6,7 +6,7 @@ use rand::Rng;
 
 use crate::algorithm::{self, Standing};
 
-use super::Shard;
+use super::shard::Shard;
 
 /// How many entries a full shard looks at to pick a victim.
 const EVICTION_SAMPLE: usize = 16;

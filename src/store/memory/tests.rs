@@ -1,3 +1,4 @@
+use super::stored_key::StoredKey;
 use super::*;
 use crate::algorithm::{Algorithm, Hits, Params};
 
