@@ -16,8 +16,8 @@ use tonic::server::{Grpc, NamedService, UnaryService};
 use tonic::{Request, Response, Status};
 use tonic_prost::ProstCodec;
 
+use super::limiter::RateLimiter;
 use super::wire::RateLimitRequest;
-use super::RateLimiter;
 
 /// The gRPC service name: the endpoint's path prefix, and the name health checks ask about.
 pub const SERVICE_NAME: &str = "envoy.service.ratelimit.v3.RateLimitService";

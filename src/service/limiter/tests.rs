@@ -2,8 +2,8 @@ use std::path::PathBuf;
 
 use envoy_types::pb::google::protobuf::UInt64Value;
 
-use super::plan::{hits, plan, Plan};
-use super::wire::{Entry, RateLimitDescriptor};
+use super::super::plan::{hits, plan, Plan};
+use super::super::wire::{self, Entry, RateLimitDescriptor};
 use super::*;
 use crate::algorithm::Hits;
 use crate::config::Snapshot;

@@ -1,0 +1,335 @@
+//! The request path of one `ShouldRateLimit` call, behind the gRPC endpoint (`server`):
+//! `RateLimiter` takes a config snapshot, validates the request, plans its descriptors
+//! (`plan`), charges the store once under one deadline, records (`record`) and responds
+//! (`respond`). Also the request's budget: the store deadline from the caller's
+//! `grpc-timeout`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, DescriptorStatus};
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
+use tokio::time::Instant;
+use tonic::metadata::MetadataMap;
+use tonic::{Request, Response, Status};
+
+use crate::algorithm::Decision;
+use crate::config::{Consistency, FailureMode};
+use crate::escape::escape;
+use crate::live::Live;
+use crate::metrics::Metrics;
+use crate::store::approx::Approx;
+use crate::store::{Charge, Groups, MemoryStore, Store, StoreError};
+
+use super::wire::RateLimitRequest;
+use super::{bounds, dynamic_metadata, plan, record, respond};
+
+/// Request-path settings fixed at startup.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Longest a request waits for the store (also bounded by the caller's grpc-timeout).
+    pub store_timeout: Duration,
+    /// Prepended to every bucket key (for a Redis shared with other tenants).
+    pub key_prefix: String,
+    /// A decision counts as `near_limit` above this share of the limit consumed.
+    pub near_limit_ratio: f64,
+    /// Global shadow mode: decide and count everything, answer OK.
+    pub shadow_mode: bool,
+    /// Add `x-ratelimit-*` and `retry-after` to `response_headers_to_add`.
+    pub response_headers: bool,
+    /// Add the peer's `RateLimit-Limit/-Remaining/-Reset` under these names.
+    pub limit_headers: Option<respond::LimitHeaderNames>,
+    /// Answer the request and the passed rules' `metadata` as `dynamic_metadata`.
+    pub response_dynamic_metadata: bool,
+    /// Bounds on request size; past them the failure policy answers.
+    pub bounds: bounds::Bounds,
+    /// Cap on buckets of the in-memory limiter used by `failure_mode: local` domains.
+    pub local_max_keys: usize,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            store_timeout: Duration::from_millis(10),
+            key_prefix: String::new(),
+            near_limit_ratio: 0.8,
+            shadow_mode: false,
+            response_headers: false,
+            limit_headers: None,
+            response_dynamic_metadata: false,
+            bounds: bounds::Bounds::default(),
+            local_max_keys: 100_000,
+        }
+    }
+}
+
+/// The rate-limit service: shared config, store, metrics and settings.
+#[derive(Debug, Clone)]
+pub struct RateLimiter {
+    live: Arc<Live>,
+    store: Arc<Store>,
+    metrics: Arc<Metrics>,
+    settings: Arc<Settings>,
+    /// Buckets of `failure_mode: local` domains while the store fails (this instance only).
+    local: Arc<MemoryStore>,
+}
+
+impl RateLimiter {
+    pub fn new(live: Arc<Live>, store: Arc<Store>, metrics: Arc<Metrics>, settings: Settings) -> RateLimiter {
+        let local = Arc::new(MemoryStore::new(settings.local_max_keys));
+        RateLimiter { live, store, metrics, settings: Arc::new(settings), local }
+    }
+
+    /// The in-process limiter of `failure_mode: local` domains (for its metrics).
+    pub fn local_store(&self) -> Arc<MemoryStore> {
+        self.local.clone()
+    }
+
+    /// Decides a validated request by `deadline`. Never fails: store errors are answered
+    /// by the domain's failure policy.
+    pub async fn decide(&self, request: &RateLimitRequest, deadline: Instant) -> RateLimitResponse {
+        let (mut response, metadata, windows) = self.decide_codes(request, deadline).await;
+        // Global shadow mode covers every answer: charged, failure-policy and oversized.
+        // Only a configured (so UTF-8) domain can be over its limit: the label stays bounded.
+        if self.settings.shadow_mode && respond::shadow(&mut response) {
+            if let Ok(domain) = std::str::from_utf8(&request.domain) {
+                self.metrics.shadow_override(domain);
+            }
+        }
+        if self.settings.response_headers {
+            respond::add_headers(&mut response, &windows);
+        }
+        if let Some(names) = &self.settings.limit_headers {
+            respond::add_limit_headers(&mut response, names);
+        }
+        if self.settings.response_dynamic_metadata {
+            response.dynamic_metadata = Some(dynamic_metadata::build(request, metadata));
+        }
+        response
+    }
+
+    /// The response with the codes as decided (before global shadow mode and headers), the
+    /// merged `metadata` of the rules passed (only with `--response-dynamic-metadata`), and
+    /// per descriptor the deciding limit's true count and window in seconds (for headers).
+    async fn decide_codes(
+        &self,
+        request: &RateLimitRequest,
+        deadline: Instant,
+    ) -> (RateLimitResponse, serde_json::Map<String, serde_json::Value>, Vec<Option<(u64, u64)>>) {
+        let active = self.live.load();
+        // Configured domains are UTF-8: a domain that is not cannot be one of them.
+        let known = std::str::from_utf8(&request.domain).ok().and_then(|d| active.snapshot.domain(d));
+        let Some(domain) = known else {
+            self.metrics.unknown_domain();
+            tracing::debug!(domain = %escape(&request.domain), "unknown domain: every descriptor OK");
+            return (unknown_domain(request), serde_json::Map::new(), Vec::new());
+        };
+        if let Some(oversize) = self.settings.bounds.check(request) {
+            self.metrics.oversized(oversize.as_str());
+            return (bounds::answer(request, domain.failure_mode), serde_json::Map::new(), Vec::new());
+        }
+        let (plans, charges, groups) =
+            plan::plan(domain, &request.descriptors, request.hits_addend, &self.settings.key_prefix);
+        let mut results = match self.store.approx() {
+            // No Redis on the request path: the local estimates decide (`store::approx`).
+            // A request's own `limit` of an algorithm the mode does not serve (GCRA, the
+            // default of `--default-algorithm`) sends the request to the store exactly.
+            // Until its heartbeat has counted the other instances (`Approx::is_ready`), an
+            // instance decides approximate domains exactly. A bucket it has never read is
+            // read first, on this request's path.
+            Some(approx)
+                if domain.consistency == Consistency::Approximate
+                    && approx.is_ready()
+                    && charges.iter().all(Approx::serves) =>
+            {
+                if let Some(via) = self.store.read_via() {
+                    approx.read_unread(via, &charges, deadline).await;
+                }
+                approx.charge_groups(&charges, &groups)
+            }
+            _ => {
+                let leasable = self.leasable(&plans, charges.len());
+                self.charge(&charges, &groups, &leasable, deadline).await
+            }
+        };
+        let local = if domain.failure_mode == FailureMode::Local {
+            self.charge_locally(&domain.name, &charges, &groups, &mut results)
+        } else {
+            Vec::new()
+        };
+        let (response, verdicts) =
+            respond::respond(&plans, &results, domain.failure_mode, self.settings.near_limit_ratio);
+        record::record(&self.metrics, &active, domain, request, &plans, &charges, &verdicts, &local);
+        let metadata = if self.settings.response_dynamic_metadata {
+            dynamic_metadata::passed(&plans, &response.statuses)
+        } else {
+            serde_json::Map::new()
+        };
+        let windows =
+            if self.settings.response_headers { true_windows(&plans, &verdicts) } else { Vec::new() };
+        (response, metadata, windows)
+    }
+
+    async fn charge(
+        &self,
+        charges: &[Charge],
+        groups: &Groups,
+        leasable: &[bool],
+        deadline: Instant,
+    ) -> Vec<Result<Decision, StoreError>> {
+        if charges.is_empty() {
+            return Vec::new();
+        }
+        let started = Instant::now();
+        let results = self.store.charge_leasing(charges, groups, leasable, deadline).await;
+        let outcome = results.iter().find_map(|r| r.as_ref().err()).map_or("ok", StoreError::kind);
+        self.metrics.observe_store(self.store.name(), outcome, started.elapsed().as_secs_f64());
+        results
+    }
+
+    /// Which charges may be served from leases: those of rules with `lease: true`, or of
+    /// every rule with `--lease-hot-keys` (never a request's own `limit`). Empty when the
+    /// store has no leases or no charge may use them (the common case: no allocation).
+    fn leasable(&self, plans: &[plan::Plan<'_>], len: usize) -> Vec<bool> {
+        let Some(every_rule) = self.store.leases().map(|t| t.settings().every_rule) else {
+            return Vec::new();
+        };
+        let mut leasable = Vec::new();
+        for plan in plans {
+            let plan::Plan::Limited(limit) = plan else { continue };
+            if limit.rule.is_some_and(|rule| every_rule || rule.lease) {
+                leasable.resize(len, false);
+                leasable[limit.charges.clone()].fill(true);
+            }
+        }
+        leasable
+    }
+
+    /// `failure_mode: local`: a group any of whose charges failed in the store goes, whole,
+    /// to this instance's memory (on a Redis Cluster, a part of a group spread over several
+    /// masters may have been charged there as well: counted twice, never freed early).
+    /// Returns which charges were decided here (empty when none was).
+    fn charge_locally(
+        &self,
+        domain: &str,
+        charges: &[Charge],
+        groups: &Groups,
+        results: &mut [Result<Decision, StoreError>],
+    ) -> Vec<bool> {
+        let now = crate::store::memory::now_us();
+        let mut local = Vec::new();
+        for range in groups.ranges(charges.len()) {
+            if results[range.clone()].iter().all(Result::is_ok) {
+                continue;
+            }
+            local.resize(charges.len(), false);
+            local[range.clone()].fill(true);
+            let decisions = self.local.charge_group_at(&charges[range.clone()], now);
+            for (result, decision) in results[range].iter_mut().zip(decisions) {
+                *result = Ok(decision);
+                self.metrics.local_decision(domain);
+            }
+        }
+        local
+    }
+
+    /// The instant by which the store must have answered a request that arrived `now`.
+    fn deadline(&self, now: Instant, metadata: &MetadataMap) -> Instant {
+        now + store_budget(self.settings.store_timeout, grpc_timeout(metadata))
+    }
+
+    /// The gRPC method: validates, decides, records the request's duration. The only error
+    /// is `INVALID_ARGUMENT` for a structurally invalid request.
+    pub async fn should_rate_limit(
+        &self,
+        request: Request<RateLimitRequest>,
+    ) -> Result<Response<RateLimitResponse>, Status> {
+        let started = Instant::now();
+        let deadline = self.deadline(started, request.metadata());
+        let request = request.into_inner();
+        validate(&request).map_err(Status::invalid_argument)?;
+        let response = self.decide(&request, deadline).await;
+        self.metrics.observe_request(started.elapsed().as_secs_f64());
+        Ok(Response::new(response))
+    }
+}
+
+/// Per descriptor, the count and window in seconds of the limit that decided it.
+fn true_windows(plans: &[plan::Plan<'_>], verdicts: &[Option<respond::Verdict>]) -> Vec<Option<(u64, u64)>> {
+    plans
+        .iter()
+        .zip(verdicts)
+        .map(|(plan, verdict)| match (plan, verdict) {
+            (plan::Plan::Limited(limit), Some(verdict)) => {
+                limit.limits().nth(verdict.limit).map(|one| (one.params.limit, one.window_seconds()))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// Structural checks: what makes a request meaningless, not merely unusual.
+///
+/// A descriptor without entries is not one of them: Envoy sends it when every action of a
+/// `rate_limits` entry is `skip_if_absent` and none applied (a header the client left out).
+/// Refusing the request would let Envoy's `failure_mode_deny` (allow, by default) decide for
+/// every descriptor of it — per-client limits included, bypassed by omitting a header. It
+/// matches no rule: OK without a limit, and the request's other descriptors are decided.
+pub fn validate(request: &RateLimitRequest) -> Result<(), String> {
+    if request.domain.is_empty() {
+        return Err("domain must not be empty".into());
+    }
+    if request.descriptors.is_empty() {
+        return Err("at least one descriptor is required".into());
+    }
+    for (i, descriptor) in request.descriptors.iter().enumerate() {
+        if let Some(j) = descriptor.entries.iter().position(|e| e.key.is_empty()) {
+            return Err(format!("descriptors[{i}].entries[{j}] has an empty key"));
+        }
+    }
+    Ok(())
+}
+
+/// A domain with no policy: every descriptor OK, nothing charged.
+fn unknown_domain(request: &RateLimitRequest) -> RateLimitResponse {
+    let ok = DescriptorStatus { code: Code::Ok as i32, ..Default::default() };
+    RateLimitResponse {
+        overall_code: Code::Ok as i32,
+        statuses: vec![ok; request.descriptors.len()],
+        ..Default::default()
+    }
+}
+
+/// How long the store may take: the store timeout, but never past what the caller allows
+/// less a margin to answer in. The gRPC server enforces the caller's `grpc-timeout` itself
+/// (its clock starts before ours) by dropping the handler: a store call still pending then
+/// would end as a gRPC error, not as the domain's failure policy, and the breaker would
+/// never hear of the failure. The margin is a tenth of the caller's timeout, at least 1 ms.
+pub fn store_budget(store_timeout: Duration, caller: Option<Duration>) -> Duration {
+    match caller {
+        Some(caller) => {
+            let margin = (caller / 10).max(Duration::from_millis(1));
+            store_timeout.min(caller.saturating_sub(margin))
+        }
+        None => store_timeout,
+    }
+}
+
+/// The caller's `grpc-timeout` header (e.g. `20m` = 20 ms), if present and well formed.
+pub fn grpc_timeout(metadata: &MetadataMap) -> Option<Duration> {
+    let raw = metadata.get("grpc-timeout")?.to_str().ok()?;
+    let (digits, unit) = raw.split_at(raw.len().checked_sub(1)?);
+    let n: u64 = digits.parse().ok()?;
+    Some(match unit {
+        "H" => Duration::from_secs(n.saturating_mul(3600)),
+        "M" => Duration::from_secs(n.saturating_mul(60)),
+        "S" => Duration::from_secs(n),
+        "m" => Duration::from_millis(n),
+        "u" => Duration::from_micros(n),
+        "n" => Duration::from_nanos(n),
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests;
