@@ -28,98 +28,33 @@
 //! A call's error says whether the commands may have run (`SendError::MaybeRan`: never
 //! re-send) or certainly did not (`SendError::NotSent`). This module knows nothing of
 //! scripts or charges.
+//!
+//! The files, from the bottom up: `settings` (what a link is built from and reports),
+//! `held` (the lock order of the slots), `watch` (a connection's disconnects), `slot`
+//! (each slot's connection: made, retired, replaced), `call` (one pipeline on one
+//! connection), then this file: `Link`, which picks a connection for each call.
 
 use std::fmt;
-use std::future::Future;
-use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, Weak};
-use std::time::Duration;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
-use redis::aio::{AsyncPushSender, MultiplexedConnection, SendError as PushSendError};
-use redis::io::tcp::{socket2, TcpSettings};
-use redis::{AsyncConnectionConfig, Pipeline, PushInfo, PushKind, Value};
-use tokio::sync::Notify;
+use redis::{Pipeline, Value};
 use tokio::time::Instant;
 
+mod call;
 mod held;
+mod settings;
+mod slot;
+mod watch;
 
-use self::held::{lock_slot, SlotGuard};
+pub use self::settings::{
+    socket_settings, Connect, ConnectFuture, LinkSettings, Replaced, SendError, CONNECT_TIMEOUT,
+    SYNC_REPLY_TIMEOUT,
+};
+
+use self::call::call;
+use self::slot::{Conn, Inner, Reason};
 use super::super::charge::StoreError;
-use super::reply::{classify, is_readonly};
-
-/// Longest one background connect (TCP, TLS, AUTH, `HELLO`) may take.
-pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
-
-/// Makes one connection with the given config (which carries the lifecycle's push sender).
-pub type Connect = Arc<dyn Fn(AsyncConnectionConfig) -> ConnectFuture + Send + Sync>;
-/// What `Connect` returns.
-pub type ConnectFuture = Pin<Box<dyn Future<Output = Result<MultiplexedConnection, StoreError>> + Send>>;
-
-/// How connections are kept.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LinkSettings {
-    /// Connections kept open and shared by all requests.
-    pub connections: usize,
-    /// A connection with commands outstanding and no reply for this long is replaced.
-    pub reply_timeout: Duration,
-    /// Commands outstanding per connection past which a call fails at once.
-    pub max_inflight: usize,
-}
-
-/// How long approximate mode's sync connection may have commands outstanding without any
-/// reply before it is taken out (unless the store's reply timeout is longer): a sync call
-/// is judged by its own deadline, not by the request path's silent-connection rule.
-pub const SYNC_REPLY_TIMEOUT: Duration = Duration::from_secs(1);
-
-impl LinkSettings {
-    /// The settings of approximate mode's own connection: one connection, silent only
-    /// after [`SYNC_REPLY_TIMEOUT`].
-    pub fn for_sync(self) -> LinkSettings {
-        LinkSettings { connections: 1, reply_timeout: self.reply_timeout.max(SYNC_REPLY_TIMEOUT), ..self }
-    }
-}
-
-/// Why a call got no reply.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SendError {
-    /// The commands were never written: sending them elsewhere cannot charge twice.
-    NotSent(StoreError),
-    /// The commands may have run (timed out, or the connection failed after writing).
-    MaybeRan(StoreError),
-}
-
-impl From<SendError> for StoreError {
-    fn from(e: SendError) -> StoreError {
-        match e {
-            SendError::NotSent(e) | SendError::MaybeRan(e) => e,
-        }
-    }
-}
-
-/// Why connections were replaced, since the start (for metrics and tests).
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct Replaced {
-    pub closed: u64,
-    pub failed: u64,
-    pub readonly: u64,
-    pub no_reply: u64,
-    pub renewed: u64,
-}
-
-impl std::ops::Add for Replaced {
-    type Output = Replaced;
-
-    fn add(self, b: Replaced) -> Replaced {
-        Replaced {
-            closed: self.closed + b.closed,
-            failed: self.failed + b.failed,
-            readonly: self.readonly + b.readonly,
-            no_reply: self.no_reply + b.no_reply,
-            renewed: self.renewed + b.renewed,
-        }
-    }
-}
 
 /// A few shared connections to one server, made and replaced in the background.
 pub struct Link {
@@ -132,74 +67,10 @@ impl fmt::Debug for Link {
     }
 }
 
-struct Inner {
-    slots: Box<[Slot]>,
-    next_slot: AtomicUsize,
-    next_id: AtomicU64,
-    connect: Connect,
-    settings: LinkSettings,
-    /// The server as shown in logs (no password).
-    name: String,
-    /// Reply times are µs since this instant.
-    epoch: Instant,
-    replaced: Mutex<Replaced>,
-    /// Bumped by every `renew`: a connect started before it (to the master the sentinels
-    /// named then, while a breaker's outage began) is not kept when it lands after it.
-    generation: AtomicU64,
-}
-
-struct Slot {
-    state: Mutex<SlotState>,
-    /// Signalled when a background connect finishes, whatever its outcome.
-    settled: Notify,
-}
-
-#[derive(Default)]
-struct SlotState {
-    conn: Option<Arc<Conn>>,
-    connecting: bool,
-    last_error: Option<StoreError>,
-}
-
-/// One live connection and what is known of its health.
-struct Conn {
-    mc: MultiplexedConnection,
-    id: u64,
-    slot: usize,
-    /// Commands written and not yet answered (or given up on after `reply_timeout`).
-    inflight: AtomicUsize,
-    /// When the last reply arrived (µs since `Inner::epoch`); the connect time at first.
-    last_reply_us: AtomicU64,
-    retired: AtomicBool,
-}
-
-enum Reason {
-    Closed,
-    Failed(String),
-    ReadOnly,
-    NoReply,
-    Renewed,
-}
-
 impl Link {
     /// No connection is made until `warm` or a first call.
     pub fn new(settings: LinkSettings, name: String, connect: Connect) -> Link {
-        let slots = (0..settings.connections.max(1))
-            .map(|_| Slot { state: Mutex::new(SlotState::default()), settled: Notify::new() })
-            .collect();
-        Link {
-            inner: Arc::new(Inner {
-                slots,
-                next_slot: AtomicUsize::new(0),
-                next_id: AtomicU64::new(0),
-                connect,
-                settings,
-                name,
-                epoch: Instant::now(),
-                replaced: Mutex::new(Replaced::default()),
-                generation: AtomicU64::new(0),
-            }),
-        }
+        Link { inner: Arc::new(Inner::new(settings, name, connect)) }
     }
 
     /// Starts connecting every empty slot in the background (needs a Tokio runtime).
@@ -329,213 +200,4 @@ impl Drop for Link {
             }
         }
     }
-}
-
-/// One pipeline on `conn`, owned by a spawned task: the reply clock, the in-flight count
-/// and the decision to replace the connection never depend on the request still waiting.
-///
-/// The commands count as outstanding until their reply arrives or the connection is taken
-/// out: a command that outlived its request is still on the wire, and a stalled server
-/// would run it when it resumes. Every `reply_timeout` without a reply the task looks at
-/// the connection: replies arriving for others mean it is slow, not silent (keep waiting);
-/// none for `reply_timeout` means silent (take it out).
-async fn call(
-    inner: Arc<Inner>,
-    conn: Arc<Conn>,
-    pipe: Pipeline,
-    count: usize,
-    weight: usize,
-) -> Result<Vec<Value>, StoreError> {
-    let _inflight = Inflight(conn.clone(), weight);
-    let mut mc = conn.mc.clone();
-    let reply_timeout = inner.settings.reply_timeout;
-    let reply = mc.send_packed_commands(&pipe, 0, count);
-    tokio::pin!(reply);
-    loop {
-        match tokio::time::timeout(reply_timeout, &mut reply).await {
-            Ok(Ok(values)) => {
-                conn.last_reply_us.store(inner.now_us(), Ordering::Relaxed);
-                if values.iter().any(is_readonly) {
-                    inner.retire(&conn, Reason::ReadOnly);
-                }
-                return Ok(values);
-            }
-            Ok(Err(e)) => {
-                inner.retire(&conn, Reason::Failed(e.to_string()));
-                return Err(classify(&e));
-            }
-            Err(_) if conn.retired.load(Ordering::Acquire) => return Err(StoreError::Timeout),
-            Err(_) => {
-                let silent = inner.now_us().saturating_sub(conn.last_reply_us.load(Ordering::Relaxed));
-                if silent >= reply_timeout.as_micros() as u64 {
-                    inner.retire(&conn, Reason::NoReply);
-                    return Err(StoreError::Timeout);
-                }
-            }
-        }
-    }
-}
-
-/// Commands of one call counted as outstanding until the call's task ends.
-struct Inflight(Arc<Conn>, usize);
-
-impl Drop for Inflight {
-    fn drop(&mut self) {
-        self.0.inflight.fetch_sub(self.1, Ordering::AcqRel);
-    }
-}
-
-impl Inner {
-    /// The slot's state; at most one slot lock per thread at a time (see `held`).
-    fn lock(&self, slot: usize) -> SlotGuard<'_, SlotState> {
-        lock_slot(&self.slots[slot].state)
-    }
-
-    fn now_us(&self) -> u64 {
-        self.epoch.elapsed().as_micros() as u64
-    }
-
-    /// Spawns a connect for `slot` unless it has a connection or one is being made.
-    fn start_connect(self: &Arc<Self>, slot: usize) {
-        {
-            let mut state = self.lock(slot);
-            if state.conn.is_some() || state.connecting {
-                return;
-            }
-            state.connecting = true;
-        }
-        tokio::spawn(connect(self.clone(), slot));
-    }
-
-    /// Takes `conn` out for good and starts making its replacement.
-    fn retire(self: &Arc<Self>, conn: &Conn, reason: Reason) {
-        if conn.retired.swap(true, Ordering::AcqRel) {
-            return;
-        }
-        {
-            let mut replaced = self.replaced.lock().unwrap_or_else(|e| e.into_inner());
-            match &reason {
-                Reason::Closed => replaced.closed += 1,
-                Reason::Failed(_) => replaced.failed += 1,
-                Reason::ReadOnly => replaced.readonly += 1,
-                Reason::NoReply => replaced.no_reply += 1,
-                Reason::Renewed => replaced.renewed += 1,
-            }
-        }
-        let why = match &reason {
-            Reason::Closed => "closed by the server".to_string(),
-            Reason::Failed(e) => format!("failed: {e}"),
-            Reason::ReadOnly => "answered READONLY: the node is a replica now".to_string(),
-            Reason::NoReply => {
-                format!("no reply for {:?} with commands outstanding", self.settings.reply_timeout)
-            }
-            Reason::Renewed => "renewed".to_string(),
-        };
-        if matches!(reason, Reason::Renewed) {
-            tracing::info!(redis = %self.name, "replacing redis connection: {why}");
-        } else {
-            tracing::warn!(redis = %self.name, "replacing redis connection: {why}");
-        }
-        {
-            let mut state = self.lock(conn.slot);
-            if state.conn.as_ref().is_some_and(|c| c.id == conn.id) {
-                state.conn = None;
-            }
-        }
-        self.start_connect(conn.slot);
-    }
-
-    /// The server closed connection `id` (seen by its reader): retire it if still kept.
-    fn closed(self: &Arc<Self>, slot: usize, id: u64) {
-        let conn = self.lock(slot).conn.clone().filter(|c| c.id == id);
-        if let Some(conn) = conn {
-            self.retire(&conn, Reason::Closed);
-        }
-    }
-}
-
-async fn connect(inner: Arc<Inner>, slot: usize) {
-    let generation = inner.generation.load(Ordering::Acquire);
-    let id = inner.next_id.fetch_add(1, Ordering::Relaxed);
-    let watch = DisconnectWatch { inner: Arc::downgrade(&inner), slot, id };
-    let config = AsyncConnectionConfig::new()
-        .set_connection_timeout(Some(CONNECT_TIMEOUT))
-        // Replies are timed by `call`, which knows whether the connection is silent.
-        .set_response_timeout(None)
-        .set_push_sender(watch);
-    let result = match tokio::time::timeout(CONNECT_TIMEOUT, (inner.connect)(config)).await {
-        Ok(result) => result,
-        Err(_) => Err(StoreError::Unavailable(format!("redis connect took over {CONNECT_TIMEOUT:?}"))),
-    };
-    // Renewed while this connect was in flight: its server may be the one the renew moves
-    // away from (a master the sentinels replaced: found by the soak, a connect to the
-    // frozen old master landing after the switch and charging it, still a master, for
-    // seconds). Dropped, and the slot connects again, asking afresh.
-    let stale = inner.generation.load(Ordering::Acquire) != generation;
-    let result = match result {
-        Ok(_) if stale => Err(StoreError::Unavailable("renewed while connecting".into())),
-        result => result,
-    };
-    {
-        let mut state = inner.lock(slot);
-        state.connecting = false;
-        match result {
-            Ok(mc) => {
-                let conn = Conn {
-                    mc,
-                    id,
-                    slot,
-                    inflight: AtomicUsize::new(0),
-                    last_reply_us: AtomicU64::new(inner.now_us()),
-                    retired: AtomicBool::new(false),
-                };
-                state.conn = Some(Arc::new(conn));
-                state.last_error = None;
-            }
-            Err(e) => {
-                tracing::debug!(redis = %inner.name, error = %e, "redis connect failed");
-                state.last_error = Some(e);
-            }
-        }
-    }
-    if stale {
-        // The slot's lock is released: `start_connect` takes it again.
-        inner.start_connect(slot);
-    }
-    inner.slots[slot].settled.notify_waiters();
-}
-
-/// Receives a connection's push messages: `Disconnection` retires it at once, before a
-/// request writes to a connection its server has already closed.
-struct DisconnectWatch {
-    inner: Weak<Inner>,
-    slot: usize,
-    id: u64,
-}
-
-impl AsyncPushSender for DisconnectWatch {
-    fn send(&self, info: PushInfo) -> Result<(), PushSendError> {
-        if info.kind == PushKind::Disconnection {
-            if let Some(inner) = self.inner.upgrade() {
-                // Called from the connection's reader: retiring only takes short locks and
-                // spawns the reconnect.
-                inner.closed(self.slot, self.id);
-            }
-        }
-        Ok(())
-    }
-}
-
-/// `TCP_NODELAY`, keepalive probes after 10 s idle (every 5 s), and `TCP_USER_TIMEOUT` of
-/// 10 s (unacknowledged data aborts the connection): the kernel's own dead-peer detection,
-/// under the lifecycle's `reply_timeout`.
-pub fn socket_settings() -> TcpSettings {
-    let keepalive = socket2::TcpKeepalive::new()
-        .with_time(Duration::from_secs(10))
-        .with_interval(Duration::from_secs(5))
-        .with_retries(3);
-    let settings = TcpSettings::default().set_nodelay(true).set_keepalive(keepalive);
-    #[cfg(target_os = "linux")]
-    let settings = settings.set_user_timeout(Duration::from_secs(10));
-    settings
 }

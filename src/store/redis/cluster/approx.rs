@@ -19,10 +19,10 @@ use tokio::time::Instant;
 
 use super::super::super::charge::StoreError;
 use super::super::scripts::Call;
-use super::super::slots::Node;
-use super::{Lane, Redirect, Shared};
+use super::super::slots::{Node, Redirect};
+use super::shared::{ClusterStore, Lane, Shared};
 
-impl super::ClusterStore {
+impl ClusterStore {
     /// Sends entry `i` (appended by `add` to a pipeline, called by `Call`) to the master of
     /// `slots[i]`, for every `i`: one pipeline per master, all at once, by `deadline`. One
     /// reply per entry, in order; a server error that is not a redirect is an `Ok` value

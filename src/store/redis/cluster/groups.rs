@@ -20,7 +20,8 @@ use tokio::time::Instant;
 use crate::algorithm::{Decision, Hits};
 
 use super::super::super::charge::{Charge, Groups, StoreError};
-use super::{key_slot, Shared};
+use super::super::slots::key_slot;
+use super::shared::Shared;
 
 /// How long the refunds of a denied group may take, whatever the request's deadline (they
 /// run in their own task: a request that gives up does not leave tokens taken).

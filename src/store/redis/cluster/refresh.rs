@@ -3,6 +3,7 @@
 //! by a charge whose slot has no known owner.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use rand::seq::SliceRandom;
 use redis::Pipeline;
@@ -12,7 +13,12 @@ use super::super::super::charge::StoreError;
 use super::super::connect::host_port;
 use super::super::link::SendError;
 use super::super::slots::{Node, SlotMap};
-use super::{Shared, REFRESH_GAP, REFRESH_TIMEOUT};
+use super::shared::Shared;
+
+/// Longest one `CLUSTER SLOTS` question may take.
+const REFRESH_TIMEOUT: Duration = Duration::from_secs(1);
+/// Fewest time between two map refreshes started by failures (not by `MOVED`/`READONLY`).
+const REFRESH_GAP: Duration = Duration::from_millis(200);
 
 impl Shared {
     /// A call failed: the master may have failed over, so learn the map again soon.

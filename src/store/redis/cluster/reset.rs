@@ -12,10 +12,11 @@ use tokio::time::Instant;
 use super::super::super::charge::StoreError;
 use super::super::super::remote::Reset;
 use super::super::reply::deleted;
-use super::{key_slot, Lane, Shared};
-use crate::store::redis::scripts::Call;
+use super::super::scripts::Call;
+use super::super::slots::key_slot;
+use super::shared::{ClusterStore, Lane, Shared};
 
-impl super::ClusterStore {
+impl ClusterStore {
     /// Deletes every key, each on its own master, all at once; the first failure, if any.
     pub(crate) async fn delete(&self, keys: &[String], deadline: Instant) -> Result<(), StoreError> {
         let results = join_all(keys.iter().map(|key| self.shared.del_one(key, deadline))).await;
@@ -33,7 +34,7 @@ impl Shared {
     }
 }
 
-impl Reset for super::ClusterStore {
+impl Reset for ClusterStore {
     async fn reset(&self, keys: &[String], deadline: Instant) -> Result<(), StoreError> {
         self.delete(keys, deadline).await
     }
