@@ -1,5 +1,6 @@
 //! The admin HTTP server: liveness, readiness, metrics, config, reload, and a
-//! descriptor's usage and reset (`usage`).
+//! descriptor's usage and reset (`usage`). This file is the router and the small
+//! endpoints; what they all share (`Admin`, the token checks, refusals) is `state`'s.
 //!
 //! Loopback by default. With an admin token (`--admin-token-file`) every `POST` endpoint
 //! (`/reload`, `/v1/reset`), `GET /v1/usage` and `GET /v1/hotkeys` (`hotkeys`: the busiest
@@ -11,9 +12,6 @@
 //! not do it by default. Readiness means "config loaded and gRPC serving"; it deliberately
 //! does not follow Redis: failure policies handle a Redis outage, so Kubernetes must not
 //! pull every replica out of the Service when Redis blips.
-
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 
 use axum::extract::Query;
 use axum::extract::State;
@@ -27,142 +25,16 @@ mod audit;
 pub mod client;
 pub mod hotkeys;
 pub mod query;
+mod state;
 mod token;
 pub mod usage;
 
+pub use state::{Admin, Caller};
 pub use token::AdminToken;
 
-use crate::live::Live;
-use crate::metrics::Metrics;
-use crate::store::{MemoryStore, Store};
-
-/// Shared state of the admin endpoints.
-#[derive(Debug, Clone)]
-pub struct Admin {
-    ready: Arc<AtomicBool>,
-    live: Arc<Live>,
-    store: Arc<Store>,
-    /// The in-process limiter of `failure_mode: local` domains (`RateLimiter::local_store`).
-    local: Arc<MemoryStore>,
-    metrics: Arc<Metrics>,
-    token: Option<Arc<AdminToken>>,
-    /// `--redis-key-prefix`: usage and reset compute the keys the request path charges.
-    key_prefix: Arc<str>,
-    /// `--admin-allow-unauthenticated-reset`: reset without a configured token.
-    allow_unauthenticated_reset: bool,
-}
-
-/// Who called a reset, for the audit line.
-#[derive(Debug, Clone)]
-pub struct Caller {
-    /// The client's socket address (absent when the server runs without connect info).
-    pub client: Option<std::net::SocketAddr>,
-    /// The id of the token presented (`AdminToken::id`), `invalid` for a wrong one.
-    pub token: Option<String>,
-}
+use crate::store::Store;
 
 impl Admin {
-    pub fn new(
-        live: Arc<Live>,
-        store: Arc<Store>,
-        local: Arc<MemoryStore>,
-        metrics: Arc<Metrics>,
-        token: Option<AdminToken>,
-    ) -> Admin {
-        let token = token.map(Arc::new);
-        Admin {
-            ready: Arc::new(AtomicBool::new(false)),
-            live,
-            store,
-            local,
-            metrics,
-            token,
-            key_prefix: Arc::from(""),
-            allow_unauthenticated_reset: false,
-        }
-    }
-
-    /// With the server's `--redis-key-prefix` (usage and reset read the buckets the request
-    /// path charges) and `--admin-allow-unauthenticated-reset`.
-    pub fn with_buckets(mut self, key_prefix: &str, allow_unauthenticated_reset: bool) -> Admin {
-        self.key_prefix = Arc::from(key_prefix);
-        self.allow_unauthenticated_reset = allow_unauthenticated_reset;
-        self
-    }
-
-    /// `Ok` when `headers` may use a guarded endpoint, else the 401 refusal.
-    fn check_token(&self, headers: &HeaderMap) -> Result<(), usage::Refusal> {
-        if self.authorized(headers) {
-            return Ok(());
-        }
-        let message = "this endpoint requires Authorization: Bearer <admin token>";
-        Err(usage::Refusal::new(StatusCode::UNAUTHORIZED, message))
-    }
-
-    /// `Ok` when `headers` may reset (the token, or no token and the operator allowed it);
-    /// else the 401 or 403 answer. Fills in the caller's token id either way.
-    fn check_reset(&self, headers: &HeaderMap, caller: &mut Caller) -> Result<(), usage::Refusal> {
-        let Some(token) = &self.token else {
-            if self.allow_unauthenticated_reset {
-                return Ok(());
-            }
-            return Err(usage::Refusal::new(
-                StatusCode::FORBIDDEN,
-                "reset needs an admin token: start the server with --admin-token-file \
-                 (or, on a trusted network only, --admin-allow-unauthenticated-reset)",
-            ));
-        };
-        let presented = headers.contains_key(header::AUTHORIZATION);
-        let allowed = self.authorized(headers);
-        caller.token = match (presented, allowed) {
-            (_, true) => Some(token.id().to_string()),
-            (true, false) => Some("invalid".into()),
-            (false, false) => None,
-        };
-        self.check_token(headers)
-    }
-
-    /// Whether `headers` may use a mutating endpoint: no token is configured, or they carry
-    /// it as `Authorization: Bearer <token>`.
-    fn authorized(&self, headers: &HeaderMap) -> bool {
-        let Some(token) = &self.token else { return true };
-        headers
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .is_some_and(|presented| token.matches(presented.trim()))
-    }
-
-    /// The status page's view: the busiest buckets name buckets, so with a token configured
-    /// only a request that carries it sees them (without one, everyone, as before).
-    fn status(&self, headers: &HeaderMap) -> crate::status::Status {
-        let hot = if self.authorized(headers) {
-            crate::status::HotBuckets::Shown
-        } else {
-            crate::status::HotBuckets::Hidden
-        };
-        crate::status::Status::gather(&self.live, &self.store, &self.metrics, hot)
-    }
-
-    /// The buckets this process holds in memory, which the `tollgate_memory_*` metrics
-    /// describe: the memory store, or with Redis the `failure_mode: local` limiter (the
-    /// other one of the two is never charged).
-    pub fn memory(&self) -> &MemoryStore {
-        match self.store.as_ref() {
-            Store::Memory(memory) => memory,
-            Store::Redis(_) | Store::Sentinel(_) | Store::Cluster(_) => &self.local,
-        }
-    }
-
-    /// Marks the server ready (or not, while draining).
-    pub fn set_ready(&self, ready: bool) {
-        self.ready.store(ready, Ordering::SeqCst);
-    }
-
-    pub fn is_ready(&self) -> bool {
-        self.ready.load(Ordering::SeqCst)
-    }
-
     /// The admin routes.
     pub fn router(&self) -> Router {
         Router::new()

@@ -15,7 +15,7 @@ use crate::escape::escape;
 use crate::store::StoreError;
 
 use super::query::Target;
-use super::Caller;
+use super::state::Caller;
 
 /// The audit line of a reset that ran.
 pub fn reset(caller: &Caller, target: &Target, buckets: usize) {

@@ -15,8 +15,7 @@ use serde::Deserialize;
 use crate::escape::escape;
 use crate::hotkeys::{self, Values, DEFAULT_TOP, MAX_TOP};
 
-use super::usage::error;
-use super::Admin;
+use super::state::{error, Admin};
 
 /// The query string, read as text (numbers are checked here, to answer in JSON).
 #[derive(Debug, Deserialize)]

@@ -12,7 +12,7 @@
 use std::net::SocketAddr;
 
 use axum::extract::{ConnectInfo, Request, State};
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use envoy_types::pb::google::protobuf::UInt64Value;
@@ -26,8 +26,9 @@ use crate::service::plan::{self, Plan};
 use crate::service::wire::RateLimitDescriptor;
 use crate::store::{Charge, StoreError};
 
+use super::audit;
 use super::query::{self, Target};
-use super::{audit, Admin, Caller};
+use super::state::{error, Admin, Caller, Refusal};
 
 /// How long a usage or reset waits for the store: an operator's call, not Envoy's 20 ms.
 pub const STORE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -110,34 +111,6 @@ async fn read(admin: &Admin, buckets: &[Bucket<'_>]) -> Result<Vec<Value>, Store
             Ok(entry)
         })
         .collect()
-}
-
-/// A JSON error answer: `{"error": message}`.
-pub fn error(status: StatusCode, message: impl Into<String>) -> Response {
-    (status, Json(json!({ "error": message.into() }))).into_response()
-}
-
-/// A request refused before any store work: its status and message.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Refusal {
-    pub status: StatusCode,
-    pub message: String,
-}
-
-impl Refusal {
-    pub fn new(status: StatusCode, message: impl Into<String>) -> Refusal {
-        Refusal { status, message: message.into() }
-    }
-}
-
-impl IntoResponse for Refusal {
-    fn into_response(self) -> Response {
-        let mut response = error(self.status, self.message);
-        if self.status == StatusCode::UNAUTHORIZED {
-            response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-        }
-        response
-    }
 }
 
 /// What a request asked for, or why it cannot be read.
