@@ -1,7 +1,11 @@
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 
-use super::bucket::{Counts, Tier, Unsent};
+use super::tier::Tier;
+use super::window::{Counts, Unsent};
 use super::*;
+use crate::algorithm::{Algorithm, Decision, Hits, Params};
+use crate::store::charge::{Charge, StoreError};
 
 fn charge(key: &str, limit: u64, hits: Hits) -> Charge {
     Charge {
