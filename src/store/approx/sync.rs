@@ -8,7 +8,7 @@
 //! (oldest first), so a wake walks those, not every bucket held. When increments go: hot
 //! buckets on every wake (half an interval), low and normal ones every full interval (the
 //! grid every instance shares), idle ones once their oldest increment waited 4 intervals,
-//! on whichever wake that falls (`bucket::Tier`).
+//! on whichever wake that falls (`tier::Tier`).
 //!
 //! **Calls stand alone.** A wake's buckets go as `approx.lua` calls of up to [`CHUNK`]
 //! buckets, at most [`CALLS_IN_FLIGHT`] outstanding on the sync's connection, each judged
