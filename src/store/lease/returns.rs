@@ -12,48 +12,25 @@
 //!   the breaker refused comes back, so no refund is sent later than that plus the store
 //!   timeout it runs within.
 //!
-//! Every return given up is counted by reason ([`super::Dropped`]), its tokens in
+//! Every return given up is counted by reason ([`Dropped`](super::stats::Dropped)), its tokens in
 //! `tokens_forfeited`.
 
 use std::sync::atomic::Ordering;
-use std::time::Duration;
 
 use indexmap::IndexMap;
 use tokio::time::Instant;
 
-use crate::algorithm::{Decision, Params};
-
-use super::{lock, Entry, LeaseTable, Return, EVICTION_SAMPLE, SWEEP_SCAN};
+use crate::algorithm::Decision;
 use crate::store::charge::StoreError;
 
-/// Why a return was given up: the index of its counter in `LeaseTable::dropped`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum GiveUp {
-    Full = 0,
-    Refilled = 1,
-    WindowEnd = 2,
-    Failed = 3,
-}
+use super::entry::{lock, Entry};
+use super::refund::{return_by, GiveUp, Return};
+use super::table::LeaseTable;
 
-impl Return {
-    /// Why sending it at `now` would come too late, if it would (see the module doc).
-    fn late(&self, now: Instant) -> Option<GiveUp> {
-        match self.by {
-            Some(by) => (now >= by).then_some(GiveUp::WindowEnd),
-            None => (now >= self.since + refill_time(&self.params, self.tokens)).then_some(GiveUp::Refilled),
-        }
-    }
-}
-
-/// How long the bucket takes to refill `tokens` at its limit's rate (`unit / limit` each);
-/// zero under a limit of 0, whose refund gives nothing back.
-pub(super) fn refill_time(params: &Params, tokens: u64) -> Duration {
-    if params.limit == 0 {
-        return Duration::ZERO;
-    }
-    let us = u128::from(tokens) * u128::from(params.unit_us) / u128::from(params.limit);
-    Duration::from_micros(u64::try_from(us).unwrap_or(u64::MAX))
-}
+/// Keys a full shard samples to pick one to evict.
+const EVICTION_SAMPLE: usize = 8;
+/// Keys the sweeper looks at per shard and tick.
+const SWEEP_SCAN: usize = 64;
 
 impl LeaseTable {
     /// One sweeper tick: ends expired leases and drops idle keys (at most [`SWEEP_SCAN`]
@@ -113,15 +90,14 @@ impl LeaseTable {
         }
     }
 
-    /// Returns queued and not yet handed out.
-    pub fn pending_returns(&self) -> usize {
-        lock(&self.returns).len()
-    }
-
-    /// Most returns queued at once: twice the keys tracked (a key's lease and the block
-    /// of a refill answered after it was dropped), at least 16.
-    pub fn max_returns(&self) -> usize {
-        self.settings.max_keys.saturating_mul(2).max(16)
+    /// Forgets `key`: a refund (`give_back`: its tokens go back) or an admin reset (the
+    /// bucket is deleted; tokens held are void). An answer to a refill in flight goes back.
+    pub fn drop_key(&self, key: &str, now: Instant, give_back: bool) {
+        let mut shard = self.shard(key);
+        let Some(mut entry) = shard.swap_remove(key) else { return };
+        if give_back {
+            self.retire(key, &mut entry, now);
+        }
     }
 
     /// Ends `entry`'s lease: unused tokens are queued to go back.
@@ -172,10 +148,4 @@ impl LeaseTable {
             self.retire(&key, &mut entry, now);
         }
     }
-}
-
-/// The last moment a window lease's tokens may be sent back: a quarter of a lease time
-/// before the window's end.
-pub(super) fn return_by(window_end: Instant, time: Duration) -> Instant {
-    window_end.checked_sub(time / 4).unwrap_or(window_end)
 }

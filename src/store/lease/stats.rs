@@ -1,8 +1,10 @@
-//! The lease table's counters since the start (metrics and tests).
+//! The lease table's counters since the start (metrics and tests), and the table's
+//! `Debug` (its settings and these counters).
 
+use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::LeaseTable;
+use super::table::LeaseTable;
 
 /// Counters since the start, for metrics and tests.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -53,5 +55,11 @@ impl LeaseTable {
             },
             returns_queued: self.pending_returns() as u64,
         }
+    }
+}
+
+impl fmt::Debug for LeaseTable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LeaseTable").field("settings", &self.settings).field("stats", &self.stats()).finish()
     }
 }

@@ -1,4 +1,12 @@
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::entry::{Entry, Meter};
+use super::table::SHARDS;
 use super::*;
+use crate::algorithm::{Algorithm, Decision, Params};
+use crate::store::charge::StoreError;
 
 const MS: Duration = Duration::from_millis(1);
 const HOUR_US: u64 = 3_600_000_000;

@@ -2,7 +2,7 @@
 //! have refilled anyway); a request out of time spends only what a lease already holds.
 
 use super::*;
-use crate::store::lease::returns::refill_time;
+use crate::store::lease::refund::refill_time;
 
 const SECOND: Duration = Duration::from_secs(1);
 
