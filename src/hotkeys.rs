@@ -291,6 +291,3 @@ fn entry(rule: Option<&Rule>, index: usize, stored: &StoredEntry, values: Values
         }
     }
 }
-
-#[cfg(test)]
-mod tests;

@@ -1,9 +1,25 @@
 //! Tollgate: a rate-limit service for Envoy.
 //!
-//! Layout: `config` (policies: model, matcher, loading) and `algorithm` (pure math) form the
-//! core and do no network I/O; `store` keeps buckets (memory or Redis); `service` is the
-//! gRPC request path; `admin` the HTTP admin (`status` its status page); `app` wires them;
-//! `cli` parses flags.
+//! The layers, top to bottom. A module imports only from its own layer or below, and no two
+//! files import each other (`tests/layers.rs` reads every `use` line of `src/` and checks
+//! both; it also holds `store/`'s own layers, named in `store`'s comment):
+//!
+//! | layer | modules | what |
+//! |---|---|---|
+//! | 1 | `main` | the binary: parses the command line and runs it |
+//! | 2 | `cli` | the flags and subcommands (`serve`, `check`, `explain`, `usage`, `reset`) |
+//! | 3 | `app` | the wiring: settings to a running server (store, tasks, gRPC, admin, shutdown) |
+//! | 4 | `admin` | the admin HTTP server and the `usage`/`reset` client |
+//! | 5 | `explain` | `tollgate explain`: how a descriptor is matched and charged |
+//! | 6 | `status`, `reload` | the status page; reloading the config from its files |
+//! | 7 | `service` | the gRPC request path: validate, plan, charge, record, respond |
+//! | 8 | `live`, `check` | the serving config and its swap; `tollgate check` |
+//! | 9 | `metrics`, `hotkeys`, `fresh` | counting (the one-minute history included), the busiest buckets, rules new in a reload |
+//! | 10 | `store`, `rlconfig` | where buckets live (memory, Redis); the `/rlconfig` dump |
+//! | 11 | `config` | policies: the YAML model, validation, the compiled matcher, loading |
+//! | 12 | `algorithm`, `escape` | the pure math of every algorithm; escaping bytes for text |
+//!
+//! `config` and `algorithm` do no network I/O. No upward import is kept on purpose.
 #![forbid(unsafe_code)]
 
 pub mod admin;

@@ -120,3 +120,6 @@ fn consumed(charge: &Charge) -> u64 {
 fn values(descriptor: &RateLimitDescriptor) -> impl Iterator<Item = &[u8]> {
     descriptor.entries.iter().map(|entry| entry.value.as_ref())
 }
+
+#[cfg(test)]
+mod tests;

@@ -84,15 +84,15 @@ fn the_sync_call_writes_exact_modes_format() {
 
 #[test]
 fn a_cluster_wake_is_one_call_per_slot_of_at_most_a_chunk() {
-    use crate::store::cluster::{key_slot, ClusterSettings, ClusterStore, Lane};
+    use crate::store::redis::cluster::{key_slot, ClusterSettings, ClusterStore, Lane};
     let params = Params { algorithm: Algorithm::FixedWindow, limit: 9, unit_us: 1_000_000, burst: 9 };
     let unsent = Unsent { start: 0, delta: 1, carry: 0 };
     let item = |key: String| sync::Item { key: key.into(), params, unsent, orphan: false };
     // 600 buckets of one slot (a hash tag) among 40 of their own slots.
     let mut items: Vec<sync::Item> = (0..40).map(|i| item(format!("solo:{i}"))).collect();
     items.extend((0..600).map(|i| item(format!("{{tagged}}:{i}"))));
-    let link =
-        crate::store::RedisSettings::new("redis://127.0.0.1:1").link(std::time::Duration::from_millis(10));
+    let link = crate::store::redis::RedisSettings::new("redis://127.0.0.1:1")
+        .link(std::time::Duration::from_millis(10));
     let settings = ClusterSettings { nodes: vec!["127.0.0.1:1".into()], ca_file: None, link };
     let cluster = ClusterStore::new(&settings).expect("lazy: no connection yet");
     let mut single = items.clone();
@@ -108,8 +108,9 @@ fn a_cluster_wake_is_one_call_per_slot_of_at_most_a_chunk() {
     // One call per slot, and the tagged slot's 600 in two.
     assert_eq!(chunks.len(), slots.len() + 1);
     // A single node: runs of a chunk, in collection order, whatever the slots.
-    let node = crate::store::RedisSettings::new("redis://127.0.0.1:1");
-    let store = crate::store::RedisStore::new(&node, std::time::Duration::from_millis(10)).expect("lazy");
+    let node = crate::store::redis::RedisSettings::new("redis://127.0.0.1:1");
+    let store =
+        crate::store::redis::RedisStore::new(&node, std::time::Duration::from_millis(10)).expect("lazy");
     assert_eq!(
         sync::Via::Link(store.link()).chunks(&mut single).iter().map(|c| c.len()).collect::<Vec<_>>(),
         [512, 128]

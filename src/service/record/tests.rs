@@ -1,10 +1,14 @@
+//! The hot-key view fed exactly as the request path feeds it: descriptors planned by
+//! `service::plan`, their buckets picked by `hot_buckets`, recorded in `hotkeys`.
+
 use std::path::PathBuf;
 
-use super::*;
-use crate::config::compile_sources;
+use super::hot_buckets;
+use crate::config::{compile_sources, Snapshot};
+use crate::hotkeys::*;
 use crate::service::plan;
-use crate::service::record::hot_buckets;
 use crate::service::wire::RateLimitDescriptor;
+use crate::store::key::{digest_hex, part_digest};
 
 const POLICY: &str = r#"
 domain: api
