@@ -9,7 +9,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use rand::Rng;
@@ -164,6 +164,7 @@ pub async fn spawn(settings: ServeSettings) -> anyhow::Result<Running> {
         tokio::spawn(async move { admin_server.await.context("admin server failed") }),
     ];
     let store_for_sync = store.clone();
+    let store_for_warm_up = store.clone();
     if let Store::Memory(_) = store.as_ref() {
         tasks.push(tokio::spawn(sweep_memory(store, signal.clone())));
     } else if store.leases().is_some() {
@@ -197,6 +198,7 @@ pub async fn spawn(settings: ServeSettings) -> anyhow::Result<Running> {
     } else {
         None
     };
+    warm_up(&store_for_warm_up, &live).await;
     set_health(&health, ServingStatus::Serving).await;
     admin.set_ready(true);
     tracing::info!(%grpc_addr, %admin_addr, store = ?settings.store, "serving");
@@ -213,6 +215,39 @@ pub async fn spawn(settings: ServeSettings) -> anyhow::Result<Running> {
         sync,
         _watcher: watcher,
     })
+}
+
+/// Before it reports ready, an instance with approximate domains on Redis waits for its
+/// approximate warm-up (`Approx::warmed_up`: two heartbeats an interval apart), so that
+/// the first request a load balancer sends is decided locally, not exactly at the store
+/// timeout while the connections are new and the load arrives at once. Bounded by
+/// [`warm_up_wait`]: with Redis not answering it reports ready anyway, and approximate
+/// domains are decided exactly (their `failure_mode` answers) until the warm-up ends.
+async fn warm_up(store: &Store, live: &Live) {
+    let Some(approx) = store.approx() else { return };
+    if store.sync_via().is_none() || !live.load().snapshot.has_approximate() {
+        return;
+    }
+    let wait = warm_up_wait(approx.settings().interval);
+    let started = Instant::now();
+    match tokio::time::timeout(wait, approx.warmed_up()).await {
+        Ok(()) => tracing::info!(
+            waited_ms = started.elapsed().as_millis() as u64,
+            "approximate warm-up done before ready"
+        ),
+        Err(_) => tracing::warn!(
+            waited_ms = wait.as_millis() as u64,
+            "approximate warm-up not done (Redis not answering the heartbeat): ready anyway; \
+             approximate domains are decided exactly, by their failure_mode on store errors, until it is"
+        ),
+    }
+}
+
+/// How long startup waits for the approximate warm-up: the first heartbeat and one full
+/// wake at least an interval later (at most two intervals on the shared grid), each call
+/// allowed its sync deadline — 2.5 s at the defaults.
+pub fn warm_up_wait(interval: Duration) -> Duration {
+    interval * 2 + crate::store::approx::sync::sync_deadline(interval) * 2
 }
 
 /// Runs until `shutdown` resolves, then stops gracefully.

@@ -190,6 +190,31 @@ async fn a_rolling_restart_under_load_stays_within_the_bound() {
     assert!(admitted >= LIMIT / 2, "admitted {admitted}: far under the limit");
 }
 
+/// Ready means warmed up: `spawn` returns (and `/readyz` answers 200) only once the
+/// instance decides approximate domains locally, so that the first request a load balancer
+/// sends is not charged exactly at the 10 ms store timeout while the load arrives at once
+/// (what gave a pod started into a key flood failure-policy answers in its first second).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ready_means_the_approximate_warm_up_is_done() {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("approx.yaml"), policy()).expect("write");
+    let started = Instant::now();
+    let (running, mut client) = instance(&redis.url(), dir.path(), Duration::ZERO).await;
+    let took = started.elapsed();
+    assert_eq!(
+        metric(running.admin_addr, "tollgate_approximate_ready ").await,
+        1.0,
+        "ready before the warm-up was done"
+    );
+    assert_eq!(approx_support::admin_get(running.admin_addr, "/readyz").await, "ready\n");
+    println!("ready, warmed up, {} ms after spawn", took.as_millis());
+    assert!(took < tollgate::app::warm_up_wait(Duration::from_millis(250)), "took {took:?}");
+    assert_eq!(ask(&mut client, "u0").await, Some(true));
+    assert_eq!(failure_decisions(running.admin_addr).await, 0.0);
+    running.stop().await.expect("stop");
+}
+
 /// Redis unreachable when an instance starts: it has no `N` and reads nothing, so it decides
 /// approximate domains exactly — the failure policy answers (here: denies), nothing is
 /// admitted locally. Once Redis is there, the heartbeat counts it and it decides locally.
@@ -198,8 +223,12 @@ async fn an_instance_started_without_redis_admits_nothing_on_its_own() {
     let port = free_port();
     let dir = tempfile::tempdir().expect("tempdir");
     std::fs::write(dir.path().join("approx.yaml"), policy()).expect("write");
+    let started = Instant::now();
     let (running, mut client) =
         instance(&format!("redis://127.0.0.1:{port}"), dir.path(), Duration::ZERO).await;
+    // Startup waited for the warm-up, bounded: ready anyway, the failure policy answering.
+    let wait = tollgate::app::warm_up_wait(Duration::from_millis(250));
+    assert!(started.elapsed() < wait + Duration::from_secs(2), "ready only after {:?}", started.elapsed());
     let until = Instant::now() + Duration::from_secs(1);
     let mut asked = 0;
     while Instant::now() < until {

@@ -30,6 +30,20 @@ impl Approx {
         self.ready.load(Ordering::Relaxed)
     }
 
+    /// Resolves once this instance decides approximate domains locally ([`is_ready`]):
+    /// startup waits for it, bounded, before it reports ready (`app::spawn`).
+    ///
+    /// [`is_ready`]: Self::is_ready
+    pub async fn warmed_up(&self) {
+        let warmed = self.warmed.notified();
+        tokio::pin!(warmed);
+        // Registered before the check: a warm-up that ends between the two still wakes it.
+        warmed.as_mut().enable();
+        if !self.is_ready() {
+            warmed.await;
+        }
+    }
+
     /// A heartbeat answered `live` instances at local `now`: the share rule's `N` is the
     /// largest count of the last [`PEAK_SPAN_US`], and the second answer an interval after
     /// the first ends the warm-up.
@@ -49,6 +63,7 @@ impl Approx {
             && !self.ready.swap(true, Ordering::Relaxed)
         {
             tracing::info!(instances = self.instances(), "approximate mode ready: deciding locally");
+            self.warmed.notify_waiters();
         }
         self.answered(now);
     }

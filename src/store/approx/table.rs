@@ -44,6 +44,8 @@ pub struct Approx {
     /// was running then has counted this one, and this one them. Until then approximate
     /// domains are decided exactly.
     pub(super) ready: AtomicBool,
+    /// Woken when `ready` turns true (`Approx::warmed_up`).
+    pub(super) warmed: tokio::sync::Notify,
     /// Local µs of the last sync call Redis answered; 0: none yet.
     pub(super) last_sync: AtomicU64,
     /// Local µs of the first failed call since the last answered one; 0: not failing.
@@ -127,6 +129,7 @@ impl Approx {
             peak_at: AtomicU64::new(0),
             first_beat: AtomicU64::new(0),
             ready: AtomicBool::new(false),
+            warmed: tokio::sync::Notify::new(),
             last_sync: AtomicU64::new(0),
             failing_since: AtomicU64::new(0),
             next_shard: AtomicUsize::new(0),
