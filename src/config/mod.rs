@@ -1,4 +1,5 @@
-//! Policies: the YAML model, its validation, the compiled matcher, and loading from disk.
+//! Policies: the YAML model, its validation, the compiled matcher, and loading from disk
+//! or from xDS resources.
 //!
 //! Layout: `yaml` (one file's text to `raw`, the YAML's structs: `deny_unknown_fields`,
 //! merge keys resolved by `merge_keys`, floats where strings belong refused by `floats`),
@@ -7,8 +8,9 @@
 //! `rate_limit` / `rate_limits` in `compile::limits`, what an approximate domain refuses in
 //! `compile::consistency`), `model` (snapshot and domains, over `matcher`: the
 //! hash-per-level tree walk, and `rule`: a compiled rule and its limits), `loader` (the
-//! only part that touches the file system), `options` (the load-time switches). Everything
-//! but `loader` is pure.
+//! only part that touches the file system), `options` (the load-time switches), `xds`
+//! (`RateLimitConfig` resources from xDS, compiled one by one like files). Everything but
+//! `loader` is pure.
 //! The request path only sees `model` types (`Snapshot`, `Domain::lookup`, `Rule`).
 
 pub mod compile;
@@ -22,6 +24,7 @@ pub mod model;
 pub mod options;
 pub mod raw;
 pub mod rule;
+pub mod xds;
 pub mod yaml;
 
 #[cfg(test)]
