@@ -60,11 +60,15 @@ async fn status_json(State(admin): State<Admin>, headers: HeaderMap) -> axum::Js
     axum::Json(admin.status(&headers))
 }
 
+/// Ready once serving and the config allows it (`Live::readiness`: the first xDS snapshot,
+/// a domain when asked); the body says which.
 async fn readyz(State(admin): State<Admin>) -> (StatusCode, &'static str) {
-    if admin.is_ready() {
-        (StatusCode::OK, "ready\n")
-    } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "not ready\n")
+    if !admin.is_ready() {
+        return (StatusCode::SERVICE_UNAVAILABLE, "not ready\n");
+    }
+    match admin.live.readiness() {
+        Ok(text) => (StatusCode::OK, text),
+        Err(text) => (StatusCode::SERVICE_UNAVAILABLE, text),
     }
 }
 
@@ -127,10 +131,20 @@ struct Format {
 async fn rlconfig(State(admin): State<Admin>, Query(format): Query<Format>) -> axum::response::Response {
     let active = admin.live.load();
     let store = store_state(&admin.store);
+    // From xDS: the server, the acknowledged version and the last rejection come first.
+    let xds = admin.live.xds_state();
     if format.format.as_deref() == Some("json") {
-        axum::Json(crate::rlconfig::json(&active.snapshot, &store)).into_response()
+        let mut json = crate::rlconfig::json(&active.snapshot, &store);
+        if let (Some(object), Some(xds)) = (json.as_object_mut(), &xds) {
+            object.insert("source".into(), serde_json::json!({ "kind": "xds", "xds": xds }));
+        }
+        axum::Json(json).into_response()
     } else {
-        crate::rlconfig::text(&active.snapshot, &store).into_response()
+        let text = crate::rlconfig::text(&active.snapshot, &store);
+        match xds {
+            Some(xds) => format!("{}{text}", xds.text()).into_response(),
+            None => text.into_response(),
+        }
     }
 }
 

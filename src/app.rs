@@ -99,10 +99,15 @@ pub async fn spawn(settings: ServeSettings) -> anyhow::Result<Running> {
     let _ = rustls::crypto::ring::default_provider().install_default();
     validate(&settings)?;
     let metrics = Arc::new(Metrics::with_limits(settings.metric_series));
-    let live = Live::load_initial_with(&settings.config, settings.config_options, metrics.clone())
-        .map_err(|errors| anyhow::anyhow!("invalid config {}:\n{errors}", settings.config.display()))?;
-    let live = Arc::new(live);
-    log_loaded(&live);
+    let (shutdown, signal) = watch::channel(false);
+    let live = Arc::new(load_config(&settings, metrics.clone())?);
+    let xds_task = match &settings.xds {
+        Some(xds) => Some(start_xds(xds, &live, signal.clone()).await),
+        None => {
+            log_loaded(&live);
+            None
+        }
+    };
     let store = Arc::new(build_store(&settings)?);
     warn_unserved_consistency(&live, &store);
     let limiter = RateLimiter::new(
@@ -130,7 +135,6 @@ pub async fn spawn(settings: ServeSettings) -> anyhow::Result<Running> {
         .with_context(|| format!("binding admin address {}", settings.admin_addr))?;
     let grpc_addr = grpc_listener.local_addr()?;
     let admin_addr = admin_listener.local_addr()?;
-    let (shutdown, signal) = watch::channel(false);
     let admin = Admin::new(
         live.clone(),
         store.clone(),
@@ -163,6 +167,10 @@ pub async fn spawn(settings: ServeSettings) -> anyhow::Result<Running> {
         tokio::spawn(async move { grpc.await.context("gRPC server failed") }),
         tokio::spawn(async move { admin_server.await.context("admin server failed") }),
     ];
+    if let Some(xds) = xds_task {
+        // Stops with the shutdown signal; a panic there is a bug worth failing the stop for.
+        tasks.push(tokio::spawn(async move { xds.await.context("xDS client panicked") }));
+    }
     let store_for_sync = store.clone();
     let store_for_warm_up = store.clone();
     if let Store::Memory(_) = store.as_ref() {
@@ -193,7 +201,7 @@ pub async fn spawn(settings: ServeSettings) -> anyhow::Result<Running> {
     }
     #[cfg(unix)]
     tokio::spawn(crate::reload::reload_on_sighup(live.clone(), signal.clone()));
-    let watcher = if settings.watch_config {
+    let watcher = if settings.watch_config && settings.xds.is_none() {
         Some(crate::reload::watch_config(live.clone(), signal.clone()).context("watching the config")?)
     } else {
         None
@@ -256,6 +264,65 @@ pub async fn run(settings: ServeSettings, shutdown: impl Future<Output = ()>) ->
     shutdown.await;
     tracing::info!("shutdown requested");
     running.stop().await
+}
+
+/// The config from its files (a bad one is an error), or an empty one the xDS client fills.
+fn load_config(settings: &ServeSettings, metrics: Arc<Metrics>) -> anyhow::Result<Live> {
+    let live = match &settings.xds {
+        None => Live::load_initial_with(&settings.config, settings.config_options, metrics)
+            .map_err(|errors| anyhow::anyhow!("invalid config {}:\n{errors}", settings.config.display()))?,
+        Some(xds) => {
+            if let Some(tls) = &xds.tls {
+                crate::xds::check_files(tls).map_err(|e| anyhow::anyhow!("xDS TLS: {e}"))?;
+            }
+            for (key, value) in &xds.headers {
+                tonic::metadata::MetadataKey::<tonic::metadata::Ascii>::from_bytes(key.as_bytes()).map_err(
+                    |_| anyhow::anyhow!("xDS header name {key:?} is not a valid gRPC metadata key"),
+                )?;
+                tonic::metadata::MetadataValue::<tonic::metadata::Ascii>::try_from(value.as_str()).map_err(
+                    |_| anyhow::anyhow!("the value of xDS header {key:?} is not valid gRPC metadata"),
+                )?;
+            }
+            let state = crate::live::XdsState {
+                server: xds.server.clone(),
+                node_id: xds.node_id.clone(),
+                force_start: xds.force_start,
+                ..Default::default()
+            };
+            Live::for_xds(settings.config_options, metrics, state)
+        }
+    };
+    Ok(live.with_ready_needs_domain(settings.ready_needs_domain))
+}
+
+/// Starts the xDS client; without force start, waits for its first snapshot (for ever, or
+/// `initial_wait`) before the listeners open.
+async fn start_xds(
+    xds: &crate::xds::XdsSettings,
+    live: &Arc<Live>,
+    stop: watch::Receiver<bool>,
+) -> JoinHandle<()> {
+    let (task, mut first) = crate::xds::spawn(xds.clone(), live.clone(), stop);
+    if xds.force_start {
+        tracing::warn!(server = %xds.server, "serving before the first xDS snapshot: nothing is limited until it arrives");
+        return task;
+    }
+    tracing::info!(server = %xds.server, node = %xds.node_id, "waiting for the first xDS snapshot");
+    let arrived = first.wait_for(|received| *received);
+    match xds.initial_wait {
+        None => {
+            let _ = arrived.await;
+        }
+        Some(wait) => {
+            if tokio::time::timeout(wait, arrived).await.is_err() {
+                tracing::warn!(
+                    wait_ms = wait.as_millis() as u64,
+                    "no xDS snapshot within --xds-initial-wait: serving anyway, nothing is limited until it arrives"
+                );
+            }
+        }
+    }
+    task
 }
 
 fn log_loaded(live: &Live) {

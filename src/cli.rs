@@ -14,6 +14,7 @@ mod serve;
 #[cfg(test)]
 mod tests;
 mod values;
+pub mod xds;
 
 pub use crate::admin::client::AdminCall;
 pub use load::{DefaultAlgorithm, LoadFlags};

@@ -11,7 +11,7 @@
 //! | 3 | `app` | the wiring: settings to a running server (store, tasks, gRPC, admin, shutdown) |
 //! | 4 | `admin` | the admin HTTP server and the `usage`/`reset` client |
 //! | 5 | `explain` | `tollgate explain`: how a descriptor is matched and charged |
-//! | 6 | `status`, `reload` | the status page; reloading the config from its files |
+//! | 6 | `status`, `reload`, `xds` | the status page; reloading the config from its files; the xDS config source (ADS client) |
 //! | 7 | `service` | the gRPC request path: validate, plan, charge, record, respond |
 //! | 8 | `live`, `check` | the serving config and its swap; `tollgate check` |
 //! | 9 | `metrics`, `hotkeys`, `fresh` | counting (the one-minute history included), the busiest buckets, rules new in a reload |
@@ -39,3 +39,4 @@ pub mod rlconfig;
 pub mod service;
 pub mod status;
 pub mod store;
+pub mod xds;

@@ -4,7 +4,9 @@
 //! two configs. `reload` reads → parses → validates → compiles a whole new snapshot and
 //! swaps it in; on any error the previous snapshot keeps serving. Every reload trigger
 //! (file watcher, SIGHUP, `POST /reload`) goes through this one function, which also warns
-//! of every rule whose bucket keys the new snapshot changes (`crate::fresh`).
+//! of every rule whose bucket keys the new snapshot changes (`crate::fresh`). A config from
+//! xDS starts empty and is swapped by `apply_xds` (the client in `crate::xds`); `source`
+//! holds that stream's state.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -15,6 +17,10 @@ use arc_swap::ArcSwap;
 use crate::config::{self, ConfigErrors, LoadOptions, Snapshot};
 use crate::metrics::history::SnapshotHistory;
 use crate::metrics::{Metrics, SnapshotCounters};
+
+mod source;
+
+pub use source::{Nack, XdsState};
 
 /// A compiled snapshot and the metric handles of its rules.
 #[derive(Debug)]
@@ -55,6 +61,11 @@ pub struct Live {
     reloading: Mutex<()>,
     /// The latest reload attempt, if it failed (cleared by a successful one).
     last_error: Mutex<Option<ReloadFailure>>,
+    /// `Some` when the config comes from xDS (then `path` is empty): the stream's state.
+    xds: Option<Mutex<XdsState>>,
+    /// `/readyz` only with at least one domain configured
+    /// (`HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED`).
+    ready_needs_domain: bool,
 }
 
 impl Live {
@@ -73,6 +84,7 @@ impl Live {
         let snapshot = config::load_path_with(path, &options)?;
         metrics.serving(&snapshot.version);
         metrics.export_fresh_rules(&snapshot);
+        metrics.xds().files();
         Ok(Live {
             path: path.to_path_buf(),
             options,
@@ -80,7 +92,79 @@ impl Live {
             metrics,
             reloading: Mutex::new(()),
             last_error: Mutex::new(None),
+            xds: None,
+            ready_needs_domain: false,
         })
+    }
+
+    /// A config that comes from xDS: empty (no domain, nothing limited) until the first
+    /// snapshot is applied with `apply_xds`.
+    pub fn for_xds(options: LoadOptions, metrics: Arc<Metrics>, state: XdsState) -> Live {
+        let snapshot = config::xds::Resources::default().apply([], &options).snapshot;
+        metrics.serving(&snapshot.version);
+        metrics.xds().xds(&state.server);
+        Live {
+            path: PathBuf::new(),
+            options,
+            current: ArcSwap::from_pointee(Active::new(snapshot, &metrics)),
+            metrics,
+            reloading: Mutex::new(()),
+            last_error: Mutex::new(None),
+            xds: Some(Mutex::new(state)),
+            ready_needs_domain: false,
+        }
+    }
+
+    /// `/readyz` says ready only once a domain is configured
+    /// (`HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED=true`).
+    pub fn with_ready_needs_domain(mut self, needs: bool) -> Live {
+        self.ready_needs_domain = needs;
+        self
+    }
+
+    /// Whether the config lets this server be ready, and why not (or what it serves).
+    /// xDS before the first snapshot: not ready, unless started with force-start, when it
+    /// is ready and says that nothing is limited.
+    pub fn readiness(&self) -> Result<&'static str, &'static str> {
+        let domains = self.load().snapshot.domains.len();
+        let state = self.xds_state();
+        let received = state.as_ref().is_none_or(|s| s.snapshot_received);
+        if self.ready_needs_domain && domains == 0 {
+            return Err(if received {
+                "not ready: no domain configured (HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED)\n"
+            } else {
+                "not ready: waiting for the first xDS snapshot\n"
+            });
+        }
+        match state {
+            Some(state) if !state.snapshot_received && state.force_start => {
+                Ok("ready: no xDS snapshot yet, nothing is limited (force start)\n")
+            }
+            Some(state) if !state.snapshot_received => Err("not ready: waiting for the first xDS snapshot\n"),
+            _ => Ok("ready\n"),
+        }
+    }
+
+    /// The xDS stream's state; `None` when the config comes from files.
+    pub fn xds_state(&self) -> Option<XdsState> {
+        let state = self.xds.as_ref()?;
+        Some(state.lock().unwrap_or_else(PoisonError::into_inner).clone())
+    }
+
+    /// Changes the xDS stream's state (nothing when the config comes from files).
+    pub fn update_xds(&self, change: impl FnOnce(&mut XdsState)) {
+        if let Some(state) = &self.xds {
+            change(&mut state.lock().unwrap_or_else(PoisonError::into_inner));
+        }
+    }
+
+    /// Swaps in a snapshot built from xDS resources (`config::xds`); returns whether the
+    /// serving version changed.
+    pub fn apply_xds(&self, snapshot: Snapshot) -> bool {
+        let _one_at_a_time = self.reloading.lock().unwrap_or_else(|e| e.into_inner());
+        let changed = self.swap(snapshot);
+        self.metrics.reload(true);
+        changed
     }
 
     /// The snapshot to serve one request with.
@@ -88,7 +172,17 @@ impl Live {
         self.current.load_full()
     }
 
-    /// Where the config is read from.
+    /// How the config loads (the same at every reload and xDS update).
+    pub fn options(&self) -> &LoadOptions {
+        &self.options
+    }
+
+    /// The metrics the swaps report to.
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// Where the config is read from (empty when it comes from xDS).
     pub fn path(&self) -> &Path {
         &self.path
     }
@@ -114,24 +208,37 @@ impl Live {
         }
     }
 
-    /// Rebuilds the snapshot from disk and swaps it in. On error the current snapshot
+    /// Swaps `snapshot` in if its version differs from the serving one (warning of the
+    /// buckets it starts afresh); returns whether it did.
+    fn swap(&self, snapshot: Snapshot) -> bool {
+        let previous = self.current.load().snapshot.version.clone();
+        let version = snapshot.version.clone();
+        if previous == version {
+            return false;
+        }
+        let rules = snapshot.rule_count();
+        self.metrics.export_fresh_rules(&snapshot);
+        self.warn_fresh(&crate::fresh::between(&self.current.load().snapshot, &snapshot));
+        self.current.store(Arc::new(Active::new(snapshot, &self.metrics)));
+        self.metrics.serving(&version);
+        tracing::info!(%version, %previous, rules, "config reloaded");
+        true
+    }
+
+    /// Rebuilds the snapshot from disk and swaps it in (from xDS: nothing to re-read, the
+    /// serving version is returned unchanged). On error the current snapshot
     /// keeps serving, and the errors are logged, counted and returned.
     /// Returns the version now serving and whether it changed.
     pub fn reload(&self) -> Result<(String, bool), ConfigErrors> {
         let _one_at_a_time = self.reloading.lock().unwrap_or_else(|e| e.into_inner());
+        if self.xds.is_some() {
+            // Nothing to re-read: the server sends every change.
+            return Ok((self.current.load().snapshot.version.clone(), false));
+        }
         match config::load_path_with(&self.path, &self.options) {
             Ok(snapshot) => {
-                let previous = self.current.load().snapshot.version.clone();
                 let version = snapshot.version.clone();
-                let changed = previous != version;
-                if changed {
-                    let rules = snapshot.rule_count();
-                    self.metrics.export_fresh_rules(&snapshot);
-                    self.warn_fresh(&crate::fresh::between(&self.current.load().snapshot, &snapshot));
-                    self.current.store(Arc::new(Active::new(snapshot, &self.metrics)));
-                    self.metrics.serving(&version);
-                    tracing::info!(%version, %previous, rules, "config reloaded");
-                }
+                let changed = self.swap(snapshot);
                 self.metrics.reload(true);
                 *self.last_error.lock().unwrap_or_else(PoisonError::into_inner) = None;
                 Ok((version, changed))

@@ -66,7 +66,14 @@ async fn run(cli: Cli) -> ExitCode {
             tollgate::admin::client::run(tollgate::admin::client::Verb::Reset, &call).await
         }
         Command::Serve(serve) => {
-            match tollgate::app::run(serve.settings(), tollgate::app::shutdown_signal()).await {
+            let settings = match serve.settings() {
+                Ok(settings) => settings,
+                Err(e) => {
+                    eprintln!("tollgate: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            match tollgate::app::run(settings, tollgate::app::shutdown_signal()).await {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     tracing::error!("{e:#}");

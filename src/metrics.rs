@@ -29,6 +29,7 @@ mod outcome;
 mod requests;
 mod series;
 mod store;
+pub mod xds;
 
 use std::sync::atomic::AtomicU64;
 
@@ -124,6 +125,7 @@ pub struct Metrics {
     approx: approx::ApproxMetrics,
     fresh_rules: fresh::FreshRules,
     leases: lease::LeaseMetrics,
+    xds: xds::XdsMetrics,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -308,6 +310,7 @@ impl Metrics {
         let approx = approx::ApproxMetrics::register(&mut registry);
         let fresh_rules = fresh::FreshRules::register(&mut registry);
         let leases = lease::LeaseMetrics::register(&mut registry);
+        let xds = xds::XdsMetrics::register(&mut registry);
         for result in ["success", "failure"] {
             config_reloads.get_or_create(&ResultLabel { result }).inc_by(0);
         }
@@ -347,7 +350,13 @@ impl Metrics {
             approx,
             fresh_rules,
             leases,
+            xds,
         }
+    }
+
+    /// The config source's and the xDS stream's metrics.
+    pub fn xds(&self) -> &xds::XdsMetrics {
+        &self.xds
     }
 
     /// The one-minute history of decisions and store latency the status page shows.

@@ -61,6 +61,12 @@ pub struct ConfigStatus {
     pub last_error: Option<String>,
     /// Unix seconds of that failed attempt.
     pub last_error_at: Option<u64>,
+    /// `files` or `xds`.
+    pub source: &'static str,
+    /// With the xDS source: the server, node, stream state, acknowledged version and last
+    /// rejection; absent with files.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub xds: Option<crate::live::XdsState>,
 }
 
 /// The store's state.
@@ -219,6 +225,7 @@ impl Status {
             })
             .collect();
         let last_error = live.last_error();
+        let xds = live.xds_state();
         Status {
             version: env!("CARGO_PKG_VERSION"),
             config: ConfigStatus {
@@ -226,6 +233,8 @@ impl Status {
                 loaded_at: unix(snapshot.loaded_at),
                 last_error_at: last_error.as_ref().map(|e| unix(e.at)),
                 last_error: last_error.map(|e| e.message),
+                source: if xds.is_some() { "xds" } else { "files" },
+                xds,
             },
             store: store_status(store, history.store_p99_ms_at(now)),
             domains,

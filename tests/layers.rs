@@ -23,7 +23,7 @@ const LAYERS: &[&[&str]] = &[
     &["app"],
     &["admin"],
     &["explain"],
-    &["status", "reload"],
+    &["status", "reload", "xds"],
     &["service"],
     &["live", "check"],
     &["metrics", "hotkeys", "fresh"],

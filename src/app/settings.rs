@@ -62,7 +62,12 @@ pub struct TlsFiles {
 /// Everything `serve` needs, from flags or environment.
 #[derive(Debug, Clone)]
 pub struct ServeSettings {
+    /// The policy files (unused when `xds` is set).
     pub config: PathBuf,
+    /// `Some`: policies come from this xDS server instead of files.
+    pub xds: Option<crate::xds::XdsSettings>,
+    /// `/readyz` only once a domain is configured (`HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED`).
+    pub ready_needs_domain: bool,
     /// `--merge-domains`, `--default-algorithm`: how the config's files load (every reload
     /// too).
     pub config_options: LoadOptions,
@@ -114,6 +119,8 @@ impl ServeSettings {
     pub fn new(config: PathBuf) -> ServeSettings {
         ServeSettings {
             config,
+            xds: None,
+            ready_needs_domain: false,
             config_options: LoadOptions::default(),
             store: StoreKind::Memory,
             redis: RedisSettings::new("redis://127.0.0.1:6379/"),

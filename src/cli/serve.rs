@@ -16,15 +16,18 @@ use crate::store::RedisSettings;
 
 use super::load::LoadFlags;
 use super::values::{parse_duration, parse_limit_header_names, parse_sentinel, parse_share, SentinelArg};
+use super::xds::XdsFlags;
 
 #[derive(Debug, Args)]
 pub struct Serve {
     /// A policy file or a directory of *.yaml / *.yml files (one domain each, unless
-    /// --merge-domains).
-    #[arg(long, env = "TOLLGATE_CONFIG", default_value = "config")]
-    pub config: PathBuf,
+    /// --merge-domains) [default: config]. Not with --config-source xds.
+    #[arg(long, env = "TOLLGATE_CONFIG")]
+    pub config: Option<PathBuf>,
     #[command(flatten)]
     pub load: LoadFlags,
+    #[command(flatten)]
+    pub source: XdsFlags,
     /// Where buckets live: process memory (one instance) or Redis (a fleet).
     #[arg(long, env = "TOLLGATE_STORE", value_enum, default_value = "memory")]
     pub store: StoreKind,
@@ -220,10 +223,26 @@ impl Serve {
         }
     }
 
-    /// The settings the app runs with.
-    pub fn settings(&self) -> ServeSettings {
+    /// The settings the app runs with, the peer's config source variables read from the
+    /// environment (`cli::xds`). An explicit `--config` together with xDS is refused.
+    pub fn settings(&self) -> Result<ServeSettings, String> {
+        let chosen = self.source.choose(&|name| std::env::var(name).ok())?;
+        if chosen.xds.is_some() && self.config.is_some() {
+            return Err("--config (TOLLGATE_CONFIG) names policy files, but the config source is xDS \
+                        (--config-source xds or CONFIG_TYPE=GRPC_XDS_SOTW): choose one"
+                .into());
+        }
+        let mut settings = self.files_settings();
+        settings.xds = chosen.xds;
+        settings.ready_needs_domain = chosen.ready_needs_domain;
+        Ok(settings)
+    }
+
+    fn files_settings(&self) -> ServeSettings {
         ServeSettings {
-            config: self.config.clone(),
+            config: self.config.clone().unwrap_or_else(|| PathBuf::from("config")),
+            xds: None,
+            ready_needs_domain: false,
             config_options: self.load.options(),
             store: self.store,
             redis: RedisSettings {

@@ -9,7 +9,7 @@ use crate::store::breaker::BreakerSettings;
 fn breaker(args: &[&str]) -> Result<BreakerSettings, clap::Error> {
     let cli = Cli::try_parse_from(["tollgate", "serve"].iter().chain(args))?;
     match cli.command {
-        Command::Serve(serve) => Ok(serve.settings().redis.breaker),
+        Command::Serve(serve) => Ok(serve.settings().expect("settings").redis.breaker),
         other => panic!("not serve: {other:?}"),
     }
 }
@@ -45,7 +45,7 @@ fn breaker_flags_default_to_the_breaker_defaults_and_parse() {
 fn serve(args: &[&str]) -> Result<ServeSettings, clap::Error> {
     let cli = Cli::try_parse_from(["tollgate", "serve"].iter().chain(args))?;
     match cli.command {
-        Command::Serve(serve) => Ok(serve.settings()),
+        Command::Serve(serve) => Ok(serve.settings().expect("settings")),
         other => panic!("not serve: {other:?}"),
     }
 }
@@ -73,7 +73,7 @@ fn limit_headers_take_the_peers_names_unless_renamed() {
 fn series(args: &[&str]) -> Result<SeriesLimits, clap::Error> {
     let cli = Cli::try_parse_from(["tollgate", "serve"].iter().chain(args))?;
     match cli.command {
-        Command::Serve(serve) => Ok(serve.settings().metric_series),
+        Command::Serve(serve) => Ok(serve.settings().expect("settings").metric_series),
         other => panic!("not serve: {other:?}"),
     }
 }

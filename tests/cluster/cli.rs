@@ -10,7 +10,7 @@ use tollgate::cli::{Cli, Command as Sub};
 fn topology(args: &[&str]) -> Result<RedisTopology, clap::Error> {
     let cli = Cli::try_parse_from(["tollgate", "serve", "--store", "redis"].iter().chain(args))?;
     match cli.command {
-        Sub::Serve(serve) => Ok(serve.settings().redis_topology),
+        Sub::Serve(serve) => Ok(serve.settings().expect("settings").redis_topology),
         other => panic!("not serve: {other:?}"),
     }
 }
