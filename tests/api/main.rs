@@ -15,3 +15,4 @@ mod redis_store;
 mod scenarios;
 #[allow(dead_code)]
 mod support;
+mod xds;
