@@ -63,10 +63,8 @@ async fn status_json(State(admin): State<Admin>, headers: HeaderMap) -> axum::Js
 /// Ready once serving and the config allows it (`Live::readiness`: the first xDS snapshot,
 /// a domain when asked); the body says which.
 async fn readyz(State(admin): State<Admin>) -> (StatusCode, &'static str) {
-    if !admin.is_ready() {
-        return (StatusCode::SERVICE_UNAVAILABLE, "not ready\n");
-    }
     match admin.live.readiness() {
+        Ok(_) if !admin.is_ready() => (StatusCode::SERVICE_UNAVAILABLE, "not ready\n"),
         Ok(text) => (StatusCode::OK, text),
         Err(text) => (StatusCode::SERVICE_UNAVAILABLE, text),
     }

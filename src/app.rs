@@ -101,8 +101,9 @@ pub async fn spawn(settings: ServeSettings) -> anyhow::Result<Running> {
     let metrics = Arc::new(Metrics::with_limits(settings.metric_series));
     let (shutdown, signal) = watch::channel(false);
     let live = Arc::new(load_config(&settings, metrics.clone())?);
-    let xds_task = match &settings.xds {
-        Some(xds) => Some(start_xds(xds, &live, signal.clone()).await),
+    // The xDS client starts at once; gRPC serves after its first snapshot (below).
+    let xds_client = match &settings.xds {
+        Some(xds) => Some(crate::xds::spawn(xds.clone(), live.clone(), signal.clone())),
         None => {
             log_loaded(&live);
             None
@@ -163,14 +164,15 @@ pub async fn spawn(settings: ServeSettings) -> anyhow::Result<Running> {
     let admin_service = admin.router().into_make_service_with_connect_info::<SocketAddr>();
     let admin_server =
         axum::serve(admin_listener, admin_service).with_graceful_shutdown(stopped(signal.clone()));
-    let mut tasks = vec![
-        tokio::spawn(async move { grpc.await.context("gRPC server failed") }),
-        tokio::spawn(async move { admin_server.await.context("admin server failed") }),
-    ];
-    if let Some(xds) = xds_task {
+    // The admin server first: while the first xDS snapshot is awaited, `/readyz` says so
+    // (503) and `/metrics` and `/rlconfig` show the stream.
+    let mut tasks = vec![tokio::spawn(async move { admin_server.await.context("admin server failed") })];
+    if let (Some(xds), Some((task, first))) = (&settings.xds, xds_client) {
+        first_snapshot(xds, first).await;
         // Stops with the shutdown signal; a panic there is a bug worth failing the stop for.
-        tasks.push(tokio::spawn(async move { xds.await.context("xDS client panicked") }));
+        tasks.push(tokio::spawn(async move { task.await.context("xDS client panicked") }));
     }
+    tasks.push(tokio::spawn(async move { grpc.await.context("gRPC server failed") }));
     let store_for_sync = store.clone();
     let store_for_warm_up = store.clone();
     if let Store::Memory(_) = store.as_ref() {
@@ -260,7 +262,16 @@ pub fn warm_up_wait(interval: Duration) -> Duration {
 
 /// Runs until `shutdown` resolves, then stops gracefully.
 pub async fn run(settings: ServeSettings, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
-    let running = spawn(settings).await?;
+    tokio::pin!(shutdown);
+    // A shutdown while starting (waiting for the first xDS snapshot, the approximate
+    // warm-up) ends the process at once: nothing serves gRPC yet.
+    let running = tokio::select! {
+        running = spawn(settings) => running?,
+        () = &mut shutdown => {
+            tracing::info!("shutdown requested before ready: exiting");
+            return Ok(());
+        }
+    };
     shutdown.await;
     tracing::info!("shutdown requested");
     running.stop().await
@@ -295,17 +306,13 @@ fn load_config(settings: &ServeSettings, metrics: Arc<Metrics>) -> anyhow::Resul
     Ok(live.with_ready_needs_domain(settings.ready_needs_domain))
 }
 
-/// Starts the xDS client; without force start, waits for its first snapshot (for ever, or
-/// `initial_wait`) before the listeners open.
-async fn start_xds(
-    xds: &crate::xds::XdsSettings,
-    live: &Arc<Live>,
-    stop: watch::Receiver<bool>,
-) -> JoinHandle<()> {
-    let (task, mut first) = crate::xds::spawn(xds.clone(), live.clone(), stop);
+/// Without force start, waits for the xDS client's first snapshot (for ever, or
+/// `initial_wait`) before gRPC serves: until then every domain is unknown, so nothing would
+/// be limited. The admin server already answers (`/readyz`: 503, waiting).
+async fn first_snapshot(xds: &crate::xds::XdsSettings, mut first: watch::Receiver<bool>) {
     if xds.force_start {
         tracing::warn!(server = %xds.server, "serving before the first xDS snapshot: nothing is limited until it arrives");
-        return task;
+        return;
     }
     tracing::info!(server = %xds.server, node = %xds.node_id, "waiting for the first xDS snapshot");
     let arrived = first.wait_for(|received| *received);
@@ -322,7 +329,6 @@ async fn start_xds(
             }
         }
     }
-    task
 }
 
 fn log_loaded(live: &Live) {

@@ -145,7 +145,51 @@ fn config_card(out: &mut String, status: &Status) {
         }
         (None, _) => out.push_str("none"),
     }
-    out.push_str("</dd></dl></section>\n");
+    out.push_str("</dd>");
+    source_rows(out, status);
+    out.push_str("</dl></section>\n");
+}
+
+/// Where the config comes from: files, or the xDS server with its stream's state, the
+/// version acknowledged, the resources rejected and the last rejection sent.
+fn source_rows(out: &mut String, status: &Status) {
+    let Some(xds) = &status.config.xds else {
+        out.push_str("<dt>source</dt><dd>files</dd>");
+        return;
+    };
+    let stream = if xds.connected {
+        "<span class=\"ok\">connected</span>".to_string()
+    } else {
+        let why = xds.last_stream_error.as_deref().map(escape_html).unwrap_or_default();
+        format!("<span class=\"bad\">not connected</span> {why}")
+    };
+    let _ = write!(
+        out,
+        "<dt>source</dt><dd>xDS <code>{}</code> (node <code>{}</code>), {stream}</dd><dt>acked version</dt><dd>{}</dd>",
+        escape_html(&xds.server),
+        escape_html(&xds.node_id),
+        match &xds.acked_version {
+            Some(version) => format!("<code>{}</code>", escape_html(version)),
+            None => "<span class=\"bad\">none: no snapshot yet, nothing is limited</span>".to_string(),
+        }
+    );
+    if !xds.rejected.is_empty() {
+        let names: Vec<String> = xds.rejected.iter().map(|n| escape_html(n)).collect();
+        let _ = write!(
+            out,
+            "<dt>rejected resources</dt><dd><span class=\"bad\">{}</span></dd>",
+            names.join(", ")
+        );
+    }
+    if let Some(nack) = &xds.last_nack {
+        let _ = write!(
+            out,
+            "<dt>last rejection</dt><dd>version <code>{}</code> at {}<pre>{}</pre></dd>",
+            escape_html(&nack.version),
+            utc(nack.at),
+            escape_html(&nack.message)
+        );
+    }
 }
 
 fn store_card(out: &mut String, status: &Status) {

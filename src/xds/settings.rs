@@ -43,7 +43,7 @@ pub struct XdsTls {
 }
 
 /// The peer's reconnect backoff (jpillora/backoff): `XDS_CLIENT_BACKOFF_*`.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct BackoffSettings {
     pub initial: Duration,
     pub max: Duration,

@@ -308,3 +308,27 @@ fn check_against_lists_what_starts_afresh_and_refuses_a_broken_old_config() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--against") && err.contains("fortnight"), "{err}");
 }
+
+#[test]
+fn serve_refuses_policy_files_together_with_the_xds_source() {
+    let serve = |flags: &[&str], vars: &[(&str, &str)]| {
+        let out = tollgate()
+            .args(["serve", "--grpc-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0"])
+            .args(flags)
+            .env_remove("TOLLGATE_CONFIG")
+            .env_remove("CONFIG_TYPE")
+            .envs(vars.iter().copied())
+            .output()
+            .expect("run tollgate");
+        assert!(!out.status.success(), "serve {flags:?} {vars:?} must exit non-zero");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let err = serve(&["--config", "config", "--config-source", "xds"], &[]);
+    assert!(err.contains("--config") && err.contains("choose one"), "{err}");
+    let err = serve(&[], &[("TOLLGATE_CONFIG", "config"), ("CONFIG_TYPE", "GRPC_XDS_SOTW")]);
+    assert!(err.contains("CONFIG_TYPE=GRPC_XDS_SOTW") && err.contains("choose one"), "{err}");
+    let err = serve(&[], &[("CONFIG_TYPE", "GRPC_XDS_SOTW"), ("CONFIG_GRPC_XDS_SERVER_USE_TLS", "yes")]);
+    assert!(err.contains("CONFIG_GRPC_XDS_SERVER_USE_TLS"), "{err}");
+    let err = serve(&[], &[("CONFIG_TYPE", "GRPC_XDS_DELTA")]);
+    assert!(err.contains("CONFIG_TYPE"), "{err}");
+}

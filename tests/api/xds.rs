@@ -48,6 +48,19 @@ fn good(domain: &str, per_minute: u32) -> Any {
 
 /// Tollgate on the xDS source, over mTLS to `server`, verifying the name `xds.test`.
 async fn spawn(server: &ManagementServer, certs: &Certs, force_start: bool) -> TestApp {
+    start(settings(server, certs, force_start)).await
+}
+
+/// The app of `settings`, ready, with a client.
+async fn start(settings: ServeSettings) -> TestApp {
+    let running = tollgate::app::spawn(settings).await.expect("app starts");
+    let client =
+        RateLimitServiceClient::connect(format!("http://{}", running.grpc_addr)).await.expect("connect");
+    TestApp { running: Some(running), client, redis: None, config_dir: tempfile::tempdir().expect("dir") }
+}
+
+/// The settings of [`spawn`].
+fn settings(server: &ManagementServer, certs: &Certs, force_start: bool) -> ServeSettings {
     let mut xds = XdsSettings::new(server.addr.to_string());
     xds.node_id = "envoy-ratelimit".into();
     xds.node_metadata = vec![("cluster".into(), "test".into())];
@@ -58,22 +71,16 @@ async fn spawn(server: &ManagementServer, certs: &Certs, force_start: bool) -> T
         ca: Some(certs.path("ca.crt")),
         san: Some("xds.test".into()),
     });
-    xds.backoff = BackoffSettings {
-        initial: Duration::from_millis(200),
-        max: Duration::from_secs(1),
-        ..Default::default()
-    };
-    xds.connect_retry = Duration::from_millis(100);
+    // The peer's reconnect defaults (10 s after a broken stream, 3 s between dials), as
+    // production runs: the restart below is timed against them.
+    assert_eq!(xds.backoff, BackoffSettings::default());
     xds.force_start = force_start;
     let mut settings = ServeSettings::new(std::path::PathBuf::new());
     settings.xds = Some(xds);
     settings.grpc_addr = "127.0.0.1:0".parse().expect("addr");
     settings.admin_addr = "127.0.0.1:0".parse().expect("addr");
     settings.drain = Duration::ZERO;
-    let running = tollgate::app::spawn(settings).await.expect("app starts");
-    let client =
-        RateLimitServiceClient::connect(format!("http://{}", running.grpc_addr)).await.expect("connect");
-    TestApp { running: Some(running), client, redis: None, config_dir: tempfile::tempdir().expect("dir") }
+    settings
 }
 
 /// How many of `n` requests for `user` in `domain` pass.
@@ -123,18 +130,32 @@ async fn snapshots_apply_a_bad_domain_is_rejected_alone_and_a_restart_keeps_the_
         rlconfig.contains("acked version: 2") && rlconfig.contains("rejected resources: a"),
         "{rlconfig}"
     );
+    let page = app.admin("GET", "/").await.body;
+    assert!(
+        page.contains("<dt>acked version</dt><dd><code>2</code>")
+            && page.contains("<dt>rejected resources</dt><dd><span class=\"bad\">a</span>")
+            && page.contains("<dt>last rejection</dt>"),
+        "the status page shows the source: {page}"
+    );
+    let status = app.admin("GET", "/v1/status").await.body;
+    assert!(status.contains("\"source\":\"xds\"") && status.contains("\"acked_version\":\"2\""), "{status}");
     // No NACK resend loop: the server sent versions 1 and 2, once each.
     assert_eq!(server.responses(), [("1".to_string(), "1".to_string()), ("2".to_string(), "2".to_string())]);
 
     // The server goes away: Tollgate keeps serving version 2's config meanwhile.
     server.stop().await;
+    let broken = std::time::Instant::now();
     let live = app.running.as_ref().expect("running").live.clone();
     assert!(eventually(PATIENCE, || async { !live.xds_state().is_some_and(|s| s.connected) }).await);
     assert_eq!(allowed(&app, "c", "u3", 5).await, 1, "the last good config serves while disconnected");
-    // Back, with a new snapshot (a fixed): Tollgate reconnects and applies it.
+    // Back, with a new snapshot (a fixed): Tollgate reconnects and applies it, the first
+    // retry after the broken stream within 15 s at the peer's defaults (10 s).
     server.set("3", vec![good("a", 4), good("b", 3)]);
     server.restart().await;
     assert!(eventually(PATIENCE, || acked(&app, "3")).await, "reconnected and acknowledged version 3");
+    let reconnected = broken.elapsed();
+    println!("reconnected {} ms after the stream broke", reconnected.as_millis());
+    assert!(reconnected < Duration::from_secs(15), "reconnected only after {reconnected:?}");
     assert_eq!(allowed(&app, "a", "u4", 9).await, 4);
     assert_eq!(allowed(&app, "c", "u4", 5).await, 5, "c was removed: not limited");
     let reconnect =
@@ -173,4 +194,33 @@ async fn force_start_serves_unlimited_until_the_first_snapshot() {
     assert_eq!(metric(&app.metrics().await, "tollgate_xds_waiting_for_first_snapshot"), Some(0.0));
     assert_eq!(app.admin("GET", "/readyz").await.body, "ready\n");
     server.stop().await;
+}
+
+/// Without force start, gRPC waits for the first snapshot; meanwhile the admin server
+/// answers: `/readyz` 503 saying why, the metric of the wait at 1.
+#[tokio::test]
+async fn without_force_start_grpc_waits_for_the_first_snapshot_and_readyz_says_so() {
+    let certs = Certs::new();
+    let server = ManagementServer::start(certs.server.clone()).await;
+    let mut settings = settings(&server, &certs, false);
+    let admin = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+    settings.admin_addr = admin.local_addr().expect("addr");
+    drop(admin);
+    let admin = settings.admin_addr;
+    let starting = tokio::spawn(start(settings));
+    let waiting = eventually(PATIENCE, || async {
+        crate::support::http(admin, "GET", "/readyz")
+            .await
+            .is_ok_and(|r| r.status == 503 && r.body.contains("waiting for the first xDS snapshot"))
+    })
+    .await;
+    assert!(waiting, "/readyz said it waits for the first snapshot");
+    let metrics = crate::support::http(admin, "GET", "/metrics").await.expect("metrics").body;
+    assert_eq!(metric(&metrics, "tollgate_xds_waiting_for_first_snapshot"), Some(1.0), "{metrics}");
+    assert!(!starting.is_finished(), "start-up returned before the first snapshot");
+
+    server.set("1", vec![good("a", 1)]);
+    let app = tokio::time::timeout(PATIENCE, starting).await.expect("started").expect("start-up");
+    assert_eq!(allowed(&app, "a", "u", 3).await, 1, "the first request is limited by the snapshot");
+    assert_eq!(app.admin("GET", "/readyz").await.body, "ready\n");
 }
