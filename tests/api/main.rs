@@ -1,6 +1,8 @@
 //! Integration tests: the whole server over gRPC, on the memory store and on a real Redis.
 
 // Shared helpers: not every test binary uses every helper.
+#[path = "../support/ads/mod.rs"]
+mod ads;
 #[allow(dead_code)]
 #[path = "../support/redis.rs"]
 mod redis_support;

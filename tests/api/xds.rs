@@ -14,11 +14,8 @@ use tollgate::xds::{BackoffSettings, XdsSettings, XdsTls};
 
 use crate::support::{eventually, is_ok, metric, request, TestApp};
 
-mod certs;
-mod server;
-
-use certs::Certs;
-use server::ManagementServer;
+use crate::ads::certs::Certs;
+use crate::ads::server::ManagementServer;
 
 /// Long enough for a loaded CI machine; every wait polls a condition.
 const PATIENCE: Duration = Duration::from_secs(20);
