@@ -7,12 +7,16 @@
 //!   `failure_mode_deny`).
 //! - `shipped`: `envoy/envoy.yaml`, the compose demo and the Dockerfile, without Docker.
 //! - `istio`: the manifests in `envoy/istio/`, without Kubernetes.
+//! - `xds`: policies only over xDS (an ADS server in the test), a new snapshot applied.
 //! - `demo`: `make demo` (`deploy/demo/run.sh`) through Envoy, then Ctrl-C.
 //!
 //! Each end-to-end test starts its own redis-server, Tollgate, upstream and Envoy on free
 //! loopback ports (`harness::topology`) and kills them when it ends. A missing `envoy` or
 //! `redis-server` fails the tests; nothing is skipped.
 
+#[path = "../support/ads/mod.rs"]
+#[allow(dead_code)]
+mod ads;
 #[path = "../support/redis.rs"]
 #[allow(dead_code)]
 mod redis_support;
@@ -28,3 +32,4 @@ mod raw_bytes;
 mod shipped;
 mod skipped_headers;
 mod through_envoy;
+mod xds;

@@ -63,3 +63,12 @@ pub fn with_flags(command: &[String], overrides: &[(&str, String)]) -> Vec<Strin
     }
     out
 }
+
+/// `command` without `flag` and its value.
+pub fn without_flag(command: &[String], flag: &str) -> Vec<String> {
+    let mut out = command.to_vec();
+    if let Some(i) = out.iter().position(|a| a == flag) {
+        out.drain(i..(i + 2).min(out.len()));
+    }
+    out
+}

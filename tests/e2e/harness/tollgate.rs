@@ -17,6 +17,8 @@ pub fn binary() -> &'static str {
 /// A `tollgate serve` child.
 pub struct Tollgate {
     process: Process,
+    /// Its admin address.
+    pub admin: SocketAddr,
 }
 
 impl Tollgate {
@@ -28,7 +30,7 @@ impl Tollgate {
         process.wait_until("ready on /readyz", Duration::from_secs(15), || {
             http::try_get(admin, "/readyz", &[]).is_ok_and(|r| r.status == 200)
         });
-        Tollgate { process }
+        Tollgate { process, admin }
     }
 
     /// Kills the server: from now on Envoy cannot reach it.

@@ -33,6 +33,18 @@ pub struct Changes<'a> {
     pub access_log: Option<&'a str>,
     /// YAML of the edge virtual host's `rate_limits`, replacing the shipped actions.
     pub vhost_rate_limits: Option<&'a str>,
+    /// Policies from this xDS server instead of files (`--config` is dropped).
+    pub xds: Option<XdsSource>,
+}
+
+/// An xDS management server Tollgate reads its policies from, over mTLS.
+#[derive(Debug, Clone)]
+pub struct XdsSource {
+    pub server: SocketAddr,
+    /// `tls.crt`, `tls.key` (Tollgate's client identity) and `ca.crt` (the server's CA).
+    pub certs: PathBuf,
+    /// The name the server's certificate carries.
+    pub san: String,
 }
 
 /// Every process of one end-to-end test. Fields drop (and processes die) top to bottom.
@@ -63,13 +75,13 @@ impl Topology {
 
     /// The demo with any of the `Changes`.
     pub fn start_changed(changes: Changes<'_>) -> Topology {
-        let Changes { mut filter, policies, env, access_log, vhost_rate_limits } = changes;
+        let Changes { mut filter, policies, env, access_log, vhost_rate_limits, xds } = changes;
         let dir = tempfile::tempdir().expect("tempdir");
         let redis = RedisServer::start();
         let upstream = Upstream::start();
         let demo = compose::compose();
         let grpc = free_loopback();
-        let tollgate = start_tollgate(&demo, &redis, grpc, dir.path(), policies, env);
+        let tollgate = start_tollgate(&demo, &redis, grpc, dir.path(), policies, env, xds.as_ref());
         let wiring = Wiring {
             listener: free_loopback(),
             admin: free_loopback(),
@@ -134,6 +146,7 @@ fn start_tollgate(
     dir: &Path,
     extra: &[(&str, &str)],
     env: &[(&str, &str)],
+    xds: Option<&XdsSource>,
 ) -> Tollgate {
     let policies = dir.join("policies");
     std::fs::create_dir(&policies).expect("policy dir");
@@ -158,6 +171,25 @@ fn start_tollgate(
             ("--store-timeout-ms", "500".to_string()),
         ],
     );
+    let args = match xds {
+        None => args,
+        Some(xds) => {
+            let cert = |name: &str| xds.certs.join(name).display().to_string();
+            compose::with_flags(
+                &compose::without_flag(&args, "--config"),
+                &[
+                    ("--config-source", "xds".to_string()),
+                    ("--xds-server", xds.server.to_string()),
+                    ("--xds-node-id", "envoy-ratelimit".to_string()),
+                    ("--xds-tls", "true".to_string()),
+                    ("--xds-client-cert", cert("tls.crt")),
+                    ("--xds-client-key", cert("tls.key")),
+                    ("--xds-ca", cert("ca.crt")),
+                    ("--xds-san", xds.san.clone()),
+                ],
+            )
+        }
+    };
     let env: Vec<(String, String)> = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
     Tollgate::serve(&args, &env, admin, dir)
 }
