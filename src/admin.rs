@@ -48,6 +48,7 @@ impl Admin {
             .route("/v1/usage", get(usage::usage))
             .route("/v1/reset", post(usage::reset))
             .route("/v1/hotkeys", get(hotkeys::hotkeys))
+            .route("/v1/explain", get(explain))
             .with_state(self.clone())
     }
 }
@@ -124,6 +125,24 @@ async fn reload_now(admin: Admin) -> (StatusCode, String) {
 #[derive(Debug, Deserialize)]
 struct Format {
     format: Option<String>,
+}
+
+/// `GET /v1/explain?domain=D&descriptor=k=v,k2=v2[&descriptor=…]`: `tollgate explain`'s
+/// text against the serving config, after where that config comes from (files, or the xDS
+/// server, acknowledged version and last rejection). Names no client: the caller gives the
+/// descriptors, the answer shows only the config (as `/rlconfig` does).
+async fn explain(State(admin): State<Admin>, uri: axum::http::Uri) -> axum::response::Response {
+    let (domain, descriptors) = match query::parse_explain(uri.query()) {
+        Ok(parsed) => parsed,
+        Err(message) => return state::error(StatusCode::BAD_REQUEST, message),
+    };
+    let active = admin.live.load();
+    let source = match admin.live.xds_state() {
+        Some(xds) => xds.text(),
+        None => format!("source: files {}\n", admin.live.path().display()),
+    };
+    let text = crate::explain::explain(&active.snapshot, &domain, &descriptors).to_string();
+    format!("{source}{text}").into_response()
 }
 
 async fn rlconfig(State(admin): State<Admin>, Query(format): Query<Format>) -> axum::response::Response {

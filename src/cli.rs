@@ -61,11 +61,17 @@ pub enum Command {
     Reset(AdminCall),
 }
 
-/// `tollgate explain PATH --domain D --descriptor k=v[,k=v…]...`
+/// `tollgate explain PATH --domain D --descriptor k=v[,k=v…]...`, or `--from ADMIN`
+/// instead of `PATH`: against what a running server serves (files or xDS).
 #[derive(Debug, Args)]
 pub struct Explain {
     /// A policy file or a directory of *.yaml / *.yml files.
-    pub path: PathBuf,
+    #[arg(required_unless_present = "from", conflicts_with = "from")]
+    pub path: Option<PathBuf>,
+    /// Explain against the config a running server serves, from its admin address
+    /// (`host:port`): its source (files, or the xDS server and acknowledged version) first.
+    #[arg(long, value_name = "ADMIN")]
+    pub from: Option<String>,
     /// The request's domain.
     #[arg(long)]
     pub domain: String,

@@ -43,18 +43,26 @@ async fn run(cli: Cli) -> ExitCode {
             }
         }
         Command::Explain(args) => {
-            match tollgate::explain::explain_path(
-                &args.path,
-                &args.load.options(),
-                &args.domain,
-                &args.descriptors,
-            ) {
+            let explained = match (&args.from, &args.path) {
+                (Some(admin), _) => {
+                    tollgate::admin::client::explain(admin, &args.domain, &args.descriptors).await
+                }
+                (None, Some(path)) => tollgate::explain::explain_path(
+                    path,
+                    &args.load.options(),
+                    &args.domain,
+                    &args.descriptors,
+                )
+                .map_err(|errors| errors.to_string()),
+                (None, None) => Err("explain needs a PATH or --from ADMIN".to_string()),
+            };
+            match explained {
                 Ok(text) => {
                     print!("{text}");
                     ExitCode::SUCCESS
                 }
-                Err(errors) => {
-                    eprintln!("{errors}");
+                Err(error) => {
+                    eprintln!("{error}");
                     ExitCode::FAILURE
                 }
             }

@@ -90,6 +90,26 @@ pub async fn call(
     Err(format!("HTTP {status}: {message}"))
 }
 
+/// `tollgate explain --from ADMIN`: `GET /v1/explain` of the server at `admin`, the
+/// explanation against what it serves.
+pub async fn explain(admin: &str, domain: &str, descriptors: &[DescriptorArg]) -> Result<String, String> {
+    let authority = authority(admin)?;
+    let mut target = format!("/v1/explain?domain={}", encode(domain.as_bytes()));
+    for descriptor in descriptors {
+        target.push_str(&format!("&descriptor={}", encode(&descriptor_bytes(&descriptor.0))));
+    }
+    let head = format!("GET {target} HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n\r\n");
+    let raw = tokio::time::timeout(CALL_TIMEOUT, exchange(authority, head.as_bytes()))
+        .await
+        .map_err(|_| format!("{authority}: no answer within {} s", CALL_TIMEOUT.as_secs()))?
+        .map_err(|e| format!("{authority}: {e}"))?;
+    match parse_response(&raw) {
+        Some((200, body)) => Ok(body),
+        Some((status, body)) => Err(format!("HTTP {status}: {}", body.trim())),
+        None => Err(format!("{authority}: malformed HTTP answer")),
+    }
+}
+
 /// `tollgate usage` / `tollgate reset`: prints the server's JSON, or its error and fails.
 pub async fn run(verb: Verb, args: &AdminCall) -> std::process::ExitCode {
     let token = match args.token_file.as_deref().map(read_token).transpose() {

@@ -38,6 +38,35 @@ pub fn parse(raw: Option<&str>) -> Result<Target, String> {
     Ok(Target { domain, entries })
 }
 
+/// Descriptors `/v1/explain` takes in one request, at most (a request's worth).
+pub const MAX_EXPLAINED: usize = 64;
+
+/// The parameters of `/v1/explain`: one `domain` and one or more `descriptor`s (a
+/// request's descriptors, in order), each in `--descriptor` syntax.
+pub fn parse_explain(raw: Option<&str>) -> Result<(String, Vec<DescriptorArg>), String> {
+    let (mut domain, mut descriptors) = (None, Vec::new());
+    for pair in raw.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+        let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+        let value = decode(value)?;
+        match decode(name)?.as_slice() {
+            b"domain" => domain = Some(value),
+            b"descriptor" if descriptors.len() == MAX_EXPLAINED => {
+                return Err(format!("more than {MAX_EXPLAINED} descriptors"));
+            }
+            b"descriptor" => descriptors.push(
+                DescriptorArg::from_str(&as_arg_text(&value)).map_err(|e| format!("bad descriptor: {e}"))?,
+            ),
+            _ => {}
+        }
+    }
+    let domain = domain.filter(|d| !d.is_empty()).ok_or("missing query parameter `domain`")?;
+    if descriptors.is_empty() {
+        return Err("missing query parameter `descriptor` (k=v,k2=v2; repeat it for each descriptor)".into());
+    }
+    // Configured domains are UTF-8: another name explains as unknown, shown escaped.
+    Ok((String::from_utf8_lossy(&domain).into_owned(), descriptors))
+}
+
 /// Percent-decoding to bytes; `+` is a space.
 pub fn decode(text: &str) -> Result<Vec<u8>, String> {
     let bytes = text.as_bytes();
@@ -131,6 +160,20 @@ mod tests {
 
     fn entries(pairs: &[(&[u8], &[u8])]) -> Vec<(Vec<u8>, Vec<u8>)> {
         pairs.iter().map(|(k, v)| (k.to_vec(), v.to_vec())).collect()
+    }
+
+    #[test]
+    fn explain_takes_every_descriptor_in_order_and_a_bounded_number() {
+        let (domain, descriptors) =
+            parse_explain(Some("domain=api&descriptor=user%3Dal&descriptor=ip%3D1%2Cpath%3D%2F"))
+                .expect("ok");
+        assert_eq!(domain, "api");
+        let got: Vec<_> = descriptors.into_iter().map(|d| d.0).collect();
+        assert_eq!(got, [entries(&[(b"user", b"al")]), entries(&[(b"ip", b"1"), (b"path", b"/")])]);
+        assert!(parse_explain(Some("domain=api")).is_err_and(|e| e.contains("descriptor")));
+        assert!(parse_explain(Some("descriptor=a%3Db")).is_err_and(|e| e.contains("domain")));
+        let many = format!("domain=api{}", "&descriptor=a%3Db".repeat(MAX_EXPLAINED + 1));
+        assert!(parse_explain(Some(&many)).is_err_and(|e| e.contains("more than")));
     }
 
     #[test]

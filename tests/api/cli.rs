@@ -332,3 +332,29 @@ fn serve_refuses_policy_files_together_with_the_xds_source() {
     let err = serve(&[], &[("CONFIG_TYPE", "GRPC_XDS_DELTA")]);
     assert!(err.contains("CONFIG_TYPE"), "{err}");
 }
+
+/// `explain --from ADMIN`: the binary asks a running server, which explains against what it
+/// serves (here: files), its source first; a server not listening is a clear error.
+#[tokio::test]
+async fn explain_from_a_running_server_shows_its_source_and_the_walk() {
+    let policy = "domain: api\ndescriptors:\n  - key: user\n    rate_limit: { unit: minute, requests_per_unit: 7 }\n";
+    let app = crate::support::spawn_app(tollgate::app::StoreKind::Memory, &[("api.yaml", policy)]).await;
+    let admin = app.admin_addr().to_string();
+    let run = |admin: String| {
+        tokio::task::spawn_blocking(move || {
+            tollgate()
+                .args(["explain", "--from", &admin, "--domain", "api", "--descriptor", "user=alice"])
+                .output()
+                .expect("run tollgate explain")
+        })
+    };
+    let out = run(admin).await.expect("explain");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.starts_with("source: files ") && stdout.contains("7 per minute"), "{stdout}");
+    drop(app);
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("port").local_addr().expect("addr");
+    let out = run(closed.to_string()).await.expect("explain");
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains(&closed.to_string()));
+}

@@ -127,6 +127,19 @@ async fn snapshots_apply_a_bad_domain_is_rejected_alone_and_a_restart_keeps_the_
         rlconfig.contains("acked version: 2") && rlconfig.contains("rejected resources: a"),
         "{rlconfig}"
     );
+    // `tollgate explain --from`: against what the server serves, its source first.
+    let admin = app.admin_addr().to_string();
+    let descriptor: tollgate::explain::DescriptorArg = "user=u9".parse().expect("descriptor");
+    let explained = tollgate::admin::client::explain(&admin, "b", std::slice::from_ref(&descriptor))
+        .await
+        .expect("explain --from");
+    assert!(
+        explained.starts_with("source: xds")
+            && explained.contains("acked version: 2")
+            && explained.contains("rejected resources: a")
+            && explained.contains("3 per minute"),
+        "{explained}"
+    );
     let page = app.admin("GET", "/").await.body;
     assert!(
         page.contains("<dt>acked version</dt><dd><code>2</code>")
