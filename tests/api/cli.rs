@@ -337,7 +337,8 @@ fn serve_refuses_policy_files_together_with_the_xds_source() {
 /// serves (here: files), its source first; a server not listening is a clear error.
 #[tokio::test]
 async fn explain_from_a_running_server_shows_its_source_and_the_walk() {
-    let policy = "domain: api\ndescriptors:\n  - key: user\n    rate_limit: { unit: minute, requests_per_unit: 7 }\n";
+    let policy =
+        "domain: api\ndescriptors:\n  - key: user\n    rate_limit: { unit: minute, requests_per_unit: 7 }\n";
     let app = crate::support::spawn_app(tollgate::app::StoreKind::Memory, &[("api.yaml", policy)]).await;
     let admin = app.admin_addr().to_string();
     let run = |admin: String| {

@@ -109,6 +109,8 @@ async fn snapshots_apply_a_bad_domain_is_rejected_alone_and_a_restart_keeps_the_
     );
     assert!(node.metadata.expect("metadata").fields.contains_key("cluster"));
     assert_eq!(first.type_url, TYPE_URL);
+    let opened = server.log.lock().unwrap().stream_headers.first().cloned().expect("a stream");
+    assert!(opened.contains(&("x-tenant".to_string(), "t1".to_string())), "extra headers sent: {opened:?}");
 
     // Version 2: a turns bad, b changes, c is new. a keeps version 1; b and c apply.
     server.set("2", vec![resource("a", 9, RateLimitUnit::Unknown), good("b", 3), good("c", 1)]);

@@ -34,6 +34,8 @@ pub struct Log {
     pub requests: Vec<DiscoveryRequest>,
     /// (version, nonce) of every response sent.
     pub responses: Vec<(String, String)>,
+    /// The gRPC metadata each stream was opened with (ASCII entries).
+    pub stream_headers: Vec<Vec<(String, String)>>,
 }
 
 #[derive(Clone)]
@@ -57,6 +59,17 @@ impl AggregatedDiscoveryService for Ads {
         request: Request<Streaming<DiscoveryRequest>>,
     ) -> Result<Response<ResponseStream>, Status> {
         let (tx, rx) = mpsc::channel(16);
+        let headers = request
+            .metadata()
+            .iter()
+            .filter_map(|entry| match entry {
+                tonic::metadata::KeyAndValueRef::Ascii(key, value) => {
+                    Some((key.to_string(), value.to_str().unwrap_or_default().to_owned()))
+                }
+                tonic::metadata::KeyAndValueRef::Binary(..) => None,
+            })
+            .collect();
+        self.log.lock().unwrap().stream_headers.push(headers);
         tokio::spawn(serve_stream(request.into_inner(), tx, self.clone()));
         let stream =
             futures_util::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|r| (r, rx)) });
