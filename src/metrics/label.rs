@@ -5,7 +5,9 @@
 //! into the label: every wildcard or default level of a `detailed_metric` rule, and every
 //! wildcard or default level that sets `value_to_metric` itself (an intermediate level
 //! counts for the rules below it). Its label is `<rule>:<part>.<part>…`, one part per
-//! level, where a part is `<key>_<request value>` on levels that carry the value,
+//! level, where a part is `<key>_<request value>` on levels that carry the value (`<key>`
+//! alone for an empty value under `value_to_metric`, `<key>_` under `detailed_metric`, as
+//! the peer writes them),
 //! `<key>_<pattern>` on `share_threshold` levels (the value never shows there: all
 //! matching values share one bucket), `<key>_<value>` on exact-value levels, the pattern
 //! on other wildcard levels, and `<key>` alone on other default levels. Rules that carry
@@ -83,6 +85,9 @@ pub fn compose_as<'v>(
                 label.push('_');
                 escape_into(&mut label, text.as_bytes(), max);
             }
+            // The peer writes `key` alone for an empty value under `value_to_metric`
+            // (its TestValueToMetric_WithEmptyValue) but `key_` under `detailed_metric`.
+            Part::Request if value.is_empty() && !rule.detailed_metric => {}
             Part::Request => {
                 label.push('_');
                 escape_into(&mut label, value, max);

@@ -136,6 +136,28 @@ fn value_to_metric_levels_carry_their_values_like_the_peer_stat_key() {
 }
 
 #[test]
+fn value_to_metric_writes_the_key_alone_for_an_empty_value_like_the_peer() {
+    // The peer's TestValueToMetric_WithEmptyValue: `domain.route.http_method_GET.subject_id`,
+    // `domain.route_draw.http_method.subject_id`, `domain.route.http_method.subject_id`.
+    let example = rule(
+        false,
+        vec![
+            level("route", None, false, true),
+            level("http_method", None, false, true),
+            level("subject_id", None, false, false),
+        ],
+    );
+    let cases = [
+        (["", "GET", "123"], "r:route.http_method_GET.subject_id"),
+        (["draw", "", "123"], "r:route_draw.http_method.subject_id"),
+        (["", "", "123"], "r:route.http_method.subject_id"),
+    ];
+    for (values, expected) in cases {
+        assert_eq!(label(&example, &values).as_deref(), Some(expected), "{values:?}");
+    }
+}
+
+#[test]
 fn share_threshold_levels_show_their_pattern_never_the_value() {
     let shared = rule(false, vec![level("path", Some("/api/*"), true, true)]);
     assert!(!carries_values(&shared), "nothing from the request: the plain rule label");
