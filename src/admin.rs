@@ -17,7 +17,7 @@ use axum::extract::Query;
 use axum::extract::State;
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::IntoResponse;
-use axum::routing::{get, post};
+use axum::routing::{any, get, post};
 use axum::Router;
 use serde::Deserialize;
 
@@ -50,6 +50,41 @@ impl Admin {
             .route("/v1/hotkeys", get(hotkeys::hotkeys))
             .route("/v1/explain", get(explain))
             .with_state(self.clone())
+    }
+}
+
+impl Admin {
+    /// envoyproxy/ratelimit's health endpoint, as Envoy Gateway's probes use it:
+    /// `/healthcheck` (any method) answers 200 `OK` when `/readyz` would answer 200 (serving,
+    /// and the config allows it: `Live::readiness`), else 500 with an empty body, as the
+    /// peer does. Nothing else is served there.
+    pub fn healthcheck_router(&self) -> Router {
+        Router::new().route("/healthcheck", any(healthcheck)).with_state(self.clone())
+    }
+
+    /// The metrics alone at `path` (the peer's PROMETHEUS_ADDR / PROMETHEUS_PATH); any
+    /// other path is 404.
+    pub fn metrics_router(&self, path: &str) -> Router {
+        let path = path.to_string();
+        let admin = self.clone();
+        Router::new().fallback(move |uri: axum::http::Uri| {
+            let (admin, found) = (admin.clone(), uri.path() == path);
+            async move {
+                if found {
+                    metrics(State(admin)).await.into_response()
+                } else {
+                    StatusCode::NOT_FOUND.into_response()
+                }
+            }
+        })
+    }
+}
+
+/// `/readyz`'s decision in the peer's words: 200 `OK`, or 500 with an empty body.
+async fn healthcheck(State(admin): State<Admin>) -> (StatusCode, &'static str) {
+    match readyz(State(admin)).await {
+        (StatusCode::OK, _) => (StatusCode::OK, "OK"),
+        _ => (StatusCode::INTERNAL_SERVER_ERROR, ""),
     }
 }
 

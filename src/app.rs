@@ -33,7 +33,7 @@ mod store;
 
 /// The gRPC service name health checks ask about (the service's own, re-exported here).
 pub use crate::service::SERVICE_NAME;
-pub use settings::{RedisTopology, ServeSettings, StoreKind, TlsFiles};
+pub use settings::{MetricsListener, RedisTopology, ServeSettings, StoreKind, TlsFiles};
 
 use settings::validate;
 use store::{build_store, warn_unserved_consistency};
@@ -43,6 +43,10 @@ use store::{build_store, warn_unserved_consistency};
 pub struct Running {
     pub grpc_addr: SocketAddr,
     pub admin_addr: SocketAddr,
+    /// Where `/healthcheck` answers (`ServeSettings::healthcheck_addr`), bound.
+    pub healthcheck_addr: Option<SocketAddr>,
+    /// Where the metrics are served alone (`ServeSettings::metrics_listener`), bound.
+    pub metrics_addr: Option<SocketAddr>,
     pub admin: Admin,
     pub live: Arc<Live>,
     pub metrics: Arc<Metrics>,
@@ -134,8 +138,13 @@ pub async fn spawn(settings: ServeSettings) -> anyhow::Result<Running> {
     let admin_listener = TcpListener::bind(settings.admin_addr)
         .await
         .with_context(|| format!("binding admin address {}", settings.admin_addr))?;
+    let healthcheck_listener = bind(settings.healthcheck_addr, "the /healthcheck address").await?;
+    let metrics_listener =
+        bind(settings.metrics_listener.as_ref().map(|m| m.addr), "the metrics address").await?;
     let grpc_addr = grpc_listener.local_addr()?;
     let admin_addr = admin_listener.local_addr()?;
+    let healthcheck_addr = healthcheck_listener.as_ref().map(TcpListener::local_addr).transpose()?;
+    let metrics_addr = metrics_listener.as_ref().map(TcpListener::local_addr).transpose()?;
     let admin = Admin::new(
         live.clone(),
         store.clone(),
@@ -164,9 +173,20 @@ pub async fn spawn(settings: ServeSettings) -> anyhow::Result<Running> {
     let admin_service = admin.router().into_make_service_with_connect_info::<SocketAddr>();
     let admin_server =
         axum::serve(admin_listener, admin_service).with_graceful_shutdown(stopped(signal.clone()));
-    // The admin server first: while the first xDS snapshot is awaited, `/readyz` says so
-    // (503) and `/metrics` and `/rlconfig` show the stream.
+    // The admin server, `/healthcheck` and the metrics first: while the first xDS snapshot
+    // is awaited, `/readyz` says so (503), `/healthcheck` answers 500 as the peer's would,
+    // and `/metrics` and `/rlconfig` show the stream.
     let mut tasks = vec![tokio::spawn(async move { admin_server.await.context("admin server failed") })];
+    if let Some(listener) = healthcheck_listener {
+        let router = admin.healthcheck_router();
+        let server = axum::serve(listener, router).with_graceful_shutdown(stopped(signal.clone()));
+        tasks.push(tokio::spawn(async move { server.await.context("/healthcheck server failed") }));
+    }
+    if let (Some(listener), Some(at)) = (metrics_listener, &settings.metrics_listener) {
+        let router = admin.metrics_router(&at.path);
+        let server = axum::serve(listener, router).with_graceful_shutdown(stopped(signal.clone()));
+        tasks.push(tokio::spawn(async move { server.await.context("metrics server failed") }));
+    }
     if let (Some(xds), Some((task, first))) = (&settings.xds, xds_client) {
         first_snapshot(xds, first).await;
         // Stops with the shutdown signal; a panic there is a bug worth failing the stop for.
@@ -211,10 +231,12 @@ pub async fn spawn(settings: ServeSettings) -> anyhow::Result<Running> {
     warm_up(&store_for_warm_up, &live).await;
     set_health(&health, ServingStatus::Serving).await;
     admin.set_ready(true);
-    tracing::info!(%grpc_addr, %admin_addr, store = ?settings.store, "serving");
+    tracing::info!(%grpc_addr, %admin_addr, ?healthcheck_addr, ?metrics_addr, store = ?settings.store, "serving");
     Ok(Running {
         grpc_addr,
         admin_addr,
+        healthcheck_addr,
+        metrics_addr,
         admin,
         live,
         metrics,
@@ -258,6 +280,13 @@ async fn warm_up(store: &Store, live: &Live) {
 /// allowed its sync deadline — 2.5 s at the defaults.
 pub fn warm_up_wait(interval: Duration) -> Duration {
     interval * 2 + crate::store::approx::sync::sync_deadline(interval) * 2
+}
+
+/// Binds `addr` if there is one.
+async fn bind(addr: Option<SocketAddr>, what: &str) -> anyhow::Result<Option<TcpListener>> {
+    let Some(addr) = addr else { return Ok(None) };
+    let listener = TcpListener::bind(addr).await.with_context(|| format!("binding {what} {addr}"))?;
+    Ok(Some(listener))
 }
 
 /// Runs until `shutdown` resolves, then stops gracefully.

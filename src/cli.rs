@@ -19,7 +19,9 @@ pub mod xds;
 pub use crate::admin::client::AdminCall;
 pub use load::{DefaultAlgorithm, LoadFlags};
 pub use serve::Serve;
-pub use values::{parse_duration, parse_limit_header_names, parse_sentinel, parse_share, SentinelArg};
+pub use values::{
+    parse_duration, parse_limit_header_names, parse_metrics_path, parse_sentinel, parse_share, SentinelArg,
+};
 
 #[derive(Debug, Parser)]
 #[command(name = "tollgate", version, about = "Rate-limit service for Envoy")]

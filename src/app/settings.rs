@@ -59,6 +59,14 @@ pub struct TlsFiles {
     pub client_ca: Option<PathBuf>,
 }
 
+/// A listener that serves the metrics alone (the peer's PROMETHEUS_ADDR / PROMETHEUS_PATH).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MetricsListener {
+    pub addr: SocketAddr,
+    /// Starts with `/`; any other path is 404.
+    pub path: String,
+}
+
 /// Everything `serve` needs, from flags or environment.
 #[derive(Debug, Clone)]
 pub struct ServeSettings {
@@ -88,6 +96,10 @@ pub struct ServeSettings {
     pub memory_max_keys: usize,
     pub grpc_addr: SocketAddr,
     pub admin_addr: SocketAddr,
+    /// Where envoyproxy/ratelimit's `/healthcheck` answers too (its HTTP port), if anywhere.
+    pub healthcheck_addr: Option<SocketAddr>,
+    /// Where the metrics are served alone too, if anywhere.
+    pub metrics_listener: Option<MetricsListener>,
     pub near_limit_ratio: f64,
     pub shadow_mode: bool,
     /// Add x-ratelimit-* / retry-after headers to responses (not with Envoy's own option).
@@ -134,6 +146,8 @@ impl ServeSettings {
             memory_max_keys: 1_000_000,
             grpc_addr: SocketAddr::from(([127, 0, 0, 1], 8081)),
             admin_addr: SocketAddr::from(([127, 0, 0, 1], 9102)),
+            healthcheck_addr: None,
+            metrics_listener: None,
             near_limit_ratio: 0.8,
             shadow_mode: false,
             response_headers: false,

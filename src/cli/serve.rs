@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use clap::Args;
 
-use crate::app::{RedisTopology, ServeSettings, StoreKind, TlsFiles};
+use crate::app::{MetricsListener, RedisTopology, ServeSettings, StoreKind, TlsFiles};
 use crate::metrics::SeriesLimits;
 use crate::service::bounds::Bounds;
 use crate::service::respond::LimitHeaderNames;
@@ -15,7 +15,9 @@ use crate::store::breaker::BreakerSettings;
 use crate::store::RedisSettings;
 
 use super::load::LoadFlags;
-use super::values::{parse_duration, parse_limit_header_names, parse_sentinel, parse_share, SentinelArg};
+use super::values::{
+    parse_duration, parse_limit_header_names, parse_metrics_path, parse_sentinel, parse_share, SentinelArg,
+};
 use super::xds::XdsFlags;
 
 #[derive(Debug, Args)]
@@ -132,6 +134,16 @@ pub struct Serve {
     /// Admin HTTP listen address (health, readiness).
     #[arg(long, env = "TOLLGATE_ADMIN_ADDR", default_value = "127.0.0.1:9102")]
     pub admin_addr: SocketAddr,
+    /// Also answer envoyproxy/ratelimit's health probe here: `/healthcheck`, 200 `OK` while
+    /// ready, else 500.
+    #[arg(long, env = "TOLLGATE_HEALTHCHECK_ADDR")]
+    pub healthcheck_addr: Option<SocketAddr>,
+    /// Also serve the metrics here, at --metrics-path, alone.
+    #[arg(long, env = "TOLLGATE_METRICS_ADDR")]
+    pub metrics_addr: Option<SocketAddr>,
+    /// The path of the metrics on --metrics-addr.
+    #[arg(long, env = "TOLLGATE_METRICS_PATH", default_value = "/metrics", value_parser = parse_metrics_path)]
+    pub metrics_path: String,
     /// Share of a limit consumed above which a decision counts as near_limit.
     #[arg(long, env = "TOLLGATE_NEAR_LIMIT_RATIO", default_value_t = 0.8)]
     pub near_limit_ratio: f64,
@@ -269,6 +281,10 @@ impl Serve {
             memory_max_keys: self.memory_max_keys,
             grpc_addr: self.grpc_addr,
             admin_addr: self.admin_addr,
+            healthcheck_addr: self.healthcheck_addr,
+            metrics_listener: self
+                .metrics_addr
+                .map(|addr| MetricsListener { addr, path: self.metrics_path.clone() }),
             near_limit_ratio: self.near_limit_ratio,
             shadow_mode: self.shadow_mode,
             response_headers: self.response_headers,

@@ -41,6 +41,15 @@ pub fn parse_limit_header_names(s: &str) -> Result<LimitHeaderNames, String> {
     Ok(LimitHeaderNames { limit: limit.into(), remaining: remaining.into(), reset: reset.into() })
 }
 
+/// An HTTP path for `--metrics-path`: starts with `/`.
+pub fn parse_metrics_path(s: &str) -> Result<String, String> {
+    if s.starts_with('/') && !s.contains(['?', '#']) {
+        Ok(s.to_string())
+    } else {
+        Err(format!("expected a path starting with / (e.g. /metrics), got {s:?}"))
+    }
+}
+
 /// A share from 0 to 1 (e.g. `0.5`).
 pub fn parse_share(s: &str) -> Result<f64, String> {
     match s.trim().parse::<f64>() {

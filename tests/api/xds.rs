@@ -7,7 +7,7 @@ use std::time::Duration;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use envoy_types::pb::google::protobuf::Any;
 use prost::Message;
-use tollgate::app::ServeSettings;
+use tollgate::app::{MetricsListener, ServeSettings};
 use tollgate::config::xds::proto::{RateLimitConfig, RateLimitDescriptor, RateLimitPolicy, RateLimitUnit};
 use tollgate::config::xds::TYPE_URL;
 use tollgate::xds::{BackoffSettings, XdsSettings, XdsTls};
@@ -235,4 +235,44 @@ async fn without_force_start_grpc_waits_for_the_first_snapshot_and_readyz_says_s
     let app = tokio::time::timeout(PATIENCE, starting).await.expect("started").expect("start-up");
     assert_eq!(allowed(&app, "a", "u", 3).await, 1, "the first request is limited by the snapshot");
     assert_eq!(app.admin("GET", "/readyz").await.body, "ready\n");
+}
+
+/// envoyproxy/ratelimit's `/healthcheck` (`--healthcheck-addr`) follows `/readyz`: 500 with
+/// an empty body while the first snapshot is awaited, 200 `OK` once it serves. The metrics
+/// listener (`--metrics-addr`) answers meanwhile, at its path only.
+#[tokio::test]
+async fn the_peers_healthcheck_follows_readiness_and_the_metrics_listener_answers_while_waiting() {
+    let certs = Certs::new();
+    let server = ManagementServer::start(certs.server.clone()).await;
+    let mut settings = settings(&server, &certs, false);
+    let free = || {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+        listener.local_addr().expect("addr")
+    };
+    let (health, metrics) = (free(), free());
+    settings.healthcheck_addr = Some(health);
+    settings.metrics_listener = Some(MetricsListener { addr: metrics, path: "/stats/prometheus".into() });
+    let starting = tokio::spawn(start(settings));
+    let failing = eventually(PATIENCE, || async {
+        crate::support::http(health, "GET", "/healthcheck")
+            .await
+            .is_ok_and(|r| r.status == 500 && r.body.is_empty())
+    })
+    .await;
+    assert!(failing, "/healthcheck 500 while waiting for the first snapshot");
+    let scraped = crate::support::http(metrics, "GET", "/stats/prometheus").await.expect("metrics");
+    assert_eq!(
+        metric(&scraped.body, "tollgate_xds_waiting_for_first_snapshot"),
+        Some(1.0),
+        "{}",
+        scraped.body
+    );
+    assert_eq!(crate::support::http(metrics, "GET", "/metrics").await.expect("404").status, 404);
+
+    server.set("1", vec![good("a", 1)]);
+    let app = tokio::time::timeout(PATIENCE, starting).await.expect("started").expect("start-up");
+    let running = app.running.as_ref().expect("running");
+    assert_eq!((running.healthcheck_addr, running.metrics_addr), (Some(health), Some(metrics)));
+    let ok = crate::support::http(health, "POST", "/healthcheck").await.expect("/healthcheck");
+    assert_eq!((ok.status, ok.body.as_str()), (200, "OK"), "any method, as the peer's");
 }
