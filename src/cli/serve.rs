@@ -238,7 +238,12 @@ impl Serve {
     /// The settings the app runs with, the peer's config source variables read from the
     /// environment (`cli::xds`). An explicit `--config` together with xDS is refused.
     pub fn settings(&self) -> Result<ServeSettings, String> {
-        let chosen = self.source.choose(&|name| std::env::var(name).ok())?;
+        self.settings_from(&|name| std::env::var(name).ok())
+    }
+
+    /// [`Serve::settings`] with the peer's variables read through `env` (tests).
+    pub fn settings_from(&self, env: &dyn Fn(&str) -> Option<String>) -> Result<ServeSettings, String> {
+        let chosen = self.source.choose(env)?;
         if chosen.xds.is_some() && self.config.is_some() {
             return Err("--config (TOLLGATE_CONFIG) names policy files, but the config source is xDS \
                         (--config-source xds or CONFIG_TYPE=GRPC_XDS_SOTW): choose one"

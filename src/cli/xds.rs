@@ -99,6 +99,20 @@ pub struct Chosen {
 }
 
 impl XdsFlags {
+    /// Where policies come from: `--config-source`, else `CONFIG_TYPE` (read through `env`;
+    /// empty counts as unset), else files. An unknown `CONFIG_TYPE` is an error.
+    pub fn source(&self, env: &dyn Fn(&str) -> Option<String>) -> Result<ConfigSource, String> {
+        match (self.config_source, env("CONFIG_TYPE").filter(|kind| !kind.is_empty())) {
+            (Some(source), _) => Ok(source),
+            (None, None) => Ok(ConfigSource::Files),
+            (None, Some(kind)) => match kind.as_str() {
+                "FILE" => Ok(ConfigSource::Files),
+                "GRPC_XDS_SOTW" => Ok(ConfigSource::Xds),
+                other => Err(format!("CONFIG_TYPE: {other:?} is neither FILE nor GRPC_XDS_SOTW")),
+            },
+        }
+    }
+
     /// Resolves the flags against the peer's variables, read through `env`.
     pub fn choose(&self, env: &dyn Fn(&str) -> Option<String>) -> Result<Chosen, String> {
         let env = |name: &str| env(name).filter(|value| !value.is_empty());
@@ -120,16 +134,7 @@ impl XdsFlags {
         let path = |flag: &Option<PathBuf>, name: &str| flag.clone().or_else(|| env(name).map(PathBuf::from));
         let ready_needs_domain =
             boolean(self.ready_needs_domain, "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", false)?;
-        let source = match (self.config_source, env("CONFIG_TYPE")) {
-            (Some(source), _) => source,
-            (None, None) => ConfigSource::Files,
-            (None, Some(kind)) => match kind.as_str() {
-                "FILE" => ConfigSource::Files,
-                "GRPC_XDS_SOTW" => ConfigSource::Xds,
-                other => return Err(format!("CONFIG_TYPE: {other:?} is neither FILE nor GRPC_XDS_SOTW")),
-            },
-        };
-        if source == ConfigSource::Files {
+        if self.source(&env)? == ConfigSource::Files {
             return Ok(Chosen { xds: None, ready_needs_domain });
         }
         let server =
@@ -291,6 +296,22 @@ mod tests {
         assert_eq!((xds.node_id.as_str(), xds.server.as_str()), ("mine", "localhost:18000"));
         assert!(choose(&[], &[("CONFIG_TYPE", "GRPC_XDS_DELTA")]).is_err());
         assert!(choose(&[], &[("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", "yes")]).is_err());
+    }
+
+    #[test]
+    fn the_source_is_the_flag_else_config_type_else_files() {
+        let flags = |args: &[&str]| {
+            Flags::try_parse_from(std::iter::once("t").chain(args.iter().copied())).expect("flags").xds
+        };
+        let config_type =
+            |kind: &'static str| move |name: &str| (name == "CONFIG_TYPE").then(|| kind.to_string());
+        assert_eq!(flags(&[]).source(&config_type("GRPC_XDS_SOTW")), Ok(ConfigSource::Xds));
+        assert_eq!(flags(&[]).source(&config_type("")), Ok(ConfigSource::Files), "empty counts as unset");
+        assert_eq!(
+            flags(&["--config-source", "files"]).source(&config_type("GRPC_XDS_SOTW")),
+            Ok(ConfigSource::Files)
+        );
+        assert!(flags(&[]).source(&config_type("CONSUL")).is_err());
     }
 
     #[test]
