@@ -21,6 +21,11 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
 # --- run: glibc + CA certificates (for rediss://), no shell, no package manager ---
 FROM gcr.io/distroless/cc-debian12:nonroot
 COPY --from=build /tollgate /usr/local/bin/tollgate
+# envoyproxy/ratelimit's command: started as `ratelimit`, Tollgate reads the peer's
+# environment (peer mode), so Envoy Gateway's generated Deployment (`/bin/ratelimit`, no
+# arguments) runs it with only the image changed. A copy, not a link: distroless has no
+# shell to make one, and COPY of a lone symlink copies its target anyway.
+COPY --from=build /tollgate /bin/ratelimit
 # The example policies, so the image runs on its own; mount yours over this directory.
 COPY config /etc/tollgate/config
 # distroless' "nonroot" user (65532), also named in envoy/istio/tollgate.yaml.

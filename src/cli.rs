@@ -2,14 +2,17 @@
 //!
 //! Layout: this file holds the command line and its subcommands; `serve` the flags of
 //! `tollgate serve` and the settings they make, `load` the flags every config-loading
-//! subcommand shares, `values` the parsers of flag values. `usage` and `reset` take the
-//! admin client's `AdminCall`.
+//! subcommand shares, `values` the parsers of flag values, `peer` envoyproxy/ratelimit's
+//! environment (peer mode). `usage` and `reset` take the admin client's `AdminCall`.
 
+use std::ffi::OsString;
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::parser::ValueSource;
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 
 mod load;
+pub mod peer;
 mod serve;
 #[cfg(test)]
 mod tests;
@@ -22,6 +25,45 @@ pub use serve::Serve;
 pub use values::{
     parse_duration, parse_limit_header_names, parse_metrics_path, parse_sentinel, parse_share, SentinelArg,
 };
+
+/// The command line, and what peer mode did (`None` outside it).
+#[derive(Debug)]
+pub struct Parsed {
+    pub cli: Cli,
+    pub peer: Option<peer::PeerReport>,
+}
+
+/// Parses `args` (argv[0] first), exiting on a usage error as clap does. Started as
+/// `ratelimit` (envoyproxy/ratelimit's command: `serve` is implied) or with
+/// `serve --peer-env`, applies the peer's environment `env` (`peer`); an invalid peer
+/// variable is an error.
+pub fn parse_from(
+    args: Vec<OsString>,
+    env: impl FnOnce() -> Result<peer::PeerEnv, String>,
+) -> Result<Parsed, String> {
+    let as_peer = peer::is_peer_command(args.first());
+    let args = if as_peer { peer::as_serve(args) } else { args };
+    let matches = Cli::command().get_matches_from(args);
+    let mut cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    let Command::Serve(serve) = &mut cli.command else { return Ok(Parsed { cli, peer: None }) };
+    if !(as_peer || serve.peer_env) {
+        return Ok(Parsed { cli, peer: None });
+    }
+    let serve_matches = matches.subcommand_matches("serve").unwrap_or(&matches);
+    let report = peer::apply(serve, serve_matches, &env()?)?;
+    let log_format_given = [&matches, serve_matches].iter().any(|m| {
+        matches!(m.value_source("log_format"), Some(ValueSource::CommandLine | ValueSource::EnvVariable))
+    });
+    if let (false, Some(json)) = (log_format_given, report.log_json) {
+        cli.log_format = if json { LogFormat::Json } else { LogFormat::Text };
+    }
+    Ok(Parsed { cli, peer: Some(report) })
+}
+
+/// [`parse_from`] with this process's arguments and environment.
+pub fn parse() -> Result<Parsed, String> {
+    parse_from(std::env::args_os().collect(), peer::PeerEnv::from_process)
+}
 
 #[derive(Debug, Parser)]
 #[command(name = "tollgate", version, about = "Rate-limit service for Envoy")]

@@ -2,7 +2,6 @@
 
 use std::process::ExitCode;
 
-use clap::Parser;
 use tollgate::cli::{Cli, Command, LogFormat};
 
 /// mimalloc instead of the system allocator: a request allocates and frees on whichever
@@ -11,8 +10,18 @@ use tollgate::cli::{Cli, Command, LogFormat};
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
-    init_tracing(cli.log_format);
+    let parsed = match tollgate::cli::parse() {
+        Ok(parsed) => parsed,
+        Err(e) => {
+            eprintln!("tollgate: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let cli = parsed.cli;
+    init_tracing(cli.log_format, parsed.peer.as_ref().and_then(|peer| peer.log_filter.as_deref()));
+    if let Some(peer) = &parsed.peer {
+        peer.log();
+    }
     let mut runtime = tokio::runtime::Builder::new_multi_thread();
     if let Command::Serve(serve) = &cli.command {
         if let Some(n) = serve.worker_threads {
@@ -93,9 +102,10 @@ async fn run(cli: Cli) -> ExitCode {
     }
 }
 
-fn init_tracing(format: LogFormat) {
+/// `RUST_LOG`, else the peer's `LOG_LEVEL` (peer mode), else `info`.
+fn init_tracing(format: LogFormat, peer_level: Option<&str>) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(peer_level.unwrap_or("info")));
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let builder =
         tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi);

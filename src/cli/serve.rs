@@ -135,15 +135,22 @@ pub struct Serve {
     #[arg(long, env = "TOLLGATE_ADMIN_ADDR", default_value = "127.0.0.1:9102")]
     pub admin_addr: SocketAddr,
     /// Also answer envoyproxy/ratelimit's health probe here: `/healthcheck`, 200 `OK` while
-    /// ready, else 500.
+    /// ready, else 500 (peer mode: HOST:PORT, default 0.0.0.0:8080).
     #[arg(long, env = "TOLLGATE_HEALTHCHECK_ADDR")]
     pub healthcheck_addr: Option<SocketAddr>,
-    /// Also serve the metrics here, at --metrics-path, alone.
+    /// Also serve the metrics here, at --metrics-path, alone (peer mode, with
+    /// USE_PROMETHEUS: PROMETHEUS_ADDR).
     #[arg(long, env = "TOLLGATE_METRICS_ADDR")]
     pub metrics_addr: Option<SocketAddr>,
-    /// The path of the metrics on --metrics-addr.
+    /// The path of the metrics on --metrics-addr (peer mode: PROMETHEUS_PATH).
     #[arg(long, env = "TOLLGATE_METRICS_PATH", default_value = "/metrics", value_parser = parse_metrics_path)]
     pub metrics_path: String,
+    /// Read envoyproxy/ratelimit's environment (GRPC_PORT, REDIS_URL, USE_PROMETHEUS, …)
+    /// where no flag or TOLLGATE_* variable is given, with its listen addresses (on every
+    /// interface) as defaults; on by itself when started as `ratelimit`. See the README,
+    /// "Use with Envoy Gateway".
+    #[arg(long, env = "TOLLGATE_PEER_ENV")]
+    pub peer_env: bool,
     /// Share of a limit consumed above which a decision counts as near_limit.
     #[arg(long, env = "TOLLGATE_NEAR_LIMIT_RATIO", default_value_t = 0.8)]
     pub near_limit_ratio: f64,
