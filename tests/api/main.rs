@@ -1,6 +1,7 @@
 //! Integration tests: the whole server over gRPC, on the memory store and on a real Redis.
 
 // Shared helpers: not every test binary uses every helper.
+#[allow(dead_code)]
 #[path = "../support/ads/mod.rs"]
 mod ads;
 #[allow(dead_code)]

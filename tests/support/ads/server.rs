@@ -5,6 +5,9 @@
 //! is answered by a resend); the first request on a stream is answered when the snapshot
 //! has resources; otherwise the request waits for the next snapshot. It serves over mTLS
 //! and can be stopped (every stream broken, the port closed) and started again.
+//! `start_as_envoy_gateway` sets its TLS up as Envoy Gateway's ratelimit xDS server does
+//! (TLS 1.3 only, a client certificate required and verified, ALPN `h2`) and records every
+//! handshake.
 
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -19,8 +22,10 @@ use envoy_types::pb::envoy::service::discovery::v3::{
 };
 use envoy_types::pb::google::protobuf::Any;
 use futures_util::Stream;
+use tokio::net::TcpStream;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
+use tokio_rustls::server::TlsStream;
 use tonic::transport::server::TcpIncoming;
 use tonic::transport::{Certificate, Identity, ServerTlsConfig};
 use tonic::{Request, Response, Status, Streaming};
@@ -36,6 +41,11 @@ pub struct Log {
     pub responses: Vec<(String, String)>,
     /// The gRPC metadata each stream was opened with (ASCII entries).
     pub stream_headers: Vec<Vec<(String, String)>>,
+    /// Handshakes accepted by `start_as_envoy_gateway`'s TLS: the protocol version
+    /// (`TLSv1_3`) and whether the client presented a certificate.
+    pub handshakes: Vec<(String, bool)>,
+    /// Handshakes it refused, with why.
+    pub refused_handshakes: Vec<String>,
 }
 
 #[derive(Clone)]
@@ -152,6 +162,70 @@ async fn killed(kill: &mut watch::Receiver<bool>) {
     let _ = kill.wait_for(|k| *k).await;
 }
 
+/// Envoy Gateway's TLS settings for its ratelimit xDS server, in rustls: TLS 1.3 only, a
+/// client certificate required and verified against `client_ca` alone, ALPN `h2`.
+fn envoy_gateway_tls(tls: &ServerTls) -> Arc<rustls::ServerConfig> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut roots = rustls::RootCertStore::empty();
+    for ca in CertificateDer::pem_slice_iter(&tls.client_ca) {
+        roots.add(ca.expect("client CA PEM")).expect("client CA");
+    }
+    let verifier =
+        rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+            .build()
+            .expect("client verifier");
+    let chain: Vec<CertificateDer<'static>> =
+        CertificateDer::pem_slice_iter(&tls.cert).collect::<Result<_, _>>().expect("server certificate PEM");
+    let key = PrivateKeyDer::from_pem_slice(&tls.key).expect("server key PEM");
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .expect("TLS 1.3")
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(chain, key)
+        .expect("server identity");
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    Arc::new(config)
+}
+
+/// The accepted connections of `listener` after the handshake of [`envoy_gateway_tls`],
+/// each handshake recorded in `log`; the listener closes when `kill` flips.
+fn envoy_gateway_incoming(
+    listener: tokio::net::TcpListener,
+    tls: &ServerTls,
+    log: Arc<Mutex<Log>>,
+    mut kill: watch::Receiver<bool>,
+) -> impl Stream<Item = Result<TlsStream<TcpStream>, std::io::Error>> {
+    let acceptor = tokio_rustls::TlsAcceptor::from(envoy_gateway_tls(tls));
+    let (tx, rx) = mpsc::channel::<Result<TlsStream<TcpStream>, std::io::Error>>(16);
+    tokio::spawn(async move {
+        loop {
+            let tcp = tokio::select! {
+                _ = killed(&mut kill) => return,
+                accepted = listener.accept() => match accepted {
+                    Ok((tcp, _)) => tcp,
+                    Err(_) => continue,
+                },
+            };
+            let (acceptor, tx, log) = (acceptor.clone(), tx.clone(), log.clone());
+            tokio::spawn(async move {
+                match acceptor.accept(tcp).await {
+                    Ok(stream) => {
+                        let session = stream.get_ref().1;
+                        let version = session.protocol_version().map_or("none".into(), |v| format!("{v:?}"));
+                        let client_cert = session.peer_certificates().is_some_and(|c| !c.is_empty());
+                        log.lock().unwrap().handshakes.push((version, client_cert));
+                        let _ = tx.send(Ok(stream)).await;
+                    }
+                    Err(e) => log.lock().unwrap().refused_handshakes.push(e.to_string()),
+                }
+            });
+        }
+    });
+    futures_util::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|r| (r, rx)) })
+}
+
 /// PEM files of the server's identity and the CA its clients must chain to.
 #[derive(Clone)]
 pub struct ServerTls {
@@ -166,18 +240,32 @@ pub struct ManagementServer {
     snapshot: watch::Sender<Option<Snapshot>>,
     pub log: Arc<Mutex<Log>>,
     tls: ServerTls,
+    /// TLS as Envoy Gateway's server (`start_as_envoy_gateway`), not tonic's defaults.
+    envoy_gateway_tls: bool,
     running: Option<(watch::Sender<bool>, JoinHandle<()>)>,
 }
 
 impl ManagementServer {
     /// Starts on a free loopback port.
     pub async fn start(tls: ServerTls) -> ManagementServer {
+        ManagementServer::start_with(tls, false).await
+    }
+
+    /// Starts on a free loopback port with the TLS of Envoy Gateway's ratelimit xDS server
+    /// (`internal/crypto/cert_load.go`): TLS 1.3 only, `RequireAndVerifyClientCert` against
+    /// `client_ca` alone, ALPN `h2`. Every handshake is recorded in the log.
+    pub async fn start_as_envoy_gateway(tls: ServerTls) -> ManagementServer {
+        ManagementServer::start_with(tls, true).await
+    }
+
+    async fn start_with(tls: ServerTls, envoy_gateway_tls: bool) -> ManagementServer {
         let (snapshot, _) = watch::channel(None);
         let mut server = ManagementServer {
             addr: SocketAddr::from(([127, 0, 0, 1], 0)),
             snapshot,
             log: Arc::default(),
             tls,
+            envoy_gateway_tls,
             running: None,
         };
         server.listen().await;
@@ -189,20 +277,33 @@ impl ManagementServer {
         self.addr = listener.local_addr().expect("local addr");
         let (kill, killed) = watch::channel(false);
         let ads = Ads { snapshot: self.snapshot.clone(), log: self.log.clone(), kill: killed.clone() };
-        let tls = ServerTlsConfig::new()
-            .identity(Identity::from_pem(&self.tls.cert, &self.tls.key))
-            .client_ca_root(Certificate::from_pem(&self.tls.client_ca));
-        let server = tonic::transport::Server::builder()
-            .tls_config(tls)
-            .expect("server TLS")
-            .add_service(AggregatedDiscoveryServiceServer::new(ads))
-            .serve_with_incoming_shutdown(TcpIncoming::from(listener), async move {
-                let mut killed = killed;
+        let stopped = {
+            let mut killed = killed.clone();
+            async move {
                 let _ = killed.wait_for(|k| *k).await;
-            });
-        let task = tokio::spawn(async move {
-            let _ = server.await;
-        });
+            }
+        };
+        let task = if self.envoy_gateway_tls {
+            let incoming = envoy_gateway_incoming(listener, &self.tls, self.log.clone(), killed);
+            let server = tonic::transport::Server::builder()
+                .add_service(AggregatedDiscoveryServiceServer::new(ads))
+                .serve_with_incoming_shutdown(incoming, stopped);
+            tokio::spawn(async move {
+                let _ = server.await;
+            })
+        } else {
+            let tls = ServerTlsConfig::new()
+                .identity(Identity::from_pem(&self.tls.cert, &self.tls.key))
+                .client_ca_root(Certificate::from_pem(&self.tls.client_ca));
+            let server = tonic::transport::Server::builder()
+                .tls_config(tls)
+                .expect("server TLS")
+                .add_service(AggregatedDiscoveryServiceServer::new(ads))
+                .serve_with_incoming_shutdown(TcpIncoming::from(listener), stopped);
+            tokio::spawn(async move {
+                let _ = server.await;
+            })
+        };
         self.running = Some((kill, task));
     }
 
@@ -232,5 +333,10 @@ impl ManagementServer {
     /// The requests received so far.
     pub fn requests(&self) -> Vec<DiscoveryRequest> {
         self.log.lock().unwrap().requests.clone()
+    }
+
+    /// The handshakes accepted so far (`start_as_envoy_gateway`): version, client certificate.
+    pub fn handshakes(&self) -> Vec<(String, bool)> {
+        self.log.lock().unwrap().handshakes.clone()
     }
 }
