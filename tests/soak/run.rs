@@ -48,7 +48,7 @@ pub struct RunLog {
     /// `(key, count)` of every `soak_count` bucket, read from Redis once its epoch ended.
     pub counts: Vec<(String, u64)>,
     /// When each epoch's counts were read (µs since the Unix epoch).
-    pub count_reads: std::collections::HashMap<u64, u64>,
+    pub count_reads: std::collections::HashMap<u64, CountRead>,
     /// Each instance's stderr.
     pub logs: Vec<String>,
     pub instances: usize,
@@ -155,6 +155,17 @@ pub fn run(plan: Plan) -> RunLog {
     }
 }
 
+/// When one epoch's counts were read (µs since the Unix epoch): the read was sent at
+/// `started` and answered by `done`. Redis ran it in between, so a charge answered before
+/// `started` is in it, and a data-losing fault that began before `done` may have emptied
+/// it (found by the soak: a read sent during a freeze, its connection's SYN dropped by the
+/// full accept queue, answered 12 s later, after Redis was killed and restarted empty).
+#[derive(Debug, Clone, Copy)]
+pub struct CountRead {
+    pub started: u64,
+    pub done: u64,
+}
+
 /// Reads the counts of each `soak_count` epoch from `first` on, 1.5 s after it ended (its
 /// calls answered or timed out), until `stop`; then every epoch begun. Reading during the
 /// run keeps an epoch comparable when Redis loses data later. The counts, when each epoch
@@ -164,7 +175,7 @@ fn read_epochs(
     start: u64,
     stop: &AtomicBool,
     first: u64,
-) -> (Vec<(String, u64)>, std::collections::HashMap<u64, u64>, u64) {
+) -> (Vec<(String, u64)>, std::collections::HashMap<u64, CountRead>, u64) {
     let (mut counts, mut reads, mut next) = (Vec::new(), std::collections::HashMap::new(), first);
     loop {
         let stopping = stop.load(Ordering::SeqCst);
@@ -172,9 +183,9 @@ fn read_epochs(
         while start + (next + 1) * epoch_us + 1_500_000 <= now_us()
             || (stopping && start + next * epoch_us <= now_us())
         {
-            let read_at = now_us();
+            let started = now_us();
             counts.extend(view.counts(&format!("cnt-e{next}-")));
-            reads.insert(next, read_at);
+            reads.insert(next, CountRead { started, done: now_us() });
             next += 1;
         }
         if stopping {
