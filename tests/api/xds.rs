@@ -6,9 +6,8 @@ use std::time::Duration;
 
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use envoy_types::pb::google::protobuf::Any;
-use prost::Message;
 use tollgate::app::{MetricsListener, ServeSettings};
-use tollgate::config::xds::proto::{RateLimitConfig, RateLimitDescriptor, RateLimitPolicy, RateLimitUnit};
+use tollgate::config::xds::proto::RateLimitUnit;
 use tollgate::config::xds::TYPE_URL;
 use tollgate::xds::{BackoffSettings, XdsSettings, XdsTls};
 
@@ -23,20 +22,7 @@ const PATIENCE: Duration = Duration::from_secs(20);
 /// A `RateLimitConfig` named and with domain `domain`: `user` limited to `per_minute`/minute;
 /// `unit` UNKNOWN makes it invalid.
 fn resource(domain: &str, per_minute: u32, unit: RateLimitUnit) -> Any {
-    let config = RateLimitConfig {
-        name: domain.into(),
-        domain: domain.into(),
-        descriptors: vec![RateLimitDescriptor {
-            key: "user".into(),
-            rate_limit: Some(RateLimitPolicy {
-                unit: unit as i32,
-                requests_per_unit: per_minute,
-                ..Default::default()
-            }),
-            ..Default::default()
-        }],
-    };
-    Any { type_url: TYPE_URL.into(), value: config.encode_to_vec() }
+    crate::ads::resource(domain, "user", per_minute, unit)
 }
 
 fn good(domain: &str, per_minute: u32) -> Any {

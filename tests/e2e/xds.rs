@@ -6,9 +6,7 @@
 use std::time::{Duration, Instant};
 
 use envoy_types::pb::google::protobuf::Any;
-use prost::Message;
-use tollgate::config::xds::proto::{RateLimitConfig, RateLimitDescriptor, RateLimitPolicy, RateLimitUnit};
-use tollgate::config::xds::TYPE_URL;
+use tollgate::config::xds::proto::RateLimitUnit;
 
 use crate::ads::certs::Certs;
 use crate::ads::server::ManagementServer;
@@ -23,20 +21,7 @@ const ACTIONS: &str = "
 
 /// The `edge` domain: `api_key` limited to `per_minute` a minute.
 fn edge_domain(per_minute: u32) -> Any {
-    let config = RateLimitConfig {
-        name: "edge".into(),
-        domain: "edge".into(),
-        descriptors: vec![RateLimitDescriptor {
-            key: "api_key".into(),
-            rate_limit: Some(RateLimitPolicy {
-                unit: RateLimitUnit::Minute as i32,
-                requests_per_unit: per_minute,
-                ..Default::default()
-            }),
-            ..Default::default()
-        }],
-    };
-    Any { type_url: TYPE_URL.into(), value: config.encode_to_vec() }
+    crate::ads::resource("edge", "api_key", per_minute, RateLimitUnit::Minute)
 }
 
 /// The status codes of `n` requests with `x-api-key: key`.

@@ -9,8 +9,7 @@ use std::time::Duration;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use envoy_types::pb::google::protobuf::Any;
-use prost::Message;
-use tollgate::config::xds::proto::{RateLimitConfig, RateLimitDescriptor, RateLimitPolicy, RateLimitUnit};
+use tollgate::config::xds::proto::RateLimitUnit;
 use tollgate::config::xds::TYPE_URL;
 use tonic::transport::Channel;
 
@@ -62,20 +61,7 @@ const DEBUG: u16 = 6070;
 /// A `RateLimitConfig` as Envoy Gateway's translator emits one (`name` = `domain`): `user`
 /// limited to `per_minute` a minute.
 fn policy(domain: &str, per_minute: u32) -> Any {
-    let config = RateLimitConfig {
-        name: domain.into(),
-        domain: domain.into(),
-        descriptors: vec![RateLimitDescriptor {
-            key: "user".into(),
-            rate_limit: Some(RateLimitPolicy {
-                unit: RateLimitUnit::Minute as i32,
-                requests_per_unit: per_minute,
-                ..Default::default()
-            }),
-            ..Default::default()
-        }],
-    };
-    Any { type_url: TYPE_URL.into(), value: config.encode_to_vec() }
+    crate::ads::resource(domain, "user", per_minute, RateLimitUnit::Minute)
 }
 
 /// Fails with a clear message if a fixed port this test needs is taken.

@@ -4,3 +4,26 @@
 
 pub mod certs;
 pub mod server;
+
+use envoy_types::pb::google::protobuf::Any;
+use prost::Message;
+use tollgate::config::xds::proto::{RateLimitConfig, RateLimitDescriptor, RateLimitPolicy, RateLimitUnit};
+
+/// A `RateLimitConfig` as Envoy Gateway's translator emits one (`name` = `domain`): `key`
+/// limited to `requests` per `unit` (`RateLimitUnit::Unknown` makes it invalid).
+pub fn resource(domain: &str, key: &str, requests: u32, unit: RateLimitUnit) -> Any {
+    let config = RateLimitConfig {
+        name: domain.into(),
+        domain: domain.into(),
+        descriptors: vec![RateLimitDescriptor {
+            key: key.into(),
+            rate_limit: Some(RateLimitPolicy {
+                unit: unit as i32,
+                requests_per_unit: requests,
+                ..Default::default()
+            }),
+            ..Default::default()
+        }],
+    };
+    Any { type_url: tollgate::config::xds::TYPE_URL.into(), value: config.encode_to_vec() }
+}
