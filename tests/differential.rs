@@ -215,13 +215,35 @@ fn run_case(
             hits,
             stored
         );
-        if let Some((State::Gcra { tat, rem }, _)) = stored {
-            let value: Option<String> = redis::cmd("GET")
-                .arg(key)
-                .query(con)
-                .map_err(|e| TestCaseError::fail(format!("step {i}: GET failed: {e}")))?;
-            let expected = if rem == 0 { tat.to_string() } else { format!("{tat}:{rem}") };
-            prop_assert_eq!(value, Some(expected), "step {} stored state", i);
+        // What is stored, and when it expires, is Rust's too (not only the replies): a
+        // script that skips a write it may skip (a window's start and expiry unchanged)
+        // must leave exactly what a full write would have.
+        let fail =
+            |what: &str, e: redis::RedisError| TestCaseError::fail(format!("step {i}: {what} failed: {e}"));
+        match stored {
+            Some((State::Gcra { tat, rem }, _)) => {
+                let value: Option<String> =
+                    redis::cmd("GET").arg(key).query(con).map_err(|e| fail("GET", e))?;
+                let expected = if rem == 0 { tat.to_string() } else { format!("{tat}:{rem}") };
+                prop_assert_eq!(value, Some(expected), "step {} stored state", i);
+            }
+            Some((State::Window { start, current, previous }, _)) => {
+                let value: Vec<Option<String>> = redis::cmd("HMGET")
+                    .arg(key)
+                    .arg(&["s", "c", "p"])
+                    .query(con)
+                    .map_err(|e| fail("HMGET", e))?;
+                let expected = [start, current, previous].map(|x| Some(x.to_string())).to_vec();
+                prop_assert_eq!(value, expected, "step {} stored window", i);
+            }
+            None => {}
+        }
+        if let Some((_, expires_at)) = stored {
+            let at: i64 =
+                redis::cmd("PEXPIRETIME").arg(key).query(con).map_err(|e| fail("PEXPIRETIME", e))?;
+            // The scripts saturate the expiry at MAX_VALUE (the year 2255); Rust's may pass it.
+            let expected = expires_at.min(MAX_VALUE).div_ceil(1000).max(1);
+            prop_assert_eq!(at, as_i64(expected), "step {} expiry (ms) of {}", i, expires_at);
         }
     }
     Ok(())

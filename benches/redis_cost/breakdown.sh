@@ -28,7 +28,7 @@ return 1"
 BODY[gcra]="$(cat_lua prelude.lua algorithm/gcra.lua gcra.lua)"
 BODY[sliding_window]="$(cat_lua prelude.lua algorithm/window.lua algorithm/sliding_window.lua sliding_window.lua)"
 BODY[fixed_window]="$(cat_lua prelude.lua algorithm/window.lua algorithm/fixed_window.lua fixed_window.lua)"
-ORDER="return1 get time set_pxat hmget hset_pexpireat format3 prelude prelude_gcra_defs prelude_window_defs gcra sliding_window fixed_window"
+ORDER=${ORDER:-"return1 get time set_pxat hmget hset_pexpireat format3 prelude prelude_gcra_defs prelude_window_defs gcra sliding_window fixed_window"}
 cpu() { redis-cli -p $PORT info cpu | awk -F: '/^used_cpu_(user|sys):/{s+=$2} END{printf "%.6f", s}'; }
 printf "%-22s %12s %14s\n" variant "us/call" "cpu_us/call"
 for v in $ORDER; do

@@ -95,6 +95,6 @@ end
 
 -- Each key's final state, once; a window over a key read as GCRA replaces the string.
 for k, write in pairs(writes) do
-  put(KEYS[k], write, read[k] == 'g')
+  put(KEYS[k], write, read[k] == 'g', stored[k])
 end
 return replies

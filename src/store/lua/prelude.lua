@@ -13,12 +13,15 @@
 -- at, MAX = 2^53 - 1, exactly as the Rust side does (algorithm::MAX_VALUE): every number
 -- below is then an exact integer and the answers match Rust bit for bit.
 local MAX = 9007199254740991
+-- Below this an integer prints exactly with tostring ('%.14g'), without string.format.
+local PLAIN = 100000000000000
+local floor, tonumber, tostring, format = math.floor, tonumber, tostring, string.format
 
 -- A non-negative integer <= MAX from an argument or a stored string (garbage -> 0).
 local function int(v)
   local x = tonumber(v)
   if x == nil or x ~= x or x < 0 then return 0 end
-  x = math.floor(x)
+  x = floor(x)
   if x > MAX then return MAX end
   return x
 end
@@ -35,9 +38,12 @@ local function mul(a, b)
   return s
 end
 
--- floor(a / b) for 0 <= a <= MAX, 1 <= b <= MAX: the double quotient may be one off.
+-- floor(a / b) for 0 <= a <= MAX, 1 <= b <= MAX. For a < 2^53 the rounded double quotient
+-- never reaches the next integer (its distance to it, >= 1/b, is more than half an ulp),
+-- so floor is exact; the correction covers anything larger.
 local function div(a, b)
-  local q = math.floor(a / b)
+  local q = floor(a / b)
+  if a <= MAX then return q end
   if q * b > a then return q - 1 end
   if (q + 1) * b <= a then return q + 1 end
   return q
@@ -45,12 +51,13 @@ end
 
 -- floor(a * b / c) and (a * b) % c, exactly, for 0 <= a, b <= MAX and 1 <= c <= MAX; the
 -- quotient saturates at MAX (the remainder stays exact), as algorithm::mul_div_rem.
--- When a * b fits below 2^53 it is formed directly; otherwise (it can reach 2^106) this is
--- long multiplication over the bits of a, the running product kept as q * c + r, 0 <= r < c.
+-- When a * b fits below 2^53 it is formed directly (a true product above MAX rounds to at
+-- least 2^53, so the test is exact); otherwise (it can reach 2^106) this is long
+-- multiplication over the bits of a, the running product kept as q * c + r, 0 <= r < c.
 local function muldiv(a, b, c)
-  if a == 0 or b <= div(MAX, a) then
-    local p = a * b
-    local q = div(p, c)
+  local p = a * b
+  if p <= MAX then
+    local q = floor(p / c)
     return q, p - q * c
   end
   local bq = div(b, c)
@@ -83,14 +90,15 @@ local function clock(fake)
   return int(t[1]) * 1000000 + int(t[2])
 end
 
--- An integer as a plain decimal string (tostring would give 1e+15).
+-- An integer as a plain decimal string (tostring would give 1e+15 from 10^14 on).
 local function str(x)
-  return string.format('%.0f', x)
+  if x < PLAIN then return tostring(x) end
+  return format('%.0f', x)
 end
 
 -- A µs instant as the ms instant PXAT/PEXPIREAT want, rounded up, at least 1.
 local function ms_ceil(us)
-  local ms = div(us, 1000)
+  local ms = floor(us / 1000)
   if ms * 1000 < us then ms = ms + 1 end
   if ms < 1 then return 1 end
   return ms
@@ -112,16 +120,19 @@ local function read_state(key, kind)
   end
   local v = redis.call('GET', key)
   if not v then return nil end
-  local t, r = string.match(v, '^(%d+):(%d+)$')
-  if not t then t, r = string.match(v, '^(%d+)$'), 0 end
-  if t then return {kind = 'g', t = int(t), r = int(r)} end
-  return nil
+  -- "<t>" or "<t>:<r>", digits only: one match.
+  local t, colon, r = string.match(v, '^(%d+)(:?)(%d*)$')
+  if not t or (colon == '') ~= (r == '') then return nil end
+  return {kind = 'g', t = int(t), r = int(r)}
 end
 
 -- Writes what an algorithm decided for key (its second result): nil nothing, false delete
 -- the key, else {state = <decoded>, at = <expiry, ms>}. replaces: the key was read as GCRA
--- and a window is written over it (never in practice): the string goes first.
-local function put(key, write, replaces)
+-- and a window is written over it (never in practice): the string goes first. was: the
+-- state read from the key (nil if none): a window still in the window it was stored in
+-- keeps its start, its previous count and its expiry (both follow from the start), so
+-- only its count is written.
+local function put(key, write, replaces, was)
   if write == nil then return end
   if not write then
     redis.call('DEL', key)
@@ -132,6 +143,8 @@ local function put(key, write, replaces)
     local value = str(s.t)
     if s.r > 0 then value = value .. ':' .. str(s.r) end
     redis.call('SET', key, value, 'PXAT', str(write.at))
+  elseif not replaces and was and was.kind == 'w' and was.s == s.s and was.p == s.p then
+    redis.call('HSET', key, 'c', str(s.c))
   else
     if replaces then redis.call('DEL', key) end
     redis.call('HSET', key, 's', str(s.s), 'c', str(s.c), 'p', str(s.p))
@@ -156,7 +169,8 @@ local function single(run, kind)
   local n = int(ARGV[5])
   local now = clock(ARGV[6])
   if mode > 2 then return redis.error_reply(BAD_MODE) end
-  local reply, write = run(read_state(key, kind), now, limit, unit, burst, mode, n)
-  put(key, write, false)
+  local st = read_state(key, kind)
+  local reply, write = run(st, now, limit, unit, burst, mode, n)
+  put(key, write, false, st)
   return reply
 end

@@ -8,26 +8,22 @@
 -- >= 1.
 
 -- Fixed window, epoch-aligned as envoyproxy/ratelimit, but a denial consumes nothing
--- (src/algorithm/fixed_window.rs). The hash's p is always 0.
+-- (src/algorithm/fixed_window.rs). The hash's p is always 0. No closure is built per call.
 local function fixed(st, now, limit, unit, burst, mode, n)
   local ws, left, count = window_at(st, now, unit, false)
-  -- An allowed reply for a window holding c.
-  local function describe(c)
+  local c
+  if mode == 0 then
+    if count + n > limit then return {0, 0, left} end
+    c = count + n
+  elseif mode == 1 then
+    if count >= limit then return {0, 0, left} end
     local reset = 0
-    if c > 0 then reset = left end
-    return {1, math.max(limit - c, 0), reset}
+    if count > 0 then reset = left end
+    return {1, math.max(limit - count, 0), reset}
+  else
+    c = math.max(count - n, 0)
   end
   -- Allowed, leaving c in the window: store it, or drop an empty window.
-  local function charge(c)
-    if c == 0 then return describe(c), false end
-    return describe(c), {state = {kind = 'w', s = ws, c = c, p = 0}, at = window_expiry(ws, unit, false)}
-  end
-  if mode == 0 then
-    if count + n <= limit then return charge(count + n) end
-    return {0, 0, left}
-  elseif mode == 1 then
-    if count < limit then return describe(count) end
-    return {0, 0, left}
-  end
-  return charge(math.max(count - n, 0))
+  if c == 0 then return {1, limit, 0}, false end
+  return {1, math.max(limit - c, 0), left}, {state = {kind = 'w', s = ws, c = c, p = 0}, at = window_expiry(ws, unit, false)}
 end
