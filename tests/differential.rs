@@ -21,6 +21,9 @@ mod redis_support;
 #[path = "differential/joint.rs"]
 mod joint;
 
+#[path = "differential/batch.rs"]
+mod batch;
+
 use std::cell::{Cell, RefCell};
 use std::time::{SystemTime, UNIX_EPOCH};
 

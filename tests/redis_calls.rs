@@ -1,5 +1,8 @@
-//! Counts what Tollgate asks Redis: one `EVALSHA` per charged descriptor, one round trip per
-//! request, and a flood on one over-limit key answered locally (Redis calls stay flat).
+//! Counts what Tollgate asks Redis: at most one script call (`EVALSHA`) and one round trip
+//! per request, whatever its descriptors; fewer calls than requests when requests queue
+//! behind calls in flight (batching, `store::redis::batch`); one `EVALSHA` per descriptor
+//! with `--no-batch`; and a flood on one over-limit key answered locally (Redis calls stay
+//! flat).
 //!
 //! Calls are counted by Redis (`INFO commandstats`, `cmdstat_evalsha:calls=`, read over a
 //! connection of the test's own: only Tollgate sends `EVALSHA`). Round trips are counted by
@@ -41,6 +44,8 @@ descriptors:
     rate_limit: { unit: hour, requests_per_unit: 5 }
   - key: fixed
     rate_limit: { unit: hour, requests_per_unit: 3, algorithm: fixed_window }
+  - key: once
+    rate_limit: { unit: hour, requests_per_unit: 1 }
 "#;
 
 struct App {
@@ -53,6 +58,11 @@ struct App {
 }
 
 async fn spawn() -> App {
+    spawn_with(|_| {}).await
+}
+
+/// As [`spawn`], with the settings changed by `tweak` first.
+async fn spawn_with(tweak: impl FnOnce(&mut ServeSettings)) -> App {
     let config = tempfile::tempdir().expect("tempdir");
     std::fs::write(config.path().join("calls.yaml"), POLICY).expect("write policy");
     let redis = RedisServer::start();
@@ -66,6 +76,7 @@ async fn spawn() -> App {
     settings.admin_addr = "127.0.0.1:0".parse().expect("addr");
     settings.drain = Duration::ZERO;
     settings.watch_config = false;
+    tweak(&mut settings);
     let running = tollgate::app::spawn(settings).await.expect("app starts");
     let client =
         RateLimitServiceClient::connect(format!("http://{}", running.grpc_addr)).await.expect("connect");
@@ -121,10 +132,13 @@ fn field(info: &str, prefix: &str) -> Option<u64> {
     line[prefix.len()..].split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()
 }
 
-/// Sends a few requests first: the flood tests count from a store already in use.
+/// Sends a few requests first, of one descriptor and of two (each script loaded): the
+/// counts start from a store already in use.
 async fn warm_up(app: &App) {
     for i in 0..4 {
         let response = app.check(request("user", &["warm", &format!("w{i}")])).await;
+        assert_eq!(response.overall_code, Code::Ok as i32);
+        let response = app.check(request("user", &[&format!("w{i}")])).await;
         assert_eq!(response.overall_code, Code::Ok as i32);
     }
 }
@@ -152,7 +166,7 @@ fn assert_front_counts_round_trips(app: &mut App) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn one_evalsha_per_descriptor_and_one_round_trip_per_request() {
+async fn one_script_call_and_one_round_trip_per_request() {
     let mut app = spawn().await;
     warm_up(&app).await;
     assert_front_counts_round_trips(&mut app);
@@ -161,25 +175,97 @@ async fn one_evalsha_per_descriptor_and_one_round_trip_per_request() {
     let noise = Noise::start(&app);
     for descriptors in [1usize, 4, 16] {
         let n = 50;
-        let before = app.counters();
-        for i in 0..n {
-            let values: Vec<String> = (0..descriptors).map(|d| format!("u{i}-{d}")).collect();
-            let values: Vec<&str> = values.iter().map(String::as_str).collect();
-            let response = app.check(request("user", &values)).await;
-            assert_eq!(response.overall_code, Code::Ok as i32);
-            assert_eq!(response.statuses.len(), descriptors);
-        }
-        let after = app.counters();
-        assert_eq!(after.evalsha - before.evalsha, (n * descriptors) as u64, "one EVALSHA per descriptor");
-        assert_eq!(after.eval, before.eval, "scripts were loaded: no EVAL");
+        let counted = count_requests(&mut app, n, descriptors).await;
+        // A request sent alone is one call: its algorithm's script for one descriptor,
+        // `batch.lua` for several.
+        assert_eq!(counted.evalsha, n as u64, "{descriptors} descriptors: one script call per request");
+        assert_eq!(counted.eval, 0, "scripts were loaded: no EVAL");
         // Per-descriptor round trips would be n * descriptors.
-        let round_trips = after.round_trips - before.round_trips;
         assert_eq!(
-            round_trips, n as u64,
-            "{descriptors} descriptors: {round_trips} round trips for {n} requests"
+            counted.round_trips, n as u64,
+            "{descriptors} descriptors: {} round trips for {n} requests",
+            counted.round_trips
         );
     }
     assert!(noise.stop() > 0, "the other clients ran during the count");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_batching_one_evalsha_per_descriptor_still_one_round_trip() {
+    let mut app = spawn_with(|s| s.redis.batch = false).await;
+    warm_up(&app).await;
+    for descriptors in [1usize, 4, 16] {
+        let n = 30;
+        let counted = count_requests(&mut app, n, descriptors).await;
+        assert_eq!(counted.evalsha, (n * descriptors) as u64, "--no-batch: one EVALSHA per descriptor");
+        assert_eq!(counted.eval, 0, "scripts were loaded: no EVAL");
+        assert_eq!(counted.round_trips, n as u64, "{descriptors} descriptors: one pipeline per request");
+    }
+}
+
+/// Sends `n` requests of `descriptors` fresh descriptors one at a time (each allowed); what
+/// the counters moved by.
+async fn count_requests(app: &mut App, n: usize, descriptors: usize) -> Counters {
+    let before = app.counters();
+    for i in 0..n {
+        let values: Vec<String> = (0..descriptors).map(|d| format!("u{i}-{d}-of-{descriptors}")).collect();
+        let values: Vec<&str> = values.iter().map(String::as_str).collect();
+        let response = app.check(request("user", &values)).await;
+        assert_eq!(response.overall_code, Code::Ok as i32);
+        assert_eq!(response.statuses.len(), descriptors);
+    }
+    let after = app.counters();
+    Counters {
+        evalsha: after.evalsha - before.evalsha,
+        eval: after.eval - before.eval,
+        round_trips: after.round_trips - before.round_trips,
+    }
+}
+
+/// Requests that find every lane busy (Redis held by a busy script, so the first calls are
+/// in flight for its length) queue, and go together when a lane frees: far fewer calls
+/// than requests, and every bucket charged exactly once (limit 1: a second charge of any
+/// would be denied).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_queued_behind_calls_in_flight_share_one_call() {
+    let mut app = spawn_with(|s| s.redis.connections = 1).await;
+    warm_up(&app).await;
+    let before = app.counters();
+    let sleeper = app.redis.url();
+    let sleep = std::thread::spawn(move || {
+        let mut con = redis::Client::open(sleeper).expect("url").get_connection().expect("connect");
+        // A script runs alone: Redis answers nothing else for its 0.5 s.
+        let busy = "local t = redis.call('TIME') local until_us = t[1] * 1000000 + t[2] + 500000 \
+                    repeat t = redis.call('TIME') until t[1] * 1000000 + t[2] >= until_us return 1";
+        let _: i64 = redis::cmd("EVAL").arg(busy).arg(0).query(&mut con).expect("busy script");
+    });
+    // Redis is busy once a PING gets no answer in 50 ms.
+    let mut probe = app.redis.client();
+    probe.set_read_timeout(Some(Duration::from_millis(50))).expect("read timeout");
+    while redis::cmd("PING").query::<String>(&mut probe).is_ok() {}
+    let requests = 48;
+    let mut tasks = Vec::new();
+    for i in 0..requests {
+        let client = app.client.clone();
+        let r = request("once", &[&format!("b{i}"), &format!("b{i}-2")]);
+        tasks.push(tokio::spawn(async move {
+            client.clone().should_rate_limit(r).await.expect("grpc").into_inner()
+        }));
+    }
+    for task in tasks {
+        let response = task.await.expect("task");
+        assert_eq!(response.overall_code, Code::Ok as i32, "each bucket's first and only charge passes");
+    }
+    sleep.join().expect("sleeper");
+    let calls = app.counters().evalsha - before.evalsha;
+    // Two lanes (one connection): two requests go at once, the rest queue; each lane's next
+    // call takes up to 64 charges (32 requests of two).
+    assert!((2..=6).contains(&calls), "{calls} script calls for {requests} queued requests");
+    // Exactly once: a second request on any bucket is denied.
+    for i in [0, requests / 2, requests - 1] {
+        let again = request("once", &[&format!("b{i}")]);
+        assert_eq!(app.check(again).await.overall_code, Code::OverLimit as i32, "b{i} was charged once");
+    }
 }
 
 /// Unrelated clients: each round opens a connection through the front and one straight to

@@ -74,6 +74,7 @@ fn build_redis(settings: &ServeSettings) -> anyhow::Result<Store> {
                 master_url: Some(settings.redis.url.clone()),
                 ca_file,
                 link,
+                batch: settings.redis.batch,
             };
             Store::Sentinel(
                 Guarded::new(

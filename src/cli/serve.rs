@@ -95,6 +95,10 @@ pub struct Serve {
     /// same bucket is in flight (see README, "Coalescing").
     #[arg(long, env = "TOLLGATE_NO_COALESCE")]
     pub no_coalesce: bool,
+    /// Do not batch: every request sends its own script calls (one per group of its
+    /// charges), even while calls from this instance are in flight (see README, "Batching").
+    #[arg(long, env = "TOLLGATE_NO_BATCH")]
+    pub no_batch: bool,
     /// Tokio worker threads serving gRPC, admin and store I/O (default: one per core).
     #[arg(long, env = "TOLLGATE_WORKER_THREADS", value_parser = clap::value_parser!(u16).range(1..))]
     pub worker_threads: Option<u16>,
@@ -282,6 +286,7 @@ impl Serve {
                 reply_timeout: self.redis_reply_timeout_ms.map(Duration::from_millis),
                 max_inflight: self.redis_max_inflight as usize,
                 coalesce: !self.no_coalesce,
+                batch: !self.no_batch,
             },
             redis_topology: self.redis_topology(),
             redis_key_prefix: self.redis_key_prefix.clone(),

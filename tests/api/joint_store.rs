@@ -13,7 +13,13 @@ use crate::redis_support::RedisServer;
 const YEAR_US: u64 = 365 * 86_400_000_000;
 
 fn store_on(server: &RedisServer) -> Store {
-    let redis = RedisStore::new(&RedisSettings::new(server.url()), Duration::from_secs(2)).expect("store");
+    store_with(server, true)
+}
+
+/// A store on `server`, batching requests or not (`--no-batch`).
+fn store_with(server: &RedisServer, batch: bool) -> Store {
+    let settings = RedisSettings { batch, ..RedisSettings::new(server.url()) };
+    let redis = RedisStore::new(&settings, Duration::from_secs(2)).expect("store");
     Store::Redis(Guarded::new(redis, None))
 }
 
@@ -69,9 +75,33 @@ async fn a_group_with_one_member_over_its_limit_charges_none() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_joint_group_is_one_script_call_of_the_pipeline() {
+async fn a_request_with_a_joint_group_is_one_script_call() {
     let server = RedisServer::start();
     let store = store_on(&server);
+    let batch = [
+        charge("tg:a", Algorithm::Gcra, 5, Hits::Consume(1)),
+        charge("tg:b", Algorithm::Gcra, 5, Hits::Consume(1)),
+        charge("tg:a", Algorithm::Gcra, 5, Hits::Consume(1)),
+        charge("tg:c", Algorithm::Gcra, 5, Hits::Consume(1)),
+    ];
+    charge_groups(&store, &batch, vec![3, 4]).await;
+    assert_eq!(server.cli(&["CONFIG", "RESETSTAT"]), "OK");
+    let decisions = charge_groups(&store, &batch, vec![3, 4]).await;
+    assert_eq!(decisions.iter().map(|d| d.remaining).collect::<Vec<_>>(), [2, 3, 1, 3]);
+    assert_eq!(calls(&server, "evalsha"), 1, "a group of three and a group of one: one batch.lua call");
+
+    assert_eq!(server.cli(&["SCRIPT", "FLUSH"]), "OK");
+    let decisions = charge_groups(&store, &batch, vec![3, 4]).await;
+    // "tg:a" has one hit left: its second member is denied, so the group charges nothing.
+    assert_eq!(decisions.iter().map(|d| d.remaining).collect::<Vec<_>>(), [1, 3, 0, 2], "{decisions:?}");
+    assert_eq!(decisions.iter().map(|d| d.allowed).collect::<Vec<_>>(), [true, true, false, true]);
+    assert_eq!((calls(&server, "evalsha"), calls(&server, "eval")), (2, 1), "NOSCRIPT: once more with EVAL");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_batching_a_joint_group_is_one_script_call_of_the_pipeline() {
+    let server = RedisServer::start();
+    let store = store_with(&server, false);
     let batch = [
         charge("tg:a", Algorithm::Gcra, 5, Hits::Consume(1)),
         charge("tg:b", Algorithm::Gcra, 5, Hits::Consume(1)),
@@ -97,7 +127,7 @@ async fn a_joint_group_is_one_script_call_of_the_pipeline() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn each_charge_alone_is_the_single_scripts() {
+async fn each_charge_alone_is_decided_alone() {
     let server = RedisServer::start();
     let store = store_on(&server);
     let batch = [

@@ -81,6 +81,7 @@ async fn sentinel_coalesces_one_key_exactly() {
         master_url: None,
         ca_file: None,
         link: link(),
+        batch: true,
     };
     let client = SentinelStore::new(&settings).expect("sentinel store");
     let store = Arc::new(Store::Sentinel(Guarded::new(client, None).coalescing(Some(DEFAULT_MAX_INFLIGHT))));

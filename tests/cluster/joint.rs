@@ -117,6 +117,7 @@ async fn sentinel_groups_charge_all_or_nothing() {
         master_url: None,
         ca_file: None,
         link: link(),
+        batch: true,
     };
     let store = Store::Sentinel(Guarded::new(SentinelStore::new(&settings).expect("sentinel store"), None));
     let group = || {

@@ -70,6 +70,7 @@ async fn a_sentinel_reset_deletes_on_the_master() {
         master_url: None,
         ca_file: None,
         link: link(),
+        batch: true,
     };
     let store = Store::Sentinel(Guarded::new(SentinelStore::new(&settings).expect("sentinel store"), None));
     let keys: Vec<String> = (0..3).map(|i| format!("tg:reset-test:{i}")).collect();

@@ -21,7 +21,7 @@ use super::{arb_hits, arb_params, arb_tick, as_i64, real_now_us, Tick, DAY_US};
 
 type Case = (Vec<Params>, u64, Vec<(Tick, Vec<(usize, Hits)>)>);
 
-fn arb_algorithm() -> impl Strategy<Value = Algorithm> {
+pub(crate) fn arb_algorithm() -> impl Strategy<Value = Algorithm> {
     prop_oneof![Just(Algorithm::Gcra), Just(Algorithm::SlidingWindow), Just(Algorithm::FixedWindow)]
 }
 
@@ -86,7 +86,11 @@ fn eval_joint(
 }
 
 /// What Redis must hold for a Rust state.
-fn stored_in_redis(con: &mut redis::Connection, key: &str, state: State) -> Result<(), TestCaseError> {
+pub(crate) fn stored_in_redis(
+    con: &mut redis::Connection,
+    key: &str,
+    state: State,
+) -> Result<(), TestCaseError> {
     let fail = |e: redis::RedisError| TestCaseError::fail(format!("reading {key}: {e}"));
     match state {
         State::Gcra { tat, rem } => {

@@ -66,8 +66,7 @@ for i = 1, #KEYS do
     elseif same then
       redis.call('HSET', key, 'c', str(current), 'p', str(previous))
     else
-      local state = {kind = 'w', s = ws, c = current, p = previous}
-      put(key, {state = state, at = window_expiry(ws, unit, sliding)}, false)
+      put(key, {kind = 'w', s = ws, c = current, p = previous, at = window_expiry(ws, unit, sliding)}, false)
     end
   end
   out[#out + 1] = ws

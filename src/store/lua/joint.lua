@@ -72,13 +72,13 @@ local replies, passed = {}, true
 for i, member in ipairs(members) do
   local k = member.key
   local run = member.algorithm.run
-  local reply, write = run(scratch[k], now, member.limit, member.unit, member.burst, member.mode, member.n)
+  local allowed, remaining, reset, write = run(scratch[k], now, member.limit, member.unit, member.burst, member.mode, member.n)
   if write ~= nil then
     writes[k] = write
-    scratch[k] = write and write.state or nil
+    scratch[k] = write or nil
   end
-  if reply[1] == 0 then passed = false end
-  replies[i] = reply
+  if allowed == 0 then passed = false end
+  replies[i] = {allowed, remaining, reset}
 end
 
 if not passed and not each then
@@ -86,8 +86,8 @@ if not passed and not each then
   for i, member in ipairs(members) do
     if replies[i][1] == 1 then
       local run = member.algorithm.run
-      local peek = run(stored[member.key], now, member.limit, member.unit, member.burst, 1, 0)
-      replies[i] = {1, peek[2], peek[3]}
+      local _, remaining, reset = run(stored[member.key], now, member.limit, member.unit, member.burst, 1, 0)
+      replies[i] = {1, remaining, reset}
     end
   end
   return replies

@@ -110,15 +110,13 @@ end
 -- stored as the string "<t>:<r>", or "<t>" when r is 0) or {kind = 'w', s, c, p} (both
 -- windows: the hash {s = window start µs, c = count, p = previous window's count}).
 
--- The state under key as an algorithm of kind ('g' or 'w') stores it. Anything unreadable
--- is no state.
-local function read_state(key, kind)
+-- A state decoded from what a read of kind ('g': GET, 'w': HMGET s c p) returned.
+-- Anything unreadable is no state.
+local function decode(kind, v)
   if kind == 'w' then
-    local v = redis.call('HMGET', key, 's', 'c', 'p')
     if v[1] then return {kind = 'w', s = int(v[1]), c = int(v[2]), p = int(v[3])} end
     return nil
   end
-  local v = redis.call('GET', key)
   if not v then return nil end
   -- "<t>" or "<t>:<r>", digits only: one match.
   local t, colon, r = string.match(v, '^(%d+)(:?)(%d*)$')
@@ -126,8 +124,14 @@ local function read_state(key, kind)
   return {kind = 'g', t = int(t), r = int(r)}
 end
 
--- Writes what an algorithm decided for key (its second result): nil nothing, false delete
--- the key, else {state = <decoded>, at = <expiry, ms>}. replaces: the key was read as GCRA
+-- The state under key as an algorithm of kind ('g' or 'w') stores it.
+local function read_state(key, kind)
+  if kind == 'w' then return decode(kind, redis.call('HMGET', key, 's', 'c', 'p')) end
+  return decode(kind, redis.call('GET', key))
+end
+
+-- Writes what an algorithm decided for key (its last result): nil nothing, false delete
+-- the key, else the decoded state to store with its expiry (ms) as `at`. replaces: the key was read as GCRA
 -- and a window is written over it (never in practice): the string goes first. was: the
 -- state read from the key (nil if none): a window still in the window it was stored in
 -- keeps its start, its previous count and its expiry (both follow from the start), so
@@ -138,17 +142,17 @@ local function put(key, write, replaces, was)
     redis.call('DEL', key)
     return
   end
-  local s = write.state
+  local s = write
   if s.kind == 'g' then
     local value = str(s.t)
     if s.r > 0 then value = value .. ':' .. str(s.r) end
-    redis.call('SET', key, value, 'PXAT', str(write.at))
+    redis.call('SET', key, value, 'PXAT', str(s.at))
   elseif not replaces and was and was.kind == 'w' and was.s == s.s and was.p == s.p then
     redis.call('HSET', key, 'c', str(s.c))
   else
     if replaces then redis.call('DEL', key) end
     redis.call('HSET', key, 's', str(s.s), 'c', str(s.c), 'p', str(s.p))
-    redis.call('PEXPIREAT', key, str(write.at))
+    redis.call('PEXPIREAT', key, str(s.at))
   end
 end
 
@@ -170,7 +174,7 @@ local function single(run, kind)
   local now = clock(ARGV[6])
   if mode > 2 then return redis.error_reply(BAD_MODE) end
   local st = read_state(key, kind)
-  local reply, write = run(st, now, limit, unit, burst, mode, n)
+  local allowed, remaining, reset, write = run(st, now, limit, unit, burst, mode, n)
   put(key, write, false, st)
-  return reply
+  return {allowed, remaining, reset}
 end

@@ -12,8 +12,10 @@
 //! What they share: `settings` (what a store is built from), `connect` (URLs, connecting,
 //! redaction), `server` (one server's connections, scripts and health: the single node's
 //! and the Sentinel master's), `health`. From the bottom up: `reply`, `link`, `connect`,
-//! `settings`, `health`, `slots`, `server`, then the topologies.
+//! `settings`, `health`, `slots`, `batch` (requests batched into one call), `server`,
+//! then the topologies.
 
+mod batch;
 pub mod cluster;
 pub mod connect;
 mod health;
@@ -30,5 +32,7 @@ pub use self::connect::{
     address, connect_to, connection_info, host_port, node_url, redact_url, with_address,
 };
 pub use self::health::Health;
-pub use self::settings::{RedisSettings, DEFAULT_COALESCE, DEFAULT_MAX_INFLIGHT, MIN_REPLY_TIMEOUT};
+pub use self::settings::{
+    RedisSettings, DEFAULT_BATCH, DEFAULT_COALESCE, DEFAULT_MAX_INFLIGHT, MIN_REPLY_TIMEOUT,
+};
 pub use self::single::RedisStore;

@@ -8,16 +8,18 @@
 //! script may have run). Deadlines are the caller's. What a reply or a client error means
 //! (`NOSCRIPT`, `READONLY`, transport) is `redis::reply`'s, below this module and the link.
 //!
-//! A pipeline entry is one script call: a single charge (its algorithm's script) or a
-//! *part* — charges of one joint group on one slot — sent as one `joint.lua` call, whose
-//! reply holds one decision per member. Groups of one always take the single scripts.
+//! A pipeline entry is one script call: a single charge (its algorithm's script), a *part*
+//! — charges of one joint group on one slot — sent as one `joint.lua` call, whose reply
+//! holds one decision per member, or a batch (`redis::batch`): every group of several
+//! requests as one `batch.lua` call, whose reply holds three entries per charge.
 
+use std::collections::HashMap;
 use std::sync::LazyLock;
 
 use redis::{Cmd, Pipeline, ServerErrorKind, Value};
 use tokio::time::Instant;
 
-use crate::algorithm::{Algorithm, Decision, Hits};
+use crate::algorithm::{Algorithm, Decision, Hits, Params};
 
 use super::super::charge::{Charge, Groups, StoreError};
 use super::link::Link;
@@ -44,6 +46,15 @@ pub const JOINT_LUA: &str = lua!(
     "algorithm/sliding_window.lua",
     "algorithm/fixed_window.lua",
     "joint.lua"
+);
+/// The charges of several requests for one server in one call (see `redis::batch`,
+/// `lua/README.md`): every algorithm, joint and independent groups side by side.
+pub const BATCH_LUA: &str = lua!(
+    "algorithm/gcra.lua",
+    "algorithm/window.lua",
+    "algorithm/sliding_window.lua",
+    "algorithm/fixed_window.lua",
+    "batch.lua"
 );
 /// Approximate mode's sync of many buckets (see `approx::sync`, `lua/approx.lua`).
 pub static APPROX_LUA: LazyLock<Script> =
@@ -80,13 +91,15 @@ impl Script {
     }
 }
 
-/// The three algorithm scripts and the joint one (see `lua/README.md` for their contract).
+/// The three algorithm scripts, the joint one and the batch one (see `lua/README.md` for
+/// their contract).
 #[derive(Debug)]
 pub struct Scripts {
     gcra: Script,
     sliding: Script,
     fixed: Script,
     joint: Script,
+    batch: Script,
 }
 
 impl Default for Scripts {
@@ -103,6 +116,7 @@ impl Scripts {
             sliding: Script::new(SLIDING_LUA),
             fixed: Script::new(FIXED_LUA),
             joint: Script::new(JOINT_LUA),
+            batch: Script::new(BATCH_LUA),
         }
     }
 
@@ -177,6 +191,91 @@ impl Scripts {
         }
         cmd
     }
+}
+
+impl Scripts {
+    /// `EVALSHA <sha> <k> <key>… '' <r> (<algorithm> <limit> <unit_us> <burst>)×r
+    /// (<kind> <m> (<key index> <rule index> <mode> <n>)×m)…`: every group of every rider
+    /// (a request's charges and how they are grouped), in order, as one `batch.lua` call;
+    /// the keys and the rules (algorithm and numbers) once each, by first use. A rider's
+    /// groups of one and coalesced groups are independent (`e`), its other groups joint
+    /// (`j`). The reply holds one entry per charge, riders in order ([`parse_batch`]).
+    pub fn batch<'a>(&self, riders: &[(&'a [Charge], &Groups)], call: Call) -> Cmd {
+        let (name, body) = match call {
+            Call::Sha => ("EVALSHA", self.batch.sha.as_str()),
+            Call::Source => ("EVAL", self.batch.source),
+        };
+        let mut keys: Vec<&'a str> = Vec::new();
+        let mut key_index: HashMap<&'a str, usize> = HashMap::new();
+        let mut rules: Vec<&'a Params> = Vec::new();
+        let mut rule_index: HashMap<&'a Params, usize> = HashMap::new();
+        let mut members: Vec<u64> = Vec::new();
+        let mut layout: Vec<(&str, usize)> = Vec::new();
+        for &(charges, groups) in riders {
+            for range in groups.ranges(charges.len()) {
+                let kind = if range.len() == 1 || groups.is_coalesced() { "e" } else { "j" };
+                layout.push((kind, range.len()));
+                for charge in &charges[range] {
+                    let k = *key_index.entry(&charge.key).or_insert_with(|| {
+                        keys.push(&charge.key);
+                        keys.len()
+                    });
+                    let r = *rule_index.entry(&charge.params).or_insert_with(|| {
+                        rules.push(&charge.params);
+                        rules.len()
+                    });
+                    let (mode, n) = mode(charge.hits);
+                    members.extend([k as u64, r as u64, u64::from(mode), n]);
+                }
+            }
+        }
+        let mut cmd = redis::cmd(name);
+        cmd.arg(body).arg(keys.len());
+        for key in &keys {
+            cmd.arg(*key);
+        }
+        // No test clock: the server's TIME.
+        cmd.arg("").arg(rules.len());
+        for p in rules {
+            cmd.arg(p.algorithm.as_str()).arg(p.limit).arg(p.unit_us).arg(p.burst);
+        }
+        let mut members = members.chunks_exact(4);
+        for (kind, m) in layout {
+            cmd.arg(kind).arg(m);
+            for member in members.by_ref().take(m) {
+                cmd.arg(member);
+            }
+        }
+        cmd
+    }
+}
+
+/// The reply of a `batch.lua` call of `charges` charges — three entries per charge
+/// (`allowed`, `remaining`, `reset_us`, or an error and two zeros: its group failed) — as
+/// one result per charge, in order. A failed call, or a reply of the wrong shape, is every
+/// charge's error.
+pub fn parse_batch(reply: Result<Value, StoreError>, charges: usize) -> Vec<Result<Decision, StoreError>> {
+    let items = match reply {
+        Ok(Value::Array(items)) if items.len() == 3 * charges => items,
+        Ok(Value::Array(items)) => {
+            let e =
+                StoreError::Server(format!("batch reply of {} entries for {charges} charges", items.len()));
+            return vec![Err(e); charges];
+        }
+        Ok(other) => {
+            return vec![parse(other).and(Err(StoreError::Server("unexpected batch reply".into()))); charges]
+        }
+        Err(e) => return vec![Err(e); charges],
+    };
+    let mut items = items.into_iter();
+    let mut results = Vec::with_capacity(charges);
+    while let (Some(allowed), Some(remaining), Some(reset_us)) = (items.next(), items.next(), items.next()) {
+        results.push(match allowed {
+            Value::ServerError(_) => parse(allowed),
+            allowed => parse(Value::Array(vec![allowed, remaining, reset_us])),
+        });
+    }
+    results
 }
 
 /// The script's `mode` and `n` for `hits`.

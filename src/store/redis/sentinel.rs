@@ -3,9 +3,9 @@
 //!
 //! Every connection of the lifecycle (`link`) is made to the address the sentinels give at
 //! that moment (the first sentinel that answers), with the credentials, database and TLS
-//! mode of `--redis-url`. Every request is one pipeline of `EVALSHA` (a joint group is one
-//! `joint.lua` entry), with the usual single `EVAL` retry of `NOSCRIPT` entries, by the
-//! request's deadline.
+//! mode of `--redis-url`. Requests are charged as on a single node (`server`: batched
+//! script calls, or with `--no-batch` one pipeline of `EVALSHA` per request), with the
+//! usual single `EVAL` retry of `NOSCRIPT` entries, by each request's deadline.
 //!
 //! After a failover the old master may be gone (its connections close or fall silent: the
 //! lifecycle replaces them), a replica (`READONLY`: taken out for good), or — for the
@@ -46,6 +46,8 @@ pub struct SentinelSettings {
     pub ca_file: Option<PathBuf>,
     /// How connections to the master are kept.
     pub link: LinkSettings,
+    /// Requests queued for the master go together (`redis::batch`); false: `--no-batch`.
+    pub batch: bool,
 }
 
 impl fmt::Debug for SentinelSettings {
@@ -55,6 +57,7 @@ impl fmt::Debug for SentinelSettings {
             .field("sentinels", &self.sentinels.iter().map(|s| redact_url(s)).collect::<Vec<_>>())
             .field("master_url", &self.master_url.as_deref().map(redact_url))
             .field("link", &self.link)
+            .field("batch", &self.batch)
             .finish()
     }
 }
@@ -87,8 +90,14 @@ impl SentinelStore {
         let shown: Vec<String> = urls.iter().map(|u| redact_url(u)).collect();
         let description = format!("{} via {}", settings.master, shown.join(","));
         let sync_connect = connect_to_master(template, urls.clone(), settings.master.clone());
-        let server =
-            Server::new(settings.link, description.clone(), description.clone(), connect, sync_connect);
+        let server = Server::new(
+            settings.link,
+            description.clone(),
+            description.clone(),
+            connect,
+            sync_connect,
+            settings.batch,
+        );
         Ok(SentinelStore {
             server,
             master: settings.master.clone(),
@@ -209,7 +218,7 @@ async fn ask_sentinels(
 impl Remote for SentinelStore {
     async fn charge(&self, batch: &[Charge], groups: &Groups, deadline: Instant) -> Charged {
         self.watch();
-        self.server.charge_groups(batch, groups, deadline).await.into()
+        self.server.charge_groups(batch, groups, deadline).await
     }
 
     fn renew(&self) {
@@ -235,6 +244,7 @@ mod tests {
             master_url: Some("redis://:m4ster@h:6379".into()),
             ca_file: None,
             link: crate::store::redis::RedisSettings::new("redis://h").link(Duration::from_millis(10)),
+            batch: true,
         };
         let shown = format!("{s:?}");
         assert!(

@@ -9,9 +9,9 @@ use std::sync::Arc;
 use redis::{Pipeline, Value};
 use tokio::time::Instant;
 
-use crate::algorithm::Decision;
-
 use super::super::charge::{Charge, Groups, StoreError};
+use super::super::remote::Charged;
+use super::batch::{Batcher, LANES_PER_CONNECTION};
 use super::health::Health;
 use super::link::{Connect, Link, LinkSettings, Replaced};
 use super::reply::deleted;
@@ -21,26 +21,44 @@ pub(super) struct Server {
     /// Shared with a watcher that renews it (Sentinel's), which holds it weakly.
     link: Arc<Link>,
     sync_link: Arc<Link>,
-    scripts: Scripts,
-    health: Health,
+    scripts: Arc<Scripts>,
+    health: Arc<Health>,
+    /// `None`: `--no-batch`.
+    batcher: Option<Arc<Batcher>>,
 }
 
 impl Server {
     /// A server whose connections are named `name` in logs, reached through `connect`
     /// (charges) and `sync_connect` (the sync's connection); its health is reported as
-    /// `shown`. Neither may hold a password. Connects lazily.
+    /// `shown`. Neither may hold a password. Connects lazily. `batch`: requests queued for
+    /// a lane go together (see `batch`); false: `--no-batch`.
     pub(super) fn new(
         settings: LinkSettings,
         name: String,
         shown: String,
         connect: Connect,
         sync_connect: Connect,
+        batch: bool,
     ) -> Server {
+        let link = Arc::new(Link::new(settings, name.clone(), connect));
+        let scripts = Arc::new(Scripts::new());
+        let health = Arc::new(Health::new(shown));
+        let batcher = batch.then(|| {
+            let lanes = settings.connections * LANES_PER_CONNECTION;
+            Arc::new(Batcher::new(
+                link.clone(),
+                scripts.clone(),
+                health.clone(),
+                lanes,
+                settings.max_inflight,
+            ))
+        });
         Server {
             sync_link: Arc::new(Link::new(settings.for_sync(), format!("{name} (sync)"), sync_connect)),
-            link: Arc::new(Link::new(settings, name, connect)),
-            scripts: Scripts::new(),
-            health: Health::new(shown),
+            link,
+            scripts,
+            health,
+            batcher,
         }
     }
 
@@ -54,6 +72,16 @@ impl Server {
         &self.sync_link
     }
 
+    /// Charges queued for a lane now (0 with `--no-batch`).
+    pub(super) fn queued(&self) -> usize {
+        self.batcher.as_ref().map_or(0, |b| b.queued())
+    }
+
+    /// Lanes carrying a call now (0 with `--no-batch`).
+    pub(super) fn lanes_in_use(&self) -> usize {
+        self.batcher.as_ref().map_or(0, |b| b.lanes_in_use())
+    }
+
     /// Whether the last call reached the server.
     pub(super) fn is_healthy(&self) -> bool {
         self.health.is_up()
@@ -64,18 +92,22 @@ impl Server {
         self.link.replaced() + self.sync_link.replaced()
     }
 
-    /// Charges a batch whose `groups` stand or fall together: one pipeline entry per group
-    /// (a joint group is one `joint.lua` call), one round trip (two if some scripts were
-    /// missing), by `deadline`.
+    /// Charges a batch whose `groups` stand or fall together, by `deadline`: batched with
+    /// other requests' (`batch`: one script call), or with `--no-batch` one pipeline entry
+    /// per group (a joint group is one `joint.lua` call). One round trip (two if some
+    /// scripts were missing), or a wait for a lane first.
     pub(super) async fn charge_groups(
         &self,
         batch: &[Charge],
         groups: &Groups,
         deadline: Instant,
-    ) -> Vec<Result<Decision, StoreError>> {
+    ) -> Charged {
+        if let Some(batcher) = &self.batcher {
+            return batcher.charge(batch, groups, deadline).await;
+        }
         let results = charge_groups_pipelined(&self.link, &self.scripts, batch, groups, deadline).await;
         self.health.record(&results);
-        results
+        results.into()
     }
 
     /// One `DEL` with every key (an operator's reset).

@@ -13,6 +13,9 @@ use super::link::LinkSettings;
 pub const DEFAULT_MAX_INFLIGHT: usize = 4096;
 /// Whether charges coalesce by default (see `store::coalesce`, `--no-coalesce`).
 pub const DEFAULT_COALESCE: bool = true;
+/// Whether requests queued for a server are batched by default (see `redis::batch`,
+/// `--no-batch`).
+pub const DEFAULT_BATCH: bool = true;
 /// The shortest silence that replaces a connection, whatever the store timeout.
 pub const MIN_REPLY_TIMEOUT: Duration = Duration::from_millis(100);
 
@@ -33,6 +36,8 @@ pub struct RedisSettings {
     pub max_inflight: usize,
     /// Per-key coalescing (`store::coalesce`); false: `--no-coalesce`.
     pub coalesce: bool,
+    /// Batching across requests (`redis::batch`); false: `--no-batch`.
+    pub batch: bool,
 }
 
 impl RedisSettings {
@@ -46,6 +51,7 @@ impl RedisSettings {
             reply_timeout: None,
             max_inflight: DEFAULT_MAX_INFLIGHT,
             coalesce: DEFAULT_COALESCE,
+            batch: DEFAULT_BATCH,
         }
     }
 
@@ -69,6 +75,7 @@ impl fmt::Debug for RedisSettings {
             .field("reply_timeout", &self.reply_timeout)
             .field("max_inflight", &self.max_inflight)
             .field("coalesce", &self.coalesce)
+            .field("batch", &self.batch)
             .finish()
     }
 }

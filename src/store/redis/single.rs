@@ -1,10 +1,12 @@
-//! The single-node Redis store: every charge of one request in one pipeline of `EVALSHA`
-//! on one of a few shared connections (`link`) to a fixed address — a server, a proxy, or
-//! a cloud "primary endpoint" whose address stays while the node behind it changes.
+//! The single-node Redis store: every charge of one request in one script call — with the
+//! charges of other requests queued behind calls in flight (`batch`), or, with
+//! `--no-batch`, one pipeline of `EVALSHA` per request — on one of a few shared connections
+//! (`link`) to a fixed address: a server, a proxy, or a cloud "primary endpoint" whose
+//! address stays while the node behind it changes.
 //!
 //! Scripts are called by SHA (`scripts`); `NOSCRIPT` entries are sent again once with
-//! `EVAL`. A joint group (`Groups`) is one entry of that pipeline: one `joint.lua` call that
-//! charges all of its buckets or none, atomically (a script runs alone on the server).
+//! `EVAL`. A joint group (`Groups`) is decided by one script call, all of its buckets or
+//! none, atomically (a script runs alone on the server).
 //! Nothing else is re-sent: after a timeout or a failed connection the script may have run, and a second send would charge the bucket twice. A connection the server
 //! closed is replaced before a request uses it (the lifecycle watches disconnects), so a
 //! Redis restart costs no request.
@@ -45,6 +47,7 @@ impl RedisStore {
             shown,
             connect_to(info.clone()),
             connect_to(info),
+            settings.batch,
         );
         Ok(RedisStore { server, url: settings.url.clone() })
     }
@@ -64,6 +67,16 @@ impl RedisStore {
         self.server.replaced()
     }
 
+    /// Charges queued for a lane now (0 with `--no-batch`; for tests).
+    pub fn queued(&self) -> usize {
+        self.server.queued()
+    }
+
+    /// Lanes carrying a call now (0 with `--no-batch`; for tests).
+    pub fn lanes_in_use(&self) -> usize {
+        self.server.lanes_in_use()
+    }
+
     /// The connections charges ride (approximate mode's first reads of a bucket).
     pub(crate) fn link(&self) -> &Link {
         self.server.link()
@@ -77,7 +90,7 @@ impl RedisStore {
 
 impl Remote for RedisStore {
     async fn charge(&self, batch: &[Charge], groups: &Groups, deadline: Instant) -> Charged {
-        self.server.charge_groups(batch, groups, deadline).await.into()
+        self.server.charge_groups(batch, groups, deadline).await
     }
 
     fn renew(&self) {

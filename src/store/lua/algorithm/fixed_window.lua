@@ -2,8 +2,8 @@
 -- (fixed_window.lua, joint.lua) is built with this file (src/store/redis/scripts.rs concatenates
 -- prelude.lua, the algorithm files a script needs, then its entry). The same function as
 -- src/algorithm/fixed_window.rs, kept equal by tests/differential.rs. (st, now, limit,
--- unit, burst, mode, n) -> reply, write: st is a decoded state (prelude.lua, read_state);
--- reply is {allowed 0|1, remaining, reset_us}; write is as put takes it (a denial writes
+-- unit, burst, mode, n) -> allowed, remaining, reset_us, write: st is a decoded state
+-- (prelude.lua, read_state); allowed is 0|1; write is as put takes it (a denial writes
 -- nothing). mode is 0 (consume n), 1 (peek) or 2 (refund n), checked by the caller; unit
 -- >= 1.
 
@@ -13,17 +13,17 @@ local function fixed(st, now, limit, unit, burst, mode, n)
   local ws, left, count = window_at(st, now, unit, false)
   local c
   if mode == 0 then
-    if count + n > limit then return {0, 0, left} end
+    if count + n > limit then return 0, 0, left end
     c = count + n
   elseif mode == 1 then
-    if count >= limit then return {0, 0, left} end
+    if count >= limit then return 0, 0, left end
     local reset = 0
     if count > 0 then reset = left end
-    return {1, math.max(limit - count, 0), reset}
+    return 1, math.max(limit - count, 0), reset
   else
     c = math.max(count - n, 0)
   end
   -- Allowed, leaving c in the window: store it, or drop an empty window.
-  if c == 0 then return {1, limit, 0}, false end
-  return {1, math.max(limit - c, 0), left}, {state = {kind = 'w', s = ws, c = c, p = 0}, at = window_expiry(ws, unit, false)}
+  if c == 0 then return 1, limit, 0, false end
+  return 1, math.max(limit - c, 0), left, {kind = 'w', s = ws, c = c, p = 0, at = window_expiry(ws, unit, false)}
 end

@@ -2,9 +2,9 @@
 -- joint.lua) is built with this file (src/store/redis/scripts.rs concatenates prelude.lua, the
 -- algorithm files a script needs, then its entry). The same function as
 -- src/algorithm/gcra.rs, kept equal by tests/differential.rs. (st, now, limit, unit,
--- burst, mode, n) -> reply, write: st is a decoded state (prelude.lua, read_state); reply
--- is {allowed 0|1, remaining, reset_us}; write is as put takes it (a denial writes
--- nothing). mode is 0 (consume n), 1 (peek) or 2 (refund n), checked by the caller; unit
+-- burst, mode, n) -> allowed, remaining, reset_us, write: st is a decoded state
+-- (prelude.lua, read_state); allowed is 0|1; write is as put takes it (a denial writes
+-- nothing). Several results rather than a reply table: a table is an allocation per call. mode is 0 (consume n), 1 (peek) or 2 (refund n), checked by the caller; unit
 -- >= 1.
 
 -- GCRA (src/algorithm/gcra.rs). Durations are pairs (us, frac): us + frac / limit µs,
@@ -30,33 +30,33 @@ local function gcra_ceil(u, f)
   return u
 end
 
--- An allowed reply for a bucket (u, f) ahead of now: remaining is burst - ceil(d * limit /
--- unit), the emissions d covers, counting a started one.
+-- An allowed answer for a bucket (u, f) ahead of now (1, remaining, reset_us): remaining
+-- is burst - ceil(d * limit / unit), the emissions d covers, counting a started one.
 local function gcra_allowed(u, f, limit, unit, burst)
   local q, r = muldiv(u, limit, unit)
   local fq = div(f, unit)
   local fr = f - fq * unit
   local carry = 0
   if r > unit - fr then carry = 2 elseif r > 0 or fr > 0 then carry = 1 end
-  return {1, math.max(burst - add(add(q, fq), carry), 0), gcra_ceil(u, f)}
+  return 1, math.max(burst - add(add(q, fq), carry), 0), gcra_ceil(u, f)
 end
 
 -- Allowed, leaving the TAT (u, f) ahead of now: store it, or drop it when it is now.
 local function gcra_store(now, u, f, limit, unit, burst)
-  local reply = gcra_allowed(u, f, limit, unit, burst)
-  if u == 0 and f == 0 then return reply, false end
+  local allowed, remaining, reset = gcra_allowed(u, f, limit, unit, burst)
+  if u == 0 and f == 0 then return allowed, remaining, reset, false end
   local tat = add(now, u)
   -- An instant that saturates is MAX exactly (time stands still there).
   local rem = f
   if tat == MAX then rem = 0 end
-  return reply, {state = {kind = 'g', t = tat, r = rem}, at = ms_ceil(gcra_ceil(tat, rem))}
+  return allowed, remaining, reset, {kind = 'g', t = tat, r = rem, at = ms_ceil(gcra_ceil(tat, rem))}
 end
 
 local function gcra(st, now, limit, unit, burst, mode, n)
   if limit == 0 then
     -- Blocks everything without dividing; a refund has nothing to give back.
-    if mode == 2 then return {1, 0, 0} end
-    return {0, 0, unit}
+    if mode == 2 then return 1, 0, 0 end
+    return 0, 0, unit
   end
   -- The tolerance: burst emissions, k emissions being k * unit / limit µs, exactly.
   local tol_u, tol_f = muldiv(burst, unit, limit)
@@ -70,15 +70,15 @@ local function gcra(st, now, limit, unit, burst, mode, n)
     local eu, ef = muldiv(n, unit, limit)
     local nu, nf = gcra_plus(ahead_u, ahead_f, eu, ef, limit)
     if nu < tol_u or (nu == tol_u and nf <= tol_f) then return gcra_store(now, nu, nf, limit, unit, burst) end
-    return {0, 0, gcra_ceil(gcra_minus(nu, nf, tol_u, tol_f, limit))}
+    return 0, 0, gcra_ceil(gcra_minus(nu, nf, tol_u, tol_f, limit))
   elseif mode == 1 then
     local eu, ef = muldiv(1, unit, limit)
     local nu, nf = gcra_plus(ahead_u, ahead_f, eu, ef, limit)
     if nu < tol_u or (nu == tol_u and nf <= tol_f) then return gcra_allowed(ahead_u, ahead_f, limit, unit, burst) end
     -- One hit passes sooner than the bucket is full: report full.
-    if eu < tol_u or (eu == tol_u and ef <= tol_f) then return {0, 0, gcra_ceil(ahead_u, ahead_f)} end
+    if eu < tol_u or (eu == tol_u and ef <= tol_f) then return 0, 0, gcra_ceil(ahead_u, ahead_f) end
     -- burst == 0 admits nothing (not even on an empty bucket): report ahead + emission.
-    return {0, 0, gcra_ceil(gcra_minus(nu, nf, tol_u, tol_f, limit))}
+    return 0, 0, gcra_ceil(gcra_minus(nu, nf, tol_u, tol_f, limit))
   end
   local bu, bf = muldiv(n, unit, limit)
   if ahead_u < bu or (ahead_u == bu and ahead_f <= bf) then return gcra_store(now, 0, 0, limit, unit, burst) end

@@ -2,9 +2,9 @@
 -- (sliding_window.lua, joint.lua) is built with this file (src/store/redis/scripts.rs
 -- concatenates prelude.lua, the algorithm files a script needs, then its entry). The same
 -- function as src/algorithm/sliding_window.rs, kept equal by tests/differential.rs. (st,
--- now, limit, unit, burst, mode, n) -> reply, write: st is a decoded state (prelude.lua,
--- read_state); reply is {allowed 0|1, remaining, reset_us}; write is as put takes it (a
--- denial writes nothing). mode is 0 (consume n), 1 (peek) or 2 (refund n), checked by the
+-- now, limit, unit, burst, mode, n) -> allowed, remaining, reset_us, write: st is a decoded
+-- state (prelude.lua, read_state); allowed is 0|1; write is as put takes it (a denial
+-- writes nothing). mode is 0 (consume n), 1 (peek) or 2 (refund n), checked by the
 -- caller; unit >= 1.
 
 -- Sliding window, two-epoch weighted counter (src/algorithm/sliding_window.rs). No closure
@@ -39,23 +39,22 @@ local function sliding(st, now, limit, unit, burst, mode, n)
   if rest > 0 then weighted = add(weighted, 1) end
   if mode == 1 then
     if weighted + current + 1 <= limit then
-      return {1, math.max(limit - (weighted + current), 0), sliding_until_full(current, previous, left, unit)}
+      return 1, math.max(limit - (weighted + current), 0), sliding_until_full(current, previous, left, unit)
     end
     local full = sliding_until_full(current, previous, left, unit)
-    return {0, 0, math.max(full, sliding_until_fits(1, limit, current, previous, left, unit))}
+    return 0, 0, math.max(full, sliding_until_fits(1, limit, current, previous, left, unit))
   end
   local c
   if mode == 0 then
     if weighted + current + n > limit then
-      return {0, 0, sliding_until_fits(n, limit, current, previous, left, unit)}
+      return 0, 0, sliding_until_fits(n, limit, current, previous, left, unit)
     end
     c = current + n
   else
     c = math.max(current - n, 0)
   end
   -- Allowed, leaving c in the current window: store the window, or drop an empty one.
-  local reply = {1, math.max(limit - (weighted + c), 0), sliding_until_full(c, previous, left, unit)}
-  if c == 0 and previous == 0 then return reply, false end
-  local state = {kind = 'w', s = ws, c = c, p = previous}
-  return reply, {state = state, at = window_expiry(ws, unit, true)}
+  local remaining, reset = math.max(limit - (weighted + c), 0), sliding_until_full(c, previous, left, unit)
+  if c == 0 and previous == 0 then return 1, remaining, reset, false end
+  return 1, remaining, reset, {kind = 'w', s = ws, c = c, p = previous, at = window_expiry(ws, unit, true)}
 end
