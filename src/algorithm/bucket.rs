@@ -28,7 +28,7 @@ impl Algorithm {
 }
 
 /// The numbers one limit is enforced with. Built once at config compile time.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Params {
     pub algorithm: Algorithm,
     /// Requests admitted per `unit_us`. 0 denies everything (never divided by).

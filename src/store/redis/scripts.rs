@@ -205,25 +205,40 @@ impl Scripts {
             Call::Sha => ("EVALSHA", self.batch.sha.as_str()),
             Call::Source => ("EVAL", self.batch.source),
         };
-        let mut keys: Vec<&'a str> = Vec::new();
-        let mut key_index: HashMap<&'a str, usize> = HashMap::new();
+        let charges: usize = riders.iter().map(|(batch, _)| batch.len()).sum();
+        // Keys by first use: a linear scan for a small call, a map past that (a call holds
+        // at most 64 charges, `batch::MAX_CHARGES`). Rules are few: always a scan.
+        let mut keys: Vec<&'a str> = Vec::with_capacity(charges);
+        let mut key_index: Option<HashMap<&'a str, usize>> = (charges > 16).then(HashMap::new);
         let mut rules: Vec<&'a Params> = Vec::new();
-        let mut rule_index: HashMap<&'a Params, usize> = HashMap::new();
-        let mut members: Vec<u64> = Vec::new();
+        let mut members: Vec<u64> = Vec::with_capacity(4 * charges);
         let mut layout: Vec<(&str, usize)> = Vec::new();
-        for &(charges, groups) in riders {
-            for range in groups.ranges(charges.len()) {
+        for &(batch, groups) in riders {
+            for range in groups.ranges(batch.len()) {
                 let kind = if range.len() == 1 || groups.is_coalesced() { "e" } else { "j" };
                 layout.push((kind, range.len()));
-                for charge in &charges[range] {
-                    let k = *key_index.entry(&charge.key).or_insert_with(|| {
-                        keys.push(&charge.key);
-                        keys.len()
-                    });
-                    let r = *rule_index.entry(&charge.params).or_insert_with(|| {
-                        rules.push(&charge.params);
-                        rules.len()
-                    });
+                for charge in &batch[range] {
+                    let key = charge.key.as_str();
+                    let k = match &mut key_index {
+                        Some(map) => *map.entry(key).or_insert_with(|| {
+                            keys.push(key);
+                            keys.len()
+                        }),
+                        None => match keys.iter().position(|k| *k == key) {
+                            Some(i) => i + 1,
+                            None => {
+                                keys.push(key);
+                                keys.len()
+                            }
+                        },
+                    };
+                    let r = match rules.iter().position(|p| **p == charge.params) {
+                        Some(i) => i + 1,
+                        None => {
+                            rules.push(&charge.params);
+                            rules.len()
+                        }
+                    };
                     let (mode, n) = mode(charge.hits);
                     members.extend([k as u64, r as u64, u64::from(mode), n]);
                 }
