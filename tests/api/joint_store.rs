@@ -76,54 +76,44 @@ async fn a_group_with_one_member_over_its_limit_charges_none() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_with_a_joint_group_is_one_script_call() {
-    let server = RedisServer::start();
-    let store = store_on(&server);
-    let batch = [
-        charge("tg:a", Algorithm::Gcra, 5, Hits::Consume(1)),
-        charge("tg:b", Algorithm::Gcra, 5, Hits::Consume(1)),
-        charge("tg:a", Algorithm::Gcra, 5, Hits::Consume(1)),
-        charge("tg:c", Algorithm::Gcra, 5, Hits::Consume(1)),
-    ];
-    charge_groups(&store, &batch, vec![3, 4]).await;
-    assert_eq!(server.cli(&["CONFIG", "RESETSTAT"]), "OK");
-    let decisions = charge_groups(&store, &batch, vec![3, 4]).await;
-    assert_eq!(decisions.iter().map(|d| d.remaining).collect::<Vec<_>>(), [2, 3, 1, 3]);
-    assert_eq!(calls(&server, "evalsha"), 1, "a group of three and a group of one: one batch.lua call");
-
-    assert_eq!(server.cli(&["SCRIPT", "FLUSH"]), "OK");
-    let decisions = charge_groups(&store, &batch, vec![3, 4]).await;
-    // "tg:a" has one hit left: its second member is denied, so the group charges nothing.
-    assert_eq!(decisions.iter().map(|d| d.remaining).collect::<Vec<_>>(), [1, 3, 0, 2], "{decisions:?}");
-    assert_eq!(decisions.iter().map(|d| d.allowed).collect::<Vec<_>>(), [true, true, false, true]);
-    assert_eq!((calls(&server, "evalsha"), calls(&server, "eval")), (2, 1), "NOSCRIPT: once more with EVAL");
+    let calls = joint_group_then_a_script_flush(true).await;
+    assert_eq!(calls[0], (1, 0), "a group of three and a group of one: one batch.lua call");
+    assert_eq!(calls[1], (1, 1), "NOSCRIPT: once more with EVAL");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_batching_a_joint_group_is_one_script_call_of_the_pipeline() {
+    let calls = joint_group_then_a_script_flush(false).await;
+    assert_eq!(calls[0], (2, 0), "a group of three and a group of one");
+    assert_eq!(calls[1], (2, 2), "NOSCRIPT: each entry once with EVAL");
+}
+
+/// A request of a joint group of three and a group of one, charged three times on a store
+/// batching or not: the answers, and the (`EVALSHA`, `EVAL`) calls of the second charge and
+/// of the third, sent after a `SCRIPT FLUSH`.
+async fn joint_group_then_a_script_flush(batch: bool) -> [(u64, u64); 2] {
     let server = RedisServer::start();
-    let store = store_with(&server, false);
-    let batch = [
+    let store = store_with(&server, batch);
+    let request = [
         charge("tg:a", Algorithm::Gcra, 5, Hits::Consume(1)),
         charge("tg:b", Algorithm::Gcra, 5, Hits::Consume(1)),
         charge("tg:a", Algorithm::Gcra, 5, Hits::Consume(1)),
         charge("tg:c", Algorithm::Gcra, 5, Hits::Consume(1)),
     ];
-    charge_groups(&store, &batch, vec![3, 4]).await;
+    let counted = || (calls(&server, "evalsha"), calls(&server, "eval"));
+    charge_groups(&store, &request, vec![3, 4]).await;
     assert_eq!(server.cli(&["CONFIG", "RESETSTAT"]), "OK");
-    let decisions = charge_groups(&store, &batch, vec![3, 4]).await;
+    let decisions = charge_groups(&store, &request, vec![3, 4]).await;
     assert_eq!(decisions.iter().map(|d| d.remaining).collect::<Vec<_>>(), [2, 3, 1, 3]);
-    assert_eq!(calls(&server, "evalsha"), 2, "a group of three and a group of one");
+    let second = counted();
 
     assert_eq!(server.cli(&["SCRIPT", "FLUSH"]), "OK");
-    let decisions = charge_groups(&store, &batch, vec![3, 4]).await;
+    assert_eq!(server.cli(&["CONFIG", "RESETSTAT"]), "OK");
+    let decisions = charge_groups(&store, &request, vec![3, 4]).await;
     // "tg:a" has one hit left: its second member is denied, so the group charges nothing.
     assert_eq!(decisions.iter().map(|d| d.remaining).collect::<Vec<_>>(), [1, 3, 0, 2], "{decisions:?}");
     assert_eq!(decisions.iter().map(|d| d.allowed).collect::<Vec<_>>(), [true, true, false, true]);
-    assert_eq!(
-        (calls(&server, "evalsha"), calls(&server, "eval")),
-        (4, 2),
-        "NOSCRIPT: each entry once with EVAL"
-    );
+    [second, counted()]
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -5,15 +5,13 @@
 //! were its own call; every member's reply and every key's stored state and expiry must be
 //! the same. And a group that fails (a key of the wrong type) fails alone.
 
-use std::cell::{Cell, RefCell};
-
 use proptest::prelude::*;
-use proptest::test_runner::{Config, TestCaseError, TestRunner};
+use proptest::test_runner::TestCaseError;
 use tollgate::algorithm::joint::{apply, apply_each, Member};
 use tollgate::algorithm::{Algorithm, Hits, Params, State, Write, MAX_VALUE};
 use tollgate::store::scripts::{parse_batch, BATCH_LUA};
 
-use super::joint::{arb_algorithm, stored_in_redis};
+use super::joint::{arb_algorithm, run_against, stored_in_redis};
 use super::redis_support::RedisServer;
 use super::{arb_hits, arb_params, arb_tick, as_i64, real_now_us, Tick, DAY_US};
 
@@ -155,23 +153,12 @@ fn run_batch_case(
 
 #[test]
 fn batch_rust_and_lua_agree() {
-    let server = RedisServer::start();
-    let con = RefCell::new(server.client());
-    let sha: String = redis::cmd("SCRIPT")
-        .arg("LOAD")
-        .arg(BATCH_LUA)
-        .query(&mut *con.borrow_mut())
-        .expect("batch.lua loads");
-    let serial = Cell::new(0u64);
-    let cases = std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(400);
-    let mut runner = TestRunner::new(Config { cases, failure_persistence: None, ..Config::default() });
-    let result = runner.run(&arb_batch_case(), |case| {
-        serial.set(serial.get() + 1);
-        run_batch_case(&mut con.borrow_mut(), &sha, serial.get(), case)
-    });
-    if let Err(e) = result {
-        panic!("Rust's groups one by one differ from batch.lua: {e}");
-    }
+    run_against(
+        BATCH_LUA,
+        arb_batch_case(),
+        "Rust's groups one by one differ from batch.lua",
+        run_batch_case,
+    );
 }
 
 /// A group whose key holds something else (a list: `WRONGTYPE`), and one with a bad mode,

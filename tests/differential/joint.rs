@@ -169,46 +169,49 @@ fn run_joint_case(
     Ok(())
 }
 
-#[test]
-fn joint_rust_and_lua_agree() {
+/// Runs `PROPTEST_CASES` (default 400) sequences from `strategy` against one fresh
+/// redis-server with `script` loaded: `case(connection, sha, serial, case)` each, the serial
+/// numbering its keys apart. Panics with `what` on the first difference.
+pub(crate) fn run_against<S: Strategy>(
+    script: &str,
+    strategy: S,
+    what: &str,
+    case: impl Fn(&mut redis::Connection, &str, u64, S::Value) -> Result<(), TestCaseError>,
+) {
     let server = RedisServer::start();
     let con = RefCell::new(server.client());
-    let sha: String = redis::cmd("SCRIPT")
-        .arg("LOAD")
-        .arg(JOINT_LUA)
-        .query(&mut *con.borrow_mut())
-        .expect("joint.lua loads");
+    let sha: String =
+        redis::cmd("SCRIPT").arg("LOAD").arg(script).query(&mut *con.borrow_mut()).expect("the script loads");
     let serial = Cell::new(0u64);
     let cases = std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(400);
     let mut runner = TestRunner::new(Config { cases, failure_persistence: None, ..Config::default() });
-    let result = runner.run(&arb_joint_case(), |case| {
+    let result = runner.run(&strategy, |value| {
         serial.set(serial.get() + 1);
-        run_joint_case(&mut con.borrow_mut(), &sha, serial.get(), case, false)
+        case(&mut con.borrow_mut(), &sha, serial.get(), value)
     });
     if let Err(e) = result {
-        panic!("algorithm::joint differs from joint.lua: {e}");
+        panic!("{what}: {e}");
     }
 }
 
 #[test]
+fn joint_rust_and_lua_agree() {
+    run_against(
+        JOINT_LUA,
+        arb_joint_case(),
+        "algorithm::joint differs from joint.lua",
+        |con, sha, serial, case| run_joint_case(con, sha, serial, case, false),
+    );
+}
+
+#[test]
 fn each_rust_and_lua_agree() {
-    let server = RedisServer::start();
-    let con = RefCell::new(server.client());
-    let sha: String = redis::cmd("SCRIPT")
-        .arg("LOAD")
-        .arg(JOINT_LUA)
-        .query(&mut *con.borrow_mut())
-        .expect("joint.lua loads");
-    let serial = Cell::new(0u64);
-    let cases = std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(400);
-    let mut runner = TestRunner::new(Config { cases, failure_persistence: None, ..Config::default() });
-    let result = runner.run(&arb_each_case(), |case| {
-        serial.set(serial.get() + 1);
-        run_joint_case(&mut con.borrow_mut(), &sha, serial.get(), case, true)
-    });
-    if let Err(e) = result {
-        panic!("algorithm::joint::apply_each differs from joint.lua's each mode: {e}");
-    }
+    run_against(
+        JOINT_LUA,
+        arb_each_case(),
+        "algorithm::joint::apply_each differs from joint.lua's each mode",
+        |con, sha, serial, case| run_joint_case(con, sha, serial, case, true),
+    );
 }
 
 /// On the server's own clock (as in production): a group of two keys, one with room for 5,
