@@ -57,6 +57,8 @@ pub struct Running {
     /// Approximate mode's sync, stopped after the servers (it writes what they admitted
     /// last), and its stop signal.
     sync: Option<(watch::Sender<bool>, JoinHandle<anyhow::Result<()>>)>,
+    /// Span export, when tracing is on: its queue is sent last.
+    tracing: Option<Arc<crate::trace::Tracing>>,
     _watcher: Option<notify::RecommendedWatcher>,
 }
 
@@ -92,6 +94,10 @@ impl Running {
                 Err(_) => tracing::warn!("the approximate sync's last write did not finish"),
             }
         }
+        // The last requests' spans, within 2 s (what is left is counted as dropped).
+        if let Some(tracing) = &self.tracing {
+            tracing.stop(Duration::from_secs(2)).await;
+        }
         finished
     }
 }
@@ -115,6 +121,21 @@ pub async fn spawn(settings: ServeSettings) -> anyhow::Result<Running> {
     };
     let store = Arc::new(build_store(&settings)?);
     warn_unserved_consistency(&live, &store);
+    let tracing = match &settings.tracing {
+        Some(trace) => {
+            let started = crate::trace::Tracing::start(trace, metrics.clone()).map_err(anyhow::Error::msg)?;
+            tracing::info!(
+                protocol = trace.protocol.as_str(),
+                endpoint = %trace.endpoint,
+                ratio = trace.sampling.ratio,
+                parent_based = trace.sampling.parent_based,
+                service = %trace.service_name,
+                "tracing on"
+            );
+            Some(Arc::new(started))
+        }
+        None => None,
+    };
     let limiter = RateLimiter::new(
         live.clone(),
         store.clone(),
@@ -130,7 +151,8 @@ pub async fn spawn(settings: ServeSettings) -> anyhow::Result<Running> {
             bounds: settings.bounds,
             local_max_keys: settings.memory_max_keys,
         },
-    );
+    )
+    .with_tracing(tracing.clone());
 
     let grpc_listener = TcpListener::bind(settings.grpc_addr)
         .await
@@ -245,6 +267,7 @@ pub async fn spawn(settings: ServeSettings) -> anyhow::Result<Running> {
         shutdown,
         tasks,
         sync,
+        tracing,
         _watcher: watcher,
     })
 }

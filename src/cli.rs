@@ -16,6 +16,7 @@ pub mod peer;
 mod serve;
 #[cfg(test)]
 mod tests;
+pub mod tracing;
 mod values;
 pub mod xds;
 

@@ -39,4 +39,5 @@ pub mod rlconfig;
 pub mod service;
 pub mod status;
 pub mod store;
+pub mod trace;
 pub mod xds;

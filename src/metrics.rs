@@ -10,7 +10,7 @@
 //! of the rules it drops.
 //!
 //! Layout: this file (`Metrics`: the registry and the families with their label sets;
-//! `approx`, `lease`, `fresh` and `hot_keys` register their own), then the recorders by
+//! `approx`, `lease`, `fresh`, `hot_keys` and `trace` register their own), then the recorders by
 //! what they count: `requests` (decisions and the request path), `store` (store calls,
 //! gauges refreshed before a scrape), `config` (loads and reloads); below them `outcome`
 //! (the closed `result` and `reason` values the service reports), `history` and `mirror`. Knows no
@@ -29,6 +29,7 @@ mod outcome;
 mod requests;
 mod series;
 mod store;
+pub mod trace;
 pub mod xds;
 
 use std::sync::atomic::AtomicU64;
@@ -126,6 +127,7 @@ pub struct Metrics {
     fresh_rules: fresh::FreshRules,
     leases: lease::LeaseMetrics,
     xds: xds::XdsMetrics,
+    trace: trace::TraceMetrics,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -311,6 +313,7 @@ impl Metrics {
         let fresh_rules = fresh::FreshRules::register(&mut registry);
         let leases = lease::LeaseMetrics::register(&mut registry);
         let xds = xds::XdsMetrics::register(&mut registry);
+        let trace = trace::TraceMetrics::register(&mut registry);
         for result in ["success", "failure"] {
             config_reloads.get_or_create(&ResultLabel { result }).inc_by(0);
         }
@@ -351,12 +354,18 @@ impl Metrics {
             fresh_rules,
             leases,
             xds,
+            trace,
         }
     }
 
     /// The config source's and the xDS stream's metrics.
     pub fn xds(&self) -> &xds::XdsMetrics {
         &self.xds
+    }
+
+    /// Span export (`crate::trace`).
+    pub fn trace(&self) -> &trace::TraceMetrics {
+        &self.trace
     }
 
     /// The one-minute history of decisions and store latency the status page shows.

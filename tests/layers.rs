@@ -25,7 +25,7 @@ const LAYERS: &[&[&str]] = &[
     &["explain"],
     &["status", "reload", "xds"],
     &["service"],
-    &["live", "check"],
+    &["live", "check", "trace"],
     &["metrics", "hotkeys", "fresh"],
     &["store", "rlconfig"],
     &["config"],
@@ -42,7 +42,7 @@ const STORE_LAYERS: &[&[&str]] = &[
     &["approx", "coalesce", "breaker", "lease", "overlimit"],
     &["memory", "redis"],
     &["remote"],
-    &["charge", "key", "deadline"],
+    &["charge", "key", "deadline", "probe"],
 ];
 
 /// Imports kept against the layers on purpose: (importing file, imported file, why).

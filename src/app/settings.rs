@@ -114,6 +114,8 @@ pub struct ServeSettings {
     pub metric_series: SeriesLimits,
     /// How long to keep serving after SIGTERM while endpoints are withdrawn.
     pub drain: Duration,
+    /// `Some`: spans of sampled requests are exported (`crate::trace`).
+    pub tracing: Option<crate::trace::TraceSettings>,
     /// Connections older than this (± 10 % jitter per process) are asked to reconnect.
     pub max_connection_age: Option<Duration>,
     pub tls: Option<TlsFiles>,
@@ -130,6 +132,7 @@ impl ServeSettings {
     /// Defaults for a given config path (loopback, memory store), as the CLI has them.
     pub fn new(config: PathBuf) -> ServeSettings {
         ServeSettings {
+            tracing: None,
             config,
             xds: None,
             ready_needs_domain: false,

@@ -108,6 +108,8 @@ pub struct PeerReport {
     /// The set variables of the config source (`cli::xds`), which reads them whenever
     /// Tollgate runs, peer mode or not.
     pub xds: Vec<String>,
+    /// The set variables of tracing (`cli::tracing`), read whenever Tollgate runs.
+    pub tracing: Vec<String>,
     /// `LOG_LEVEL` as a tracing filter (used when `RUST_LOG` is not set).
     pub log_filter: Option<String>,
     /// `LOG_FORMAT=json` (Some(true)) or another value (Some(false)).
@@ -121,6 +123,7 @@ impl PeerReport {
         tracing::info!(
             applied = %self.applied.join(","),
             config_source = %self.xds.join(","),
+            tracing = %self.tracing.join(","),
             "peer mode: envoyproxy/ratelimit's environment read"
         );
         for (variable, why) in &self.ignored {
@@ -141,6 +144,7 @@ pub fn apply(serve: &mut Serve, matches: &ArgMatches, env: &PeerEnv) -> Result<P
         match fate(name) {
             Some(Fate::Applied) => report.applied.push(name.clone()),
             Some(Fate::Xds) => report.xds.push(name.clone()),
+            Some(Fate::Tracing) => report.tracing.push(name.clone()),
             Some(Fate::Ignored(why)) => report.ignored.push((name.clone(), why)),
             Some(Fate::IgnoredWhenTrue(why)) if goenv::bool_of(name, value)? => {
                 report.ignored.push((name.clone(), why))

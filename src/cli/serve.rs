@@ -15,6 +15,7 @@ use crate::store::breaker::BreakerSettings;
 use crate::store::RedisSettings;
 
 use super::load::LoadFlags;
+use super::tracing::TracingFlags;
 use super::values::{
     parse_duration, parse_limit_header_names, parse_metrics_path, parse_sentinel, parse_share, SentinelArg,
 };
@@ -30,6 +31,8 @@ pub struct Serve {
     pub load: LoadFlags,
     #[command(flatten)]
     pub source: XdsFlags,
+    #[command(flatten)]
+    pub trace: TracingFlags,
     /// Where buckets live: process memory (one instance) or Redis (a fleet).
     #[arg(long, env = "TOLLGATE_STORE", value_enum, default_value = "memory")]
     pub store: StoreKind,
@@ -263,6 +266,7 @@ impl Serve {
         let mut settings = self.files_settings();
         settings.xds = chosen.xds;
         settings.ready_needs_domain = chosen.ready_needs_domain;
+        settings.tracing = self.trace.choose(env)?;
         Ok(settings)
     }
 
@@ -271,6 +275,7 @@ impl Serve {
             config: self.config.clone().unwrap_or_else(|| PathBuf::from("config")),
             xds: None,
             ready_needs_domain: false,
+            tracing: None,
             config_options: self.load.options(),
             store: self.store,
             redis: RedisSettings {

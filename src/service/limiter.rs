@@ -12,6 +12,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
 use tokio::time::Instant;
 use tonic::metadata::MetadataMap;
 use tonic::{Request, Response, Status};
+use tracing::Instrument;
 
 use crate::algorithm::Decision;
 use crate::config::{Consistency, FailureMode};
@@ -19,8 +20,10 @@ use crate::escape::escape;
 use crate::live::Live;
 use crate::metrics::Metrics;
 use crate::store::approx::Approx;
-use crate::store::{Charge, Groups, MemoryStore, Store, StoreError};
+use crate::store::{probe, Charge, Groups, MemoryStore, Store, StoreError};
+use crate::trace::{RequestSpan, Tracing};
 
+use super::traced::{self, decided_by, Observed, StoreCall};
 use super::wire::RateLimitRequest;
 use super::{bounds, dynamic_metadata, plan, record, respond};
 
@@ -72,12 +75,20 @@ pub struct RateLimiter {
     settings: Arc<Settings>,
     /// Buckets of `failure_mode: local` domains while the store fails (this instance only).
     local: Arc<MemoryStore>,
+    /// Spans of sampled requests, when tracing is on.
+    tracing: Option<Arc<Tracing>>,
 }
 
 impl RateLimiter {
     pub fn new(live: Arc<Live>, store: Arc<Store>, metrics: Arc<Metrics>, settings: Settings) -> RateLimiter {
         let local = Arc::new(MemoryStore::new(settings.local_max_keys));
-        RateLimiter { live, store, metrics, settings: Arc::new(settings), local }
+        RateLimiter { live, store, metrics, settings: Arc::new(settings), local, tracing: None }
+    }
+
+    /// With spans of sampled requests (`crate::trace`).
+    pub fn with_tracing(mut self, tracing: Option<Arc<Tracing>>) -> RateLimiter {
+        self.tracing = tracing;
+        self
     }
 
     /// The in-process limiter of `failure_mode: local` domains (for its metrics).
@@ -88,12 +99,26 @@ impl RateLimiter {
     /// Decides a validated request by `deadline`. Never fails: store errors are answered
     /// by the domain's failure policy.
     pub async fn decide(&self, request: &RateLimitRequest, deadline: Instant) -> RateLimitResponse {
-        let (mut response, metadata, windows) = self.decide_codes(request, deadline).await;
+        self.decide_observed(request, deadline, None).await
+    }
+
+    /// [`decide`](Self::decide), telling `observed` what it saw (a traced request).
+    async fn decide_observed(
+        &self,
+        request: &RateLimitRequest,
+        deadline: Instant,
+        mut observed: Option<&mut Observed>,
+    ) -> RateLimitResponse {
+        let (mut response, metadata, windows) =
+            self.decide_codes(request, deadline, observed.as_deref_mut()).await;
         // Global shadow mode covers every answer: charged, failure-policy and oversized.
         // Only a configured (so UTF-8) domain can be over its limit: the label stays bounded.
         if self.settings.shadow_mode && respond::shadow(&mut response) {
             if let Ok(domain) = std::str::from_utf8(&request.domain) {
                 self.metrics.shadow_override(domain);
+            }
+            if let Some(observed) = observed {
+                observed.shadowed = true;
             }
         }
         if self.settings.response_headers {
@@ -115,21 +140,33 @@ impl RateLimiter {
         &self,
         request: &RateLimitRequest,
         deadline: Instant,
+        mut observed: Option<&mut Observed>,
     ) -> (RateLimitResponse, serde_json::Map<String, serde_json::Value>, Vec<Option<(u64, u64)>>) {
         let active = self.live.load();
+        if let Some(observed) = observed.as_deref_mut() {
+            observed.config_version = active.snapshot.version.clone();
+        }
         // Configured domains are UTF-8: a domain that is not cannot be one of them.
         let known = std::str::from_utf8(&request.domain).ok().and_then(|d| active.snapshot.domain(d));
         let Some(domain) = known else {
             self.metrics.unknown_domain();
             tracing::debug!(domain = %escape(&request.domain), "unknown domain: every descriptor OK");
+            if let Some(observed) = observed {
+                traced::describe_all(observed, request.descriptors.len(), decided_by::UNKNOWN_DOMAIN);
+            }
             return (unknown_domain(request), serde_json::Map::new(), Vec::new());
         };
         if let Some(oversize) = self.settings.bounds.check(request) {
             self.metrics.oversized(oversize.as_str());
+            if let Some(observed) = observed {
+                observed.oversized = Some(oversize.as_str());
+                traced::describe_all(observed, request.descriptors.len(), decided_by::FAILURE_POLICY);
+            }
             return (bounds::answer(request, domain.failure_mode), serde_json::Map::new(), Vec::new());
         }
         let (plans, charges, groups) =
             plan::plan(domain, &request.descriptors, request.hits_addend, &self.settings.key_prefix);
+        let mut approximate = false;
         let mut results = match self.store.approx() {
             // No Redis on the request path: the local estimates decide (`store::approx`).
             // A request's own `limit` of an algorithm the mode does not serve (GCRA, the
@@ -145,11 +182,13 @@ impl RateLimiter {
                 if let Some(via) = self.store.read_via() {
                     approx.read_unread(via, &charges, deadline).await;
                 }
+                approximate = true;
                 approx.charge_groups(&charges, &groups)
             }
             _ => {
                 let leasable = self.leasable(&plans, charges.len());
-                self.charge(&charges, &groups, &leasable, deadline).await
+                let call = observed.as_deref_mut().map(|o| &mut o.store);
+                self.charge(&charges, &groups, &leasable, deadline, call).await
             }
         };
         let local = if domain.failure_mode == FailureMode::Local {
@@ -159,6 +198,9 @@ impl RateLimiter {
         };
         let (response, verdicts) =
             respond::respond(&plans, &results, domain.failure_mode, self.settings.near_limit_ratio);
+        if let Some(observed) = observed {
+            traced::describe(observed, &plans, &results, &verdicts, &local, approximate, &charges);
+        }
         record::record(&self.metrics, &active, domain, request, &plans, &charges, &verdicts, &local);
         let metadata = if self.settings.response_dynamic_metadata {
             dynamic_metadata::passed(&plans, &response.statuses)
@@ -176,12 +218,25 @@ impl RateLimiter {
         groups: &Groups,
         leasable: &[bool],
         deadline: Instant,
+        observed: Option<&mut Option<StoreCall>>,
     ) -> Vec<Result<Decision, StoreError>> {
         if charges.is_empty() {
             return Vec::new();
         }
         let started = Instant::now();
-        let results = self.store.charge_leasing(charges, groups, leasable, deadline).await;
+        let charging = self.store.charge_leasing(charges, groups, leasable, deadline);
+        let results = match observed {
+            None => charging.await,
+            Some(call) => {
+                let from = std::time::SystemTime::now();
+                let (results, seen) = probe::observe(charging).await;
+                let error = results.iter().find_map(|r| r.as_ref().err()).cloned();
+                let times = (from, std::time::SystemTime::now());
+                let topology = self.store.name();
+                *call = Some(StoreCall { topology, charges: charges.len(), times, seen, error });
+                results
+            }
+        };
         let outcome = results.iter().find_map(|r| r.as_ref().err()).map_or("ok", StoreError::kind);
         self.metrics.observe_store(self.store.name(), outcome, started.elapsed().as_secs_f64());
         results
@@ -244,12 +299,49 @@ impl RateLimiter {
         &self,
         request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
+        if let Some(span) = self.tracing.as_ref().and_then(|t| t.request_span(request.metadata())) {
+            // Log lines of this request carry its trace and span ids.
+            let (trace_id, span_id) = span.ids();
+            let logs = tracing::info_span!("request", trace_id = %trace_id, span_id = %span_id);
+            return self.should_rate_limit_traced(request, span).instrument(logs).await;
+        }
         let started = Instant::now();
         let deadline = self.deadline(started, request.metadata());
         let request = request.into_inner();
         validate(&request).map_err(Status::invalid_argument)?;
         let response = self.decide(&request, deadline).await;
         self.metrics.observe_request(started.elapsed().as_secs_f64());
+        Ok(Response::new(response))
+    }
+}
+
+impl RateLimiter {
+    /// [`should_rate_limit`](Self::should_rate_limit) of a sampled request: the same
+    /// decision, and its spans. Cancelled at any await, the server span ends when `span`
+    /// drops, with what it has.
+    async fn should_rate_limit_traced(
+        &self,
+        request: Request<RateLimitRequest>,
+        span: RequestSpan,
+    ) -> Result<Response<RateLimitResponse>, Status> {
+        let started = Instant::now();
+        let deadline = self.deadline(started, request.metadata());
+        let request = request.into_inner();
+        if let Err(error) = validate(&request) {
+            span.set(traced::invalid_attributes(&request));
+            span.fail(error.clone());
+            span.end();
+            return Err(Status::invalid_argument(error));
+        }
+        let mut observed = Observed::default();
+        let response = self.decide_observed(&request, deadline, Some(&mut observed)).await;
+        self.metrics.observe_request(started.elapsed().as_secs_f64());
+        let values = self.tracing.as_ref().is_some_and(|t| t.descriptor_values());
+        span.set(traced::server_attributes(&request, &response, &observed, values));
+        if let Some(call) = observed.store.take() {
+            traced::store_span(&span, call);
+        }
+        span.end();
         Ok(Response::new(response))
     }
 }

@@ -17,6 +17,7 @@ pub mod plan;
 pub(crate) mod record;
 pub mod respond;
 pub mod server;
+pub mod traced;
 pub mod wire;
 
 mod limiter;

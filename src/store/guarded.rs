@@ -33,6 +33,7 @@ use super::charge::{Charge, Groups, StoreError, NOT_EVALUATED};
 use super::coalesce::{self, Coalescer};
 use super::lease::{LeaseSettings, LeaseTable};
 use super::overlimit::OverLimitCache;
+use super::probe::{self, Answered};
 use super::remote::{Charged, Remote};
 
 /// Buckets the over-limit cache of one Redis store may hold (≈ 100 bytes each).
@@ -145,6 +146,10 @@ impl<C: Remote + Send + Sync + 'static> Guarded<C> {
         let mut ends = Vec::new();
         for range in groups.ranges(batch.len()) {
             if self.answer_locally(&batch[range.clone()], &mut results[range.clone()], now) {
+                probe::note(|seen| {
+                    let keys = batch[range.clone()].iter().map(|c| (c.key.clone(), Answered::OverLimitCache));
+                    seen.answered.extend(keys);
+                });
                 continue;
             }
             missing.extend(range);
@@ -215,8 +220,16 @@ impl<C: Remote + Send + Sync + 'static> Guarded<C> {
         // half-open for good.
         let call = match &self.breaker {
             Some(breaker) => match breaker.admit(sent_at.into_std()) {
-                Some(call) => Some(call),
-                None => return vec![Err(StoreError::CircuitOpen); batch.len()],
+                Some(call) => {
+                    if call.is_probe() {
+                        probe::note(|seen| seen.breaker = Some("half_open"));
+                    }
+                    Some(call)
+                }
+                None => {
+                    probe::note(|seen| seen.breaker = Some("open"));
+                    return vec![Err(StoreError::CircuitOpen); batch.len()];
+                }
             },
             None => None,
         };
@@ -224,6 +237,10 @@ impl<C: Remote + Send + Sync + 'static> Guarded<C> {
             Some(table) => coalesce::charge(table, &self.client, batch, groups, deadline).await,
             None => self.client.charge(batch, groups, deadline).await,
         };
+        probe::note(|seen| {
+            seen.calls += 1;
+            seen.shared |= shared;
+        });
         // A coalesced call another request counts: this one's `Call` counts for nothing
         // (dropped unrecorded), unless it is the probe, which must decide.
         let call = call.filter(|c| !shared || c.is_probe());

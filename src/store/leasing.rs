@@ -27,6 +27,7 @@ use crate::algorithm::{Decision, Hits};
 
 use super::charge::{Charge, Groups, StoreError};
 use super::lease::{LeaseStats, LeaseTable, Refill, Return, Take};
+use super::probe::{self, Answered};
 use super::Store;
 
 /// How many refills a request may wait for before it goes to Redis alone.
@@ -137,6 +138,10 @@ impl Store {
         mut results: Vec<Option<Result<Decision, StoreError>>>,
         deadline: Instant,
     ) -> Vec<Result<Decision, StoreError>> {
+        probe::note(|seen| {
+            let leased = batch.iter().zip(&results).filter(|(_, r)| r.is_some());
+            seen.answered.extend(leased.map(|(c, _)| (c.key.clone(), Answered::Lease)));
+        });
         let mut missing = Vec::new();
         let mut ends = Vec::new();
         for range in groups.ranges(batch.len()) {

@@ -22,7 +22,7 @@
 //! 6. `remote`: the seam the guards call and the topologies implement (`Remote`,
 //!    `Reset`, `Charged`);
 //! 7. the vocabulary: `charge` (`Charge`, `Groups`, `StoreError`), `key` (bucket keys),
-//!    `deadline`.
+//!    `deadline`, `probe` (what the store did for a traced request).
 
 pub mod approx;
 pub mod breaker;
@@ -35,6 +35,7 @@ pub mod lease;
 pub mod leasing;
 pub mod memory;
 pub mod overlimit;
+pub mod probe;
 pub mod redis;
 pub mod remote;
 pub mod reset;

@@ -5,6 +5,9 @@
 #[path = "../support/ads/mod.rs"]
 mod ads;
 #[allow(dead_code)]
+#[path = "../support/otlp.rs"]
+mod otlp;
+#[allow(dead_code)]
 #[path = "../support/redis.rs"]
 mod redis_support;
 
@@ -18,4 +21,5 @@ mod redis_store;
 mod scenarios;
 #[allow(dead_code)]
 mod support;
+mod traces;
 mod xds;

@@ -57,6 +57,8 @@ pub struct Options {
     pub config_options: tollgate::config::LoadOptions,
     /// `--lease-time-ms`.
     pub lease_time: Duration,
+    /// `--tracing` and its settings.
+    pub tracing: Option<tollgate::trace::TraceSettings>,
 }
 
 impl Options {
@@ -84,6 +86,7 @@ impl Options {
             admin_allow_unauthenticated_reset: false,
             config_options: Default::default(),
             lease_time: tollgate::store::lease::DEFAULT_LEASE_TIME,
+            tracing: None,
         }
     }
 }
@@ -137,6 +140,7 @@ pub async fn spawn_in(options: Options, config_dir: tempfile::TempDir) -> TestAp
     settings.response_headers = options.response_headers;
     settings.limit_headers = options.limit_headers;
     settings.response_dynamic_metadata = options.response_dynamic_metadata;
+    settings.tracing = options.tracing;
     let running = tollgate::app::spawn(settings).await.expect("app starts");
     let endpoint = format!("http://{}", running.grpc_addr);
     let client = if plaintext {

@@ -329,6 +329,7 @@ fn every_variable_is_listed_once() {
     let count = names.len();
     names.dedup();
     assert_eq!(names.len(), count);
-    assert_eq!(fate("TRACING_ENABLED"), Some(Fate::Ignored("no trace export")));
+    assert_eq!(fate("TRACING_ENABLED"), Some(Fate::Tracing));
+    assert_eq!(fate("OTEL_EXPORTER_OTLP_ENDPOINT"), Some(Fate::Tracing));
     assert_eq!(fate("PATH"), None);
 }

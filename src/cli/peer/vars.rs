@@ -8,6 +8,8 @@ pub enum Fate {
     Applied,
     /// Read by the config source (`cli::xds`) whenever Tollgate runs, not by peer mode.
     Xds,
+    /// Read by tracing (`cli::tracing`) whenever Tollgate runs, not by peer mode.
+    Tracing,
     /// Not used; when set, logged once at start-up with this reason.
     Ignored(&'static str),
     /// Not used; logged only when set to true (false asks for nothing Tollgate lacks).
@@ -18,10 +20,9 @@ const NO_STATSD: &str = "no statsd sink: metrics are Prometheus (tollgate_*), on
 const PIPELINING: &str = "requests pipeline on --redis-connections multiplexed connections (no pool)";
 const PER_SECOND: &str = "per-second limits live in the same store as the others";
 const NO_MEMCACHE: &str = "no memcache backend (BACKEND_TYPE=memcache is refused)";
-const NO_TRACES: &str = "no trace export";
 
-/// The peer's variables by name. `TRACING_*` and `OTEL_*` not listed here are
-/// `Ignored(NO_TRACES)` too (`fate`).
+/// The peer's variables by name. `OTEL_*` (the standard variables the OTLP exporter reads)
+/// are `Tracing` too; a `TRACING_*` not listed here is no variable of the peer's (`fate`).
 pub const VARIABLES: &[(&str, Fate)] = &[
     ("HOST", Fate::Applied),
     ("PORT", Fate::Applied),
@@ -132,13 +133,19 @@ pub const VARIABLES: &[(&str, Fate)] = &[
     ("QUOTA_MODE", Fate::Ignored("each rule's quota_mode applies as its config says")),
     ("RESPONSE_DYNAMIC_METADATA", Fate::Applied),
     ("MERGE_DOMAIN_CONFIG", Fate::Applied),
+    ("TRACING_ENABLED", Fate::Tracing),
+    ("TRACING_SERVICE_NAME", Fate::Tracing),
+    ("TRACING_SERVICE_NAMESPACE", Fate::Tracing),
+    ("TRACING_SERVICE_INSTANCE_ID", Fate::Tracing),
+    ("TRACING_SAMPLING_RATE", Fate::Tracing),
+    ("TRACING_EXPORTER_PROTOCOL", Fate::Tracing),
 ];
 
 /// What becomes of the variable `name`, if it is the peer's.
 pub fn fate(name: &str) -> Option<Fate> {
     match VARIABLES.iter().find(|(known, _)| *known == name) {
         Some((_, fate)) => Some(*fate),
-        None if name.starts_with("TRACING_") || name.starts_with("OTEL_") => Some(Fate::Ignored(NO_TRACES)),
+        None if name.starts_with("OTEL_") => Some(Fate::Tracing),
         None => None,
     }
 }
