@@ -2,7 +2,7 @@
 CARGO ?= cargo
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: run test e2e deps lint fmt check bench bench-table build demo
+.PHONY: run test e2e deps lint fmt check bench bench-table bench-tracing build demo
 
 ## Start the server on the in-memory store with the example policies in config/.
 run:
@@ -81,3 +81,7 @@ bench:
 ## run on this machine (starts its own redis-server and servers on free ports).
 bench-table: deps
 	bash benches/table.sh
+
+## What tracing costs per request: off, ratio 0.01 and 1.0 beside the null RLS.
+bench-tracing: deps
+	bash benches/tracing.sh

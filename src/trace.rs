@@ -79,6 +79,8 @@ pub struct TraceSettings {
 pub struct Tracing {
     tracer: SdkTracer,
     provider: SdkTracerProvider,
+    /// Parent-based sampling: the share of calls without a caller's context sampled.
+    root_ratio: Option<f64>,
     propagator: TextMapCompositePropagator,
     exporting: export::Exporting,
     descriptor_values: bool,
@@ -102,9 +104,13 @@ impl Tracing {
         let resource = resource(settings);
         exporter.set_resource(&resource);
         let (processor, exporting) = export::start(exporter, settings.batch.clone(), metrics);
-        let ratio = Sampler::TraceIdRatioBased(settings.sampling.ratio);
-        let sampler =
-            if settings.sampling.parent_based { Sampler::ParentBased(Box::new(ratio)) } else { ratio };
+        // Parent-based: a call without a caller's context is sampled (or not) here, before
+        // anything is built (`request_span`); the SDK then takes every root it is given.
+        let (sampler, root_ratio) = if settings.sampling.parent_based {
+            (Sampler::ParentBased(Box::new(Sampler::AlwaysOn)), Some(settings.sampling.ratio))
+        } else {
+            (Sampler::TraceIdRatioBased(settings.sampling.ratio), None)
+        };
         let provider = SdkTracerProvider::builder()
             .with_sampler(sampler)
             .with_resource(resource)
@@ -114,6 +120,7 @@ impl Tracing {
         Ok(Tracing {
             tracer,
             provider,
+            root_ratio,
             propagator: propagate::propagator(),
             exporting,
             descriptor_values: settings.descriptor_values,
@@ -123,6 +130,14 @@ impl Tracing {
     /// The server span of one call, if it is sampled: its parent is the caller's context
     /// in `metadata`, if any.
     pub fn request_span(&self, metadata: &MetadataMap) -> Option<RequestSpan> {
+        // A call without a caller's context, not sampled, costs three header lookups and a
+        // random number: no context, span or id is made for it.
+        if let Some(ratio) = self.root_ratio {
+            let has_parent = propagate::PARENT_HEADERS.iter().any(|name| metadata.contains_key(*name));
+            if !has_parent && !(ratio >= 1.0 || rand::random::<f64>() < ratio) {
+                return None;
+            }
+        }
         let parent = self.propagator.extract(&propagate::Metadata(metadata));
         let span = self
             .tracer

@@ -337,8 +337,11 @@ impl RateLimiter {
         let response = self.decide_observed(&request, deadline, Some(&mut observed)).await;
         self.metrics.observe_request(started.elapsed().as_secs_f64());
         let values = self.tracing.as_ref().is_some_and(|t| t.descriptor_values());
+        let overall = Code::try_from(response.overall_code).map_or("UNKNOWN", |c| c.as_str_name());
+        tracing::debug!(domain = %escape(&request.domain), overall_code = overall, "decided");
         span.set(traced::server_attributes(&request, &response, &observed, values));
-        if let Some(call) = observed.store.take() {
+        // The store's round trip: none on the memory store (its charge is a lock).
+        if let Some(call) = observed.store.take().filter(|call| call.topology != "memory") {
             traced::store_span(&span, call);
         }
         span.end();

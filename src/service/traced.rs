@@ -213,7 +213,8 @@ pub fn invalid_attributes(request: &RateLimitRequest) -> Vec<KeyValue> {
     attributes
 }
 
-/// The store span, a child of the server span.
+/// The store span, a child of the server span (Redis topologies: the memory store has no
+/// round trip).
 pub fn store_span(span: &RequestSpan, call: StoreCall) {
     let StoreCall { topology, charges, times, seen, error } = call;
     let mut attributes = vec![
@@ -223,9 +224,7 @@ pub fn store_span(span: &RequestSpan, call: StoreCall) {
         KeyValue::new("ratelimit.store.shared", seen.shared),
         KeyValue::new("ratelimit.store.outcome", error.as_ref().map_or("ok", StoreError::kind)),
     ];
-    if topology != "memory" {
-        attributes.push(KeyValue::new("db.system.name", "redis"));
-    }
+    attributes.push(KeyValue::new("db.system.name", "redis"));
     if let Some(state) = seen.breaker {
         attributes.push(KeyValue::new("ratelimit.store.breaker", state));
     }

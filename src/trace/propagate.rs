@@ -38,6 +38,9 @@ impl Extractor for Metadata<'_> {
     }
 }
 
+/// The headers that carry a caller's span context (any one is enough to look further).
+pub const PARENT_HEADERS: [&str; 3] = ["traceparent", B3_SINGLE, B3_TRACE_ID];
+
 const B3_SINGLE: &str = "b3";
 const B3_TRACE_ID: &str = "x-b3-traceid";
 const B3_SPAN_ID: &str = "x-b3-spanid";

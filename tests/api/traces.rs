@@ -79,20 +79,6 @@ fn named<'a>(spans: &[&'a Received], name: &str) -> Vec<&'a Received> {
     spans.iter().copied().filter(|s| s.name == name).collect()
 }
 
-/// The server span of a trace answered `code`, and its store span.
-fn answered<'a>(spans: &[&'a Received], code: &str) -> (&'a Received, &'a Received) {
-    let server = named(spans, SERVER_SPAN)
-        .into_iter()
-        .find(|s| s.attr("ratelimit.overall_code") == Some(code))
-        .unwrap_or_else(|| panic!("no server span answered {code}: {spans:#?}"));
-    let store = spans
-        .iter()
-        .copied()
-        .find(|s| s.name == STORE_SPAN && s.parent_span_id == server.span_id)
-        .unwrap_or_else(|| panic!("no store span under {}: {spans:#?}", server.span_id));
-    (server, store)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn grpc_spans_say_what_was_decided_and_why_under_the_callers_span() {
     let collector = Collector::start(Transport::Grpc);
@@ -104,12 +90,15 @@ async fn grpc_spans_say_what_was_decided_and_why_under_the_callers_span() {
         assert_eq!(response.overall_code, expected as i32);
     }
     let spans = collector
-        .wait_for_async(Duration::from_secs(10), "6 spans of the trace", |s| of_trace(s, TRACE).len() >= 6)
+        .wait_for_async(Duration::from_secs(10), "3 spans of the trace", |s| of_trace(s, TRACE).len() >= 3)
         .await;
     let trace = of_trace(&spans, TRACE);
     assert_eq!(named(&trace, SERVER_SPAN).len(), 3);
-    assert_eq!(named(&trace, STORE_SPAN).len(), 3);
-    let (server, store) = answered(&trace, "OVER_LIMIT");
+    assert!(named(&trace, STORE_SPAN).is_empty(), "the memory store has no round trip to trace");
+    let server = named(&trace, SERVER_SPAN)
+        .into_iter()
+        .find(|s| s.attr("ratelimit.overall_code") == Some("OVER_LIMIT"))
+        .expect("the denied request's span");
     assert_eq!(server.parent_span_id, PARENT, "the caller's span is the parent");
     assert_eq!(server.kind, 2, "a server span");
     for (key, value) in [
@@ -133,23 +122,11 @@ async fn grpc_spans_say_what_was_decided_and_why_under_the_callers_span() {
     }
     assert!(server.attr("ratelimit.config_version").is_some_and(|v| !v.is_empty()));
     assert_eq!(server.attr("ratelimit.descriptor.0.values"), None, "no values unless asked for");
-    let (ok, _) = answered(&trace, "OK");
-    assert_eq!(ok.attr("ratelimit.descriptor.0.code"), Some("OK"));
     let remaining: Vec<&str> = named(&trace, SERVER_SPAN)
         .iter()
         .filter_map(|s| s.attr("ratelimit.descriptor.0.remaining"))
         .collect();
     assert!(remaining.contains(&"1") && remaining.contains(&"0"), "{remaining:?}");
-    // The store span: a child of the server span, in the same trace.
-    assert_eq!(store.trace_id, TRACE);
-    for (key, value) in [
-        ("ratelimit.store.topology", "memory"),
-        ("ratelimit.store.charges", "1"),
-        ("ratelimit.store.calls", "0"),
-        ("ratelimit.store.outcome", "ok"),
-    ] {
-        assert_eq!(store.attr(key), Some(value), "{key} in {store:#?}");
-    }
     for (key, value) in [
         ("service.name", "tollgate-test"),
         ("service.namespace", "edge"),
@@ -178,10 +155,9 @@ async fn grpc_spans_say_what_was_decided_and_why_under_the_callers_span() {
     let unknown = roots.iter().find(|s| s.attr("ratelimit.domain") == Some("elsewhere")).expect("unknown");
     assert_eq!(unknown.attr("ratelimit.descriptor.0.decided_by"), Some("unknown_domain"));
     assert_eq!(unknown.attr("ratelimit.overall_code"), Some("OK"));
-    assert!(spans.iter().all(|s| s.trace_id != unknown.trace_id || s.name != STORE_SPAN), "no store call");
 
     let exported = metric(&app.metrics().await, "tollgate_trace_spans_exported_total").unwrap_or(0.0);
-    assert!(exported >= 9.0, "exported {exported}");
+    assert!(exported >= 5.0, "exported {exported}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -249,7 +225,7 @@ async fn only_sampled_requests_are_exported_and_a_callers_flag_decides_for_its_t
     call(&app, bob.clone(), &traceparent(TRACE, PARENT, true)).await.expect("caller: sampled");
     let spans = collector
         .wait_for_async(Duration::from_secs(10), "the sampled caller's spans", |s| {
-            of_trace(s, TRACE).len() >= 2
+            !of_trace(s, TRACE).is_empty()
         })
         .await;
     assert!(spans.iter().all(|s| s.trace_id == TRACE), "only the sampled trace: {spans:#?}");
@@ -331,8 +307,8 @@ async fn a_stalled_collector_never_delays_a_decision_spans_past_the_queue_are_dr
     let mut trace = tracing(ExportProtocol::Grpc, format!("http://{}", stall.addr));
     trace.batch = BatchSettings::default(); // production queue, batch, delay and timeout
     let app = app_with(StoreKind::Memory, POLICY, trace).await;
-    // 2,000 requests: 4,000 spans, past one batch in flight (512) and the queue (2,048).
-    decide_many(&app, 2000).await;
+    // 4,000 requests: 4,000 spans, past one batch in flight (512) and the queue (2,048).
+    decide_many(&app, 4000).await;
     let counted = crate::support::eventually(Duration::from_secs(10), || async {
         dropped(&app, "queue_full").await >= 1000.0
     })
@@ -349,8 +325,8 @@ async fn a_collector_that_is_down_never_delays_a_decision_failed_exports_are_cou
     let mut trace = tracing(ExportProtocol::Http, endpoint);
     trace.batch = BatchSettings::default();
     let app = app_with(StoreKind::Memory, POLICY, trace).await;
-    // 600 requests: 1,200 spans, two full batches sent at once (and refused).
-    decide_many(&app, 600).await;
+    // 1,200 requests: 1,200 spans, two full batches sent at once (and refused).
+    decide_many(&app, 1200).await;
     let counted = crate::support::eventually(Duration::from_secs(20), || async {
         dropped(&app, "export_failed").await >= 1024.0
     })

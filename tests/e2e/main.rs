@@ -9,6 +9,7 @@
 //! - `istio`: the manifests in `envoy/istio/`, without Kubernetes.
 //! - `xds`: policies only over xDS (an ADS server in the test), a new snapshot applied.
 //! - `demo`: `make demo` (`deploy/demo/run.sh`) through Envoy, then Ctrl-C.
+//! - `traces`: Envoy and Tollgate tracing to one OTLP collector in the test; trace ids in logs.
 //!
 //! Each end-to-end test starts its own redis-server, Tollgate, upstream and Envoy on free
 //! loopback ports (`harness::topology`) and kills them when it ends. A missing `envoy` or
@@ -17,6 +18,9 @@
 #[path = "../support/ads/mod.rs"]
 #[allow(dead_code)]
 mod ads;
+#[path = "../support/otlp.rs"]
+#[allow(dead_code)]
+mod otlp;
 #[path = "../support/redis.rs"]
 #[allow(dead_code)]
 mod redis_support;
@@ -32,4 +36,5 @@ mod raw_bytes;
 mod shipped;
 mod skipped_headers;
 mod through_envoy;
+mod traces;
 mod xds;

@@ -120,6 +120,51 @@ pub fn add_access_log(config: &mut Value, path: &Path, format: &str) {
     at_mut(hcm, "typed_config")["access_log"] = serde_yaml::to_value(log).expect("access log as YAML");
 }
 
+/// Traces every request of the edge listener with Envoy's OpenTelemetry tracer, sending
+/// spans over OTLP/gRPC to `collector` as each one ends (runtime
+/// `tracing.opentelemetry.min_flush_spans: 1`; the default waits for 5 spans or 5 s).
+pub fn add_tracing(config: &mut Value, collector: SocketAddr) {
+    let listeners = seq_mut(config, "static_resources.listeners");
+    let chain = at_mut(find_mut(listeners, "name", "edge"), "filter_chains.0.filters");
+    let hcm = find_mut(chain.as_sequence_mut().expect("filters"), "name", HCM);
+    let tracing = serde_json::json!({
+        "random_sampling": { "value": 100 },
+        "provider": {
+            "name": "envoy.tracers.opentelemetry",
+            "typed_config": {
+                "@type": "type.googleapis.com/envoy.config.trace.v3.OpenTelemetryConfig",
+                "grpc_service": { "envoy_grpc": { "cluster_name": "otel" }, "timeout": "1s" },
+                "service_name": "envoy-edge",
+            },
+        },
+    });
+    at_mut(hcm, "typed_config")["tracing"] = serde_yaml::to_value(tracing).expect("tracing as YAML");
+    let cluster = serde_json::json!({
+        "name": "otel",
+        "type": "STATIC",
+        "connect_timeout": "1s",
+        "typed_extension_protocol_options": {
+            "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
+                "@type": "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
+                "explicit_http_config": { "http2_protocol_options": {} },
+            },
+        },
+        "load_assignment": {
+            "cluster_name": "otel",
+            "endpoints": [{ "lb_endpoints": [{ "endpoint": { "address": { "socket_address": {
+                "address": collector.ip().to_string(), "port_value": collector.port(),
+            } } } }] }],
+        },
+    });
+    seq_mut(config, "static_resources.clusters")
+        .push(serde_yaml::to_value(cluster).expect("cluster as YAML"));
+    let runtime = serde_json::json!({ "layers": [{
+        "name": "flush_spans_at_once",
+        "static_layer": { "tracing.opentelemetry.min_flush_spans": 1 },
+    }] });
+    config["layered_runtime"] = serde_yaml::to_value(runtime).expect("runtime as YAML");
+}
+
 /// Replaces the edge virtual host's `rate_limits` (the actions that build descriptors).
 pub fn set_vhost_rate_limits(config: &mut Value, rate_limits: Value) {
     let listeners = seq_mut(config, "static_resources.listeners");

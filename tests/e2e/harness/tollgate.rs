@@ -25,12 +25,18 @@ impl Tollgate {
     /// Runs `tollgate <args>` with `env` added, and waits until `admin` `/readyz` is 200.
     pub fn serve(args: &[String], env: &[(String, String)], admin: SocketAddr, dir: &Path) -> Tollgate {
         let mut command = Command::new(binary());
-        command.args(args).envs(env.iter().map(|(k, v)| (k, v))).env("RUST_LOG", "info");
+        // RUST_LOG=info unless the test sets it.
+        command.args(args).env("RUST_LOG", "info").envs(env.iter().map(|(k, v)| (k, v)));
         let mut process = Process::spawn("tollgate", command, dir);
         process.wait_until("ready on /readyz", Duration::from_secs(15), || {
             http::try_get(admin, "/readyz", &[]).is_ok_and(|r| r.status == 200)
         });
         Tollgate { process, admin }
+    }
+
+    /// Everything the server has logged so far.
+    pub fn log(&self) -> String {
+        self.process.log()
     }
 
     /// Kills the server: from now on Envoy cannot reach it.

@@ -35,6 +35,9 @@ pub struct Changes<'a> {
     pub vhost_rate_limits: Option<&'a str>,
     /// Policies from this xDS server instead of files (`--config` is dropped).
     pub xds: Option<XdsSource>,
+    /// An OTLP/gRPC collector both Envoy (its OpenTelemetry tracer, every request sampled)
+    /// and Tollgate (`TRACING_ENABLED=true`) send spans to.
+    pub tracing: Option<SocketAddr>,
 }
 
 /// An xDS management server Tollgate reads its policies from, over mTLS.
@@ -75,13 +78,27 @@ impl Topology {
 
     /// The demo with any of the `Changes`.
     pub fn start_changed(changes: Changes<'_>) -> Topology {
-        let Changes { mut filter, policies, env, access_log, vhost_rate_limits, xds } = changes;
+        let Changes { mut filter, policies, env, access_log, vhost_rate_limits, xds, tracing } = changes;
+        let mut env: Vec<(String, String)> =
+            env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        if let Some(collector) = tracing {
+            // The peer's variables and the standard ones, as Envoy Gateway sets them; spans
+            // leave in batches every 50 ms (the default 5 s would only slow the test).
+            let traced = [
+                ("TRACING_ENABLED", "true".to_string()),
+                ("TRACING_SERVICE_NAME", "tollgate-e2e".to_string()),
+                ("TRACING_EXPORTER_PROTOCOL", "grpc".to_string()),
+                ("OTEL_EXPORTER_OTLP_ENDPOINT", format!("http://{collector}")),
+                ("OTEL_BSP_SCHEDULE_DELAY", "50".to_string()),
+            ];
+            env.extend(traced.into_iter().map(|(k, v)| (k.to_string(), v)));
+        }
         let dir = tempfile::tempdir().expect("tempdir");
         let redis = RedisServer::start();
         let upstream = Upstream::start();
         let demo = compose::compose();
         let grpc = free_loopback();
-        let tollgate = start_tollgate(&demo, &redis, grpc, dir.path(), policies, env, xds.as_ref());
+        let tollgate = start_tollgate(&demo, &redis, grpc, dir.path(), policies, &env, xds.as_ref());
         let wiring = Wiring {
             listener: free_loopback(),
             admin: free_loopback(),
@@ -91,6 +108,9 @@ impl Topology {
         let shipped = yaml::load_file(&compose::mount_source(&demo, "envoy", "/etc/envoy/envoy.yaml"));
         filter.timeout.get_or_insert_with(|| "1s".to_string());
         let mut config = envoy::render(&shipped, &wiring, &filter);
+        if let Some(collector) = tracing {
+            envoy::add_tracing(&mut config, collector);
+        }
         if let Some(format) = access_log {
             envoy::add_access_log(&mut config, &access_log_path(dir.path()), format);
         }
@@ -145,7 +165,7 @@ fn start_tollgate(
     grpc: SocketAddr,
     dir: &Path,
     extra: &[(&str, &str)],
-    env: &[(&str, &str)],
+    env: &[(String, String)],
     xds: Option<&XdsSource>,
 ) -> Tollgate {
     let policies = dir.join("policies");
@@ -190,6 +210,5 @@ fn start_tollgate(
             )
         }
     };
-    let env: Vec<(String, String)> = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-    Tollgate::serve(&args, &env, admin, dir)
+    Tollgate::serve(&args, env, admin, dir)
 }
