@@ -134,7 +134,7 @@ impl Tracing {
         // random number: no context, span or id is made for it.
         if let Some(ratio) = self.root_ratio {
             let has_parent = propagate::PARENT_HEADERS.iter().any(|name| metadata.contains_key(*name));
-            if !has_parent && !(ratio >= 1.0 || rand::random::<f64>() < ratio) {
+            if !(has_parent || ratio >= 1.0 || rand::random::<f64>() < ratio) {
                 return None;
             }
         }
