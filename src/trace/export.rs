@@ -1,22 +1,25 @@
 //! Span export off the request path: a span that ends is put on a bounded queue without
-//! waiting (`Processor::on_end`, a `try_send`); one task on the runtime takes the queue in
-//! batches and sends each to the collector, one batch at a time, each within
+//! waiting (`Processor::on_end`: a short lock, a push); one task on the runtime takes the
+//! queue in batches and sends each to the collector, one batch at a time, each within
 //! `export_timeout`. A slow or absent collector fills the queue, and spans past its size are
 //! dropped and counted (`tollgate_trace_spans_dropped_total{reason="queue_full"}`); a batch
 //! the collector refuses or does not answer in time is counted as `export_failed`. Nothing
 //! a request does waits for the collector.
 //!
+//! The task wakes every `schedule_delay`, or when a full batch is queued — not for each
+//! span: waking an idle worker thread per sampled span cost more CPU than the span itself
+//! at low sampling ratios (docs/performance.md, "Tracing").
+//!
 //! Ours rather than the SDK's batch processor: it runs on the server's runtime (the gRPC
 //! exporter needs one), and every span it loses is counted in our metrics.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use opentelemetry::Context;
 use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::trace::{Span, SpanData, SpanExporter, SpanProcessor};
-use tokio::sync::{mpsc, watch};
-use tokio::time::Instant;
+use tokio::sync::{watch, Notify};
 
 use crate::metrics::trace::SpanDrop;
 use crate::metrics::Metrics;
@@ -28,7 +31,7 @@ pub struct BatchSettings {
     pub queue_size: usize,
     /// Spans per export, at most (`OTEL_BSP_MAX_EXPORT_BATCH_SIZE`, 512).
     pub batch_size: usize,
-    /// Longest a span waits for its batch to fill (`OTEL_BSP_SCHEDULE_DELAY`, 5 s).
+    /// Longest a span waits for its export (`OTEL_BSP_SCHEDULE_DELAY`, 5 s).
     pub schedule_delay: Duration,
     /// Longest one export may take (`OTEL_BSP_EXPORT_TIMEOUT`, 30 s).
     pub export_timeout: Duration,
@@ -45,10 +48,40 @@ impl Default for BatchSettings {
     }
 }
 
+/// The spans waiting for export, shared by the processor and the export task.
+#[derive(Debug)]
+struct Queue {
+    spans: Mutex<Queued>,
+    /// Told when a full batch is queued.
+    full: Notify,
+    queue_size: usize,
+    batch_size: usize,
+}
+
+#[derive(Debug, Default)]
+struct Queued {
+    spans: Vec<SpanData>,
+    /// Stopped: spans ending from now on are dropped as `shutdown`.
+    closed: bool,
+}
+
+impl Queue {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Queued> {
+        self.spans.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Up to a batch of the oldest spans.
+    fn take_batch(&self) -> Vec<SpanData> {
+        let mut queued = self.lock();
+        let n = queued.spans.len().min(self.batch_size);
+        queued.spans.drain(..n).collect()
+    }
+}
+
 /// The tracer provider's span processor: queues ended spans for the export task.
 #[derive(Debug)]
 pub struct Processor {
-    queue: mpsc::Sender<SpanData>,
+    queue: Arc<Queue>,
     metrics: Arc<Metrics>,
 }
 
@@ -56,10 +89,22 @@ impl SpanProcessor for Processor {
     fn on_start(&self, _span: &mut Span, _cx: &Context) {}
 
     fn on_end(&self, span: SpanData) {
-        match self.queue.try_send(span) {
-            Ok(()) => {}
-            Err(mpsc::error::TrySendError::Full(_)) => self.metrics.trace().dropped(SpanDrop::QueueFull, 1),
-            Err(mpsc::error::TrySendError::Closed(_)) => self.metrics.trace().dropped(SpanDrop::Shutdown, 1),
+        let (dropped, full) = {
+            let mut queued = self.queue.lock();
+            if queued.closed {
+                (Some(SpanDrop::Shutdown), false)
+            } else if queued.spans.len() >= self.queue.queue_size {
+                (Some(SpanDrop::QueueFull), false)
+            } else {
+                queued.spans.push(span);
+                (None, queued.spans.len() == self.queue.batch_size)
+            }
+        };
+        if let Some(reason) = dropped {
+            self.metrics.trace().dropped(reason, 1);
+        }
+        if full {
+            self.queue.full.notify_one();
         }
     }
 
@@ -77,10 +122,9 @@ impl SpanProcessor for Processor {
 #[derive(Debug)]
 pub struct Exporting {
     stop: watch::Sender<bool>,
-    /// To count what an export cut short by `stop`'s bound left queued.
-    queue: mpsc::WeakSender<SpanData>,
+    queue: Arc<Queue>,
     metrics: Arc<Metrics>,
-    task: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
+    task: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 impl Exporting {
@@ -91,12 +135,14 @@ impl Exporting {
         if let Some(mut task) = task {
             if tokio::time::timeout(within, &mut task).await.is_err() {
                 task.abort();
-                if let Some(queue) = self.queue.upgrade() {
-                    let left = queue.max_capacity() - queue.capacity();
-                    self.metrics.trace().dropped(SpanDrop::Shutdown, left as u64);
-                }
             }
         }
+        let left = {
+            let mut queued = self.queue.lock();
+            queued.closed = true;
+            std::mem::take(&mut queued.spans).len()
+        };
+        self.metrics.trace().dropped(SpanDrop::Shutdown, left as u64);
     }
 }
 
@@ -105,62 +151,48 @@ pub fn start<E>(exporter: E, settings: BatchSettings, metrics: Arc<Metrics>) -> 
 where
     E: SpanExporter + 'static,
 {
-    let (queue, spans) = mpsc::channel(settings.queue_size.max(1));
+    let queue = Arc::new(Queue {
+        spans: Mutex::new(Queued::default()),
+        full: Notify::new(),
+        queue_size: settings.queue_size.max(1),
+        batch_size: settings.batch_size.max(1),
+    });
     let (stop, stopped) = watch::channel(false);
-    let task = tokio::spawn(export(exporter, spans, settings, metrics.clone(), stopped));
-    let exporting = Exporting {
-        stop,
-        queue: queue.downgrade(),
-        metrics: metrics.clone(),
-        task: std::sync::Mutex::new(Some(task)),
-    };
+    let task = tokio::spawn(export(exporter, queue.clone(), settings, metrics.clone(), stopped));
+    let exporting =
+        Exporting { stop, queue: queue.clone(), metrics: metrics.clone(), task: Mutex::new(Some(task)) };
     (Processor { queue, metrics }, exporting)
 }
 
 async fn export<E: SpanExporter>(
     exporter: E,
-    mut spans: mpsc::Receiver<SpanData>,
+    queue: Arc<Queue>,
     settings: BatchSettings,
     metrics: Arc<Metrics>,
     mut stopped: watch::Receiver<bool>,
 ) {
-    let batch_size = settings.batch_size.max(1);
     let mut failing = false;
     loop {
-        let first = tokio::select! {
-            span = spans.recv() => span,
-            _ = stopped.wait_for(|stop| *stop) => None,
+        let stop = tokio::select! {
+            () = queue.full.notified() => false,
+            () = tokio::time::sleep(settings.schedule_delay) => false,
+            _ = stopped.wait_for(|stop| *stop) => true,
         };
-        let Some(first) = first else { break };
-        let mut batch = vec![first];
-        let due = Instant::now() + settings.schedule_delay;
-        while batch.len() < batch_size {
-            tokio::select! {
-                span = spans.recv() => match span {
-                    Some(span) => batch.push(span),
-                    None => break,
-                },
-                _ = tokio::time::sleep_until(due) => break,
-                _ = stopped.wait_for(|stop| *stop) => break,
+        // Every full batch queued, then what is left (at most one partial batch).
+        loop {
+            let batch = queue.take_batch();
+            if batch.is_empty() {
+                break;
+            }
+            let partial = batch.len() < queue.batch_size;
+            send(&exporter, batch, settings.export_timeout, &metrics, &mut failing).await;
+            if partial {
+                break;
             }
         }
-        send(&exporter, batch, settings.export_timeout, &metrics, &mut failing).await;
-        if *stopped.borrow() {
+        if stop || *stopped.borrow() {
             break;
         }
-    }
-    // Stopping: no span is queued from now on; what is queued goes out in full batches.
-    spans.close();
-    let mut batch = Vec::new();
-    while let Some(span) = spans.recv().await {
-        batch.push(span);
-        if batch.len() == batch_size {
-            send(&exporter, std::mem::take(&mut batch), settings.export_timeout, &metrics, &mut failing)
-                .await;
-        }
-    }
-    if !batch.is_empty() {
-        send(&exporter, batch, settings.export_timeout, &metrics, &mut failing).await;
     }
 }
 
