@@ -229,7 +229,8 @@ impl RateLimiter {
             None => charging.await,
             Some(call) => {
                 let from = std::time::SystemTime::now();
-                let (results, seen) = probe::observe(charging).await;
+                // Boxed, so that the untraced path's future stays the size it was.
+                let (results, seen) = Box::pin(probe::observe(charging)).await;
                 let error = results.iter().find_map(|r| r.as_ref().err()).cloned();
                 let times = (from, std::time::SystemTime::now());
                 let topology = self.store.name();
@@ -303,13 +304,15 @@ impl RateLimiter {
             // Log lines of this request carry its trace and span ids.
             let (trace_id, span_id) = span.ids();
             let logs = tracing::info_span!("request", trace_id = %trace_id, span_id = %span_id);
-            return self.should_rate_limit_traced(request, span).instrument(logs).await;
+            // Boxed: the traced future is much larger than the untraced one, and unboxed
+            // it would size every request's future (tonic boxes each one) to its own.
+            return Box::pin(self.should_rate_limit_traced(request, span).instrument(logs)).await;
         }
         let started = Instant::now();
         let deadline = self.deadline(started, request.metadata());
         let request = request.into_inner();
         validate(&request).map_err(Status::invalid_argument)?;
-        let response = self.decide(&request, deadline).await;
+        let response = self.decide_observed(&request, deadline, None).await;
         self.metrics.observe_request(started.elapsed().as_secs_f64());
         Ok(Response::new(response))
     }

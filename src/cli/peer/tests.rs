@@ -140,11 +140,13 @@ fn every_variable_envoy_gateway_sets_is_accepted_but_a_redis_client_certificate(
         let mut env = base(false);
         env.extend(vars.iter().copied());
         let parsed = parse(&["/bin/ratelimit"], &env).unwrap_or_else(|e| panic!("{group}: {e}"));
-        settings_of(&parsed, &env);
+        let settings = settings_of(&parsed, &env);
+        assert_eq!(settings.tracing.is_some(), *group == "tracing", "{group}: tracing on only when enabled");
         let report = parsed.peer.expect("report");
         let mut known = vars.iter().filter(|(name, _)| fate(name).is_some());
         let reported = |name: &str| {
-            report.applied.iter().chain(report.ignored.iter().map(|(n, _)| n)).any(|n| n == name)
+            let used = report.applied.iter().chain(&report.tracing);
+            used.chain(report.ignored.iter().map(|(n, _)| n)).any(|n| n == name)
         };
         assert!(known.all(|(name, _)| reported(name)), "{group}: {report:?}");
     }
