@@ -147,7 +147,7 @@ impl Tracing {
         if !span.is_recording() {
             return None;
         }
-        Some(RequestSpan { cx: parent.with_span(span), tracer: self.tracer.clone() })
+        Some(RequestSpan { cx: parent.with_span(span), tracer: self.tracer.clone(), ended: false })
     }
 
     /// Whether descriptor values go into spans (`--tracing-descriptor-values`).
@@ -163,11 +163,24 @@ impl Tracing {
 }
 
 /// The spans of one sampled request. Dropped before [`RequestSpan::end`] (the request
-/// was cancelled), the server span ends then, with what it has.
+/// was cancelled: the client reset the stream, or gave up), the server span ends then, with
+/// what it has, `ratelimit.cancelled` and an error status.
 #[derive(Debug)]
 pub struct RequestSpan {
     cx: Context,
     tracer: SdkTracer,
+    ended: bool,
+}
+
+impl Drop for RequestSpan {
+    fn drop(&mut self) {
+        if !self.ended {
+            let span = self.cx.span();
+            span.set_attribute(KeyValue::new("ratelimit.cancelled", true));
+            span.set_status(Status::error("cancelled before an answer"));
+            span.end();
+        }
+    }
 }
 
 impl RequestSpan {
@@ -211,8 +224,9 @@ impl RequestSpan {
     }
 
     /// Ends the server span now.
-    pub fn end(self) {
+    pub fn end(mut self) {
         self.cx.span().end();
+        self.ended = true;
     }
 }
 

@@ -330,8 +330,9 @@ impl RateLimiter {
         let started = Instant::now();
         let deadline = self.deadline(started, request.metadata());
         let request = request.into_inner();
+        span.set(traced::request_attributes(&request));
         if let Err(error) = validate(&request) {
-            span.set(traced::invalid_attributes(&request));
+            span.set(traced::invalid_attributes());
             span.fail(error.clone());
             span.end();
             return Err(Status::invalid_argument(error));

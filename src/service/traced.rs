@@ -154,18 +154,15 @@ pub fn describe_all(observed: &mut Observed, n: usize, by: &'static str) {
         .collect();
 }
 
-/// The server span's attributes for a request answered `response`.
+/// The server span's attributes for a request answered `response` (beside
+/// [`request_attributes`]).
 pub fn server_attributes(
     request: &RateLimitRequest,
     response: &RateLimitResponse,
     observed: &Observed,
     values: bool,
 ) -> Vec<KeyValue> {
-    let mut attributes = Vec::with_capacity(8 + 6 * observed.descriptors.len());
-    attributes.extend(rpc());
-    attributes.push(KeyValue::new("ratelimit.domain", text(&request.domain)));
-    attributes.push(KeyValue::new("ratelimit.descriptors", request.descriptors.len() as i64));
-    attributes.push(KeyValue::new("ratelimit.hits_addend", i64::from(request.hits_addend)));
+    let mut attributes = Vec::with_capacity(4 + 9 * observed.descriptors.len());
     attributes.push(KeyValue::new("ratelimit.overall_code", code(response.overall_code)));
     attributes.push(KeyValue::new("ratelimit.config_version", observed.config_version.clone()));
     if observed.shadowed {
@@ -204,13 +201,19 @@ pub fn server_attributes(
     attributes
 }
 
-/// The attributes of a request refused as invalid.
-pub fn invalid_attributes(request: &RateLimitRequest) -> Vec<KeyValue> {
+/// What the request says, set on the server span before it is decided (so that a request
+/// cancelled on the way still names its domain).
+pub fn request_attributes(request: &RateLimitRequest) -> Vec<KeyValue> {
     let mut attributes = rpc().to_vec();
     attributes.push(KeyValue::new("ratelimit.domain", text(&request.domain)));
     attributes.push(KeyValue::new("ratelimit.descriptors", request.descriptors.len() as i64));
-    attributes.push(KeyValue::new("rpc.grpc.status_code", tonic::Code::InvalidArgument as i64));
+    attributes.push(KeyValue::new("ratelimit.hits_addend", i64::from(request.hits_addend)));
     attributes
+}
+
+/// The attribute of a request refused as invalid (beside [`request_attributes`]).
+pub fn invalid_attributes() -> Vec<KeyValue> {
+    vec![KeyValue::new("rpc.grpc.status_code", tonic::Code::InvalidArgument as i64)]
 }
 
 /// The store span, a child of the server span (Redis topologies: the memory store has no

@@ -334,3 +334,31 @@ async fn a_collector_that_is_down_never_delays_a_decision_failed_exports_are_cou
     assert!(counted, "export_failed drops: {}", dropped(&app, "export_failed").await);
     assert_eq!(dropped(&app, "queue_full").await, 0.0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_cancelled_while_the_store_hangs_still_ends_its_span_marked_cancelled() {
+    let collector = Collector::start(Transport::Grpc);
+    // "Redis" accepts the connection and never answers: the charge waits its 2 s.
+    let stall = Stall::start();
+    let mut options = Options::new(StoreKind::Redis);
+    options.redis_url = Some(format!("redis://{}/", stall.addr));
+    options.tracing = Some(tracing(ExportProtocol::Grpc, collector.url()));
+    let app = spawn_with(options, &[("traced.yaml", POLICY)]).await;
+    let parent = traceparent(TRACE, PARENT, true);
+    let pending = call(&app, request("traced", &[&[("user", "gone")]]), &parent);
+    // The client gives up (its stream is reset): the server drops the request's future.
+    let gave_up = tokio::time::timeout(Duration::from_millis(300), pending).await;
+    assert!(gave_up.is_err(), "the store hangs: no answer within 300 ms");
+    let spans = collector
+        .wait_for_async(Duration::from_secs(10), "the cancelled request's span", |s| {
+            !of_trace(s, TRACE).is_empty()
+        })
+        .await;
+    let span = of_trace(&spans, TRACE)[0];
+    assert_eq!(span.name, SERVER_SPAN);
+    assert_eq!(span.parent_span_id, PARENT);
+    assert_eq!(span.attr("ratelimit.cancelled"), Some("true"));
+    assert_eq!(span.attr("ratelimit.domain"), Some("traced"), "set before the decision");
+    assert_eq!(span.attr("ratelimit.overall_code"), None, "never answered");
+    assert_eq!(span.status, 2);
+}
