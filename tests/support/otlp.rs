@@ -129,11 +129,9 @@ impl Collector {
     ) -> Vec<Received> {
         let deadline = Instant::now() + timeout;
         loop {
-            let spans = self.spans();
-            if done(&spans) {
+            if let Some(spans) = self.check(deadline, timeout, what, &done) {
                 return spans;
             }
-            assert!(Instant::now() < deadline, "collector: not {what} after {timeout:?}; got {spans:#?}");
             std::thread::sleep(Duration::from_millis(20));
         }
     }
@@ -147,13 +145,27 @@ impl Collector {
     ) -> Vec<Received> {
         let deadline = Instant::now() + timeout;
         loop {
-            let spans = self.spans();
-            if done(&spans) {
+            if let Some(spans) = self.check(deadline, timeout, what, &done) {
                 return spans;
             }
-            assert!(Instant::now() < deadline, "collector: not {what} after {timeout:?}; got {spans:#?}");
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+    }
+
+    /// The spans received, if `done` holds of them; panics once `deadline` has passed.
+    fn check(
+        &self,
+        deadline: Instant,
+        timeout: Duration,
+        what: &str,
+        done: &impl Fn(&[Received]) -> bool,
+    ) -> Option<Vec<Received>> {
+        let spans = self.spans();
+        if done(&spans) {
+            return Some(spans);
+        }
+        assert!(Instant::now() < deadline, "collector: not {what} after {timeout:?}; got {spans:#?}");
+        None
     }
 }
 
