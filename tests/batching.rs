@@ -71,6 +71,24 @@ fn charge(store: &Arc<RedisStore>, batch: Vec<Charge>, deadline: Instant) -> Joi
     tokio::spawn(async move { Remote::charge(&*store, &batch, &Groups::each(), deadline).await })
 }
 
+/// Starts a charge that must queue behind the held lane, and waits until it has (the queue
+/// then holds `queued` charges): riders queue in the order the test starts them.
+async fn ride(
+    store: &Arc<RedisStore>,
+    queued: &mut usize,
+    batch: Vec<Charge>,
+    deadline: Instant,
+) -> JoinHandle<Charged> {
+    *queued += batch.len();
+    let want = *queued;
+    let task = charge(store, batch, deadline);
+    assert!(
+        eventually(Duration::from_secs(5), || async { store.queued() == want }).await,
+        "the rider queued: {want} charges"
+    );
+    task
+}
+
 fn far() -> Instant {
     Instant::now() + Duration::from_secs(10)
 }
@@ -86,16 +104,20 @@ async fn riders_share_one_call_and_the_cancelled_and_the_late_are_not_charged() 
     let lead = charge(&store, vec![consume("lead")], far());
     // The lead holds the only lane (its connection is held by the front) before anyone comes.
     assert!(eventually(Duration::from_secs(5), || async { store.lanes_in_use() == 1 }).await);
+    // Each rider is queued before the next one starts, so that the queue's order is the
+    // order written here (two spawned tasks may reach the queue in either order).
+    let mut queued = 0;
     let cancelled = [
-        charge(&store, vec![consume("c1")], far()),
-        charge(&store, vec![consume("c2"), consume("c3")], far()),
+        ride(&store, &mut queued, vec![consume("c1")], far()).await,
+        ride(&store, &mut queued, vec![consume("c2"), consume("c3")], far()).await,
     ];
-    let late = charge(&store, vec![consume("late")], Instant::now() + Duration::from_millis(300));
+    let late =
+        ride(&store, &mut queued, vec![consume("late")], Instant::now() + Duration::from_millis(300)).await;
     let kept = [
-        charge(&store, vec![consume("k1")], far()),
-        charge(&store, vec![consume("k2"), consume("k3")], far()),
+        ride(&store, &mut queued, vec![consume("k1")], far()).await,
+        ride(&store, &mut queued, vec![consume("k2"), consume("k3")], far()).await,
     ];
-    assert!(eventually(Duration::from_secs(5), || async { store.queued() == 7 }).await, "every rider queued");
+    assert_eq!(store.queued(), 7, "every rider queued");
     for task in &cancelled {
         task.abort();
     }
