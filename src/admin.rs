@@ -24,6 +24,7 @@ use serde::Deserialize;
 mod audit;
 pub mod client;
 pub mod hotkeys;
+pub mod incident;
 pub mod query;
 mod state;
 mod token;
@@ -47,6 +48,7 @@ impl Admin {
             .route("/reload", post(reload))
             .route("/v1/usage", get(usage::usage))
             .route("/v1/reset", post(usage::reset))
+            .route("/v1/override", post(incident::set).get(incident::list).delete(incident::end))
             .route("/v1/hotkeys", get(hotkeys::hotkeys))
             .route("/v1/explain", get(explain))
             .with_state(self.clone())
@@ -113,6 +115,8 @@ async fn metrics(State(admin): State<Admin>) -> impl IntoResponse {
         admin.metrics.set_approx(approx);
     }
     let name = admin.store.name();
+    admin.metrics.export_store(name);
+    admin.overrides.export();
     match admin.store.as_ref() {
         Store::Memory(_) => {}
         Store::Redis(redis) => {
@@ -187,12 +191,27 @@ async fn rlconfig(State(admin): State<Admin>, Query(format): Query<Format>) -> a
     let xds = admin.live.xds_state();
     if format.format.as_deref() == Some("json") {
         let mut json = crate::rlconfig::json(&active.snapshot, &store);
+        if let Some(object) = json.as_object_mut() {
+            let now = crate::overrides::now_ms();
+            let active: Vec<_> =
+                admin.overrides.active().iter().map(|o| incident::describe(o, now, false)).collect();
+            object.insert("overrides".into(), serde_json::Value::Array(active));
+            object.insert("key_secret".into(), serde_json::Value::Bool(admin.key_secret.is_some()));
+        }
         if let (Some(object), Some(xds)) = (json.as_object_mut(), &xds) {
             object.insert("source".into(), serde_json::json!({ "kind": "xds", "xds": xds }));
         }
         axum::Json(json).into_response()
     } else {
-        let text = crate::rlconfig::text(&active.snapshot, &store);
+        let mut text = crate::rlconfig::text(&active.snapshot, &store);
+        if admin.key_secret.is_some() {
+            text.push_str("key_secret: on (request values enter bucket keys keyed-hashed)\n");
+        }
+        let now = crate::overrides::now_ms();
+        for o in admin.overrides.active() {
+            let left = o.expires_at_ms.saturating_sub(now).div_ceil(1000);
+            text.push_str(&format!("override {} mode {} (ends in {left} s)\n", o.scope, o.mode.as_str()));
+        }
         match xds {
             Some(xds) => format!("{}{text}", xds.text()).into_response(),
             None => text.into_response(),

@@ -136,6 +136,7 @@ pub async fn spawn(settings: ServeSettings) -> anyhow::Result<Running> {
         }
         None => None,
     };
+    let key_secret = key_secret(&settings)?;
     let limiter = RateLimiter::new(
         live.clone(),
         store.clone(),
@@ -150,9 +151,12 @@ pub async fn spawn(settings: ServeSettings) -> anyhow::Result<Running> {
             response_dynamic_metadata: settings.response_dynamic_metadata,
             bounds: settings.bounds,
             local_max_keys: settings.memory_max_keys,
+            key_secret: key_secret.clone(),
         },
     )
     .with_tracing(tracing.clone());
+    // The incident switch, shared by the request path and the admin port.
+    let overrides = limiter.overrides();
 
     let grpc_listener = TcpListener::bind(settings.grpc_addr)
         .await
@@ -174,7 +178,9 @@ pub async fn spawn(settings: ServeSettings) -> anyhow::Result<Running> {
         metrics.clone(),
         admin_token(&settings)?,
     )
-    .with_buckets(&settings.redis_key_prefix, settings.admin_allow_unauthenticated_reset);
+    .with_buckets(&settings.redis_key_prefix, settings.admin_allow_unauthenticated_reset)
+    .with_overrides(overrides.clone())
+    .with_key_secret(key_secret);
     let (health, health_service) = tonic_health::server::health_reporter();
 
     let mut builder = tonic::transport::Server::builder();
@@ -215,6 +221,21 @@ pub async fn spawn(settings: ServeSettings) -> anyhow::Result<Running> {
         tasks.push(tokio::spawn(async move { task.await.context("xDS client panicked") }));
     }
     tasks.push(tokio::spawn(async move { grpc.await.context("gRPC server failed") }));
+    if store.is_shared() {
+        // An instance started during an incident honours the fleet's overrides from its
+        // first request: one read before it is ready, then one every SYNC_INTERVAL.
+        if let Err(e) = overrides.sync(&store).await {
+            tracing::warn!(error = %e, "overrides: not read from Redis at startup; reading them every 250 ms");
+        }
+        let (overrides, store, stop) = (overrides.clone(), store.clone(), stopped(signal.clone()));
+        tasks.push(tokio::spawn(async move {
+            tokio::select! {
+                () = crate::overrides::sync_forever(overrides, store) => {}
+                () = stop => {}
+            }
+            Ok(())
+        }));
+    }
     let store_for_sync = store.clone();
     let store_for_warm_up = store.clone();
     if let Store::Memory(_) = store.as_ref() {
@@ -420,6 +441,17 @@ fn admin_token(settings: &ServeSettings) -> anyhow::Result<Option<crate::admin::
         "admin token loaded; audit lines name it by this id, in this process only"
     );
     Ok(Some(token))
+}
+
+/// The secret of `--key-secret-file`: an unreadable file or one too short is a startup
+/// error (an operator who asked for private keys must not get clear ones). Never logged.
+fn key_secret(settings: &ServeSettings) -> anyhow::Result<Option<crate::store::key::KeySecret>> {
+    let Some(path) = &settings.key_secret_file else { return Ok(None) };
+    let bytes = std::fs::read(path).with_context(|| format!("reading the key secret {}", path.display()))?;
+    let secret = crate::store::key::KeySecret::new(&bytes)
+        .map_err(|e| anyhow::anyhow!("the key secret file {}: {e}", path.display()))?;
+    tracing::info!(file = %path.display(), "key secret loaded: request values enter bucket keys keyed-hashed");
+    Ok(Some(secret))
 }
 
 /// ± 10 %, so replicas started together do not all drop their connections at once.

@@ -14,7 +14,7 @@
 //! | 6 | `status`, `reload`, `xds` | the status page; reloading the config from its files; the xDS config source (ADS client) |
 //! | 7 | `service` | the gRPC request path: validate, plan, charge, record, respond |
 //! | 8 | `live`, `check` | the serving config and its swap; `tollgate check` |
-//! | 9 | `metrics`, `hotkeys`, `fresh` | counting (the one-minute history included), the busiest buckets, rules new in a reload |
+//! | 9 | `metrics`, `hotkeys`, `fresh`, `overrides` | counting (the one-minute history included), the busiest buckets, rules new in a reload, the incident switch |
 //! | 10 | `store`, `rlconfig` | where buckets live (memory, Redis); the `/rlconfig` dump |
 //! | 11 | `config` | policies: the YAML model, validation, the compiled matcher, loading |
 //! | 12 | `algorithm`, `escape` | the pure math of every algorithm; escaping bytes for text |
@@ -34,6 +34,7 @@ pub mod fresh;
 pub mod hotkeys;
 pub mod live;
 pub mod metrics;
+pub mod overrides;
 pub mod reload;
 pub mod rlconfig;
 pub mod service;

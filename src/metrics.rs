@@ -10,7 +10,7 @@
 //! of the rules it drops.
 //!
 //! Layout: this file (`Metrics`: the registry and the families with their label sets;
-//! `approx`, `lease`, `fresh`, `hot_keys` and `trace` register their own), then the recorders by
+//! `approx`, `lease`, `fresh`, `hot_keys`, `overrides` and `trace` register their own), then the recorders by
 //! what they count: `requests` (decisions and the request path), `store` (store calls,
 //! gauges refreshed before a scrape), `config` (loads and reloads); below them `outcome`
 //! (the closed `result` and `reason` values the service reports), `history` and `mirror`. Knows no
@@ -26,6 +26,7 @@ pub mod label;
 mod lease;
 mod mirror;
 mod outcome;
+mod overrides;
 mod requests;
 mod series;
 mod store;
@@ -128,6 +129,7 @@ pub struct Metrics {
     leases: lease::LeaseMetrics,
     xds: xds::XdsMetrics,
     trace: trace::TraceMetrics,
+    overrides: overrides::OverrideMetrics,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -314,6 +316,7 @@ impl Metrics {
         let leases = lease::LeaseMetrics::register(&mut registry);
         let xds = xds::XdsMetrics::register(&mut registry);
         let trace = trace::TraceMetrics::register(&mut registry);
+        let overrides = overrides::OverrideMetrics::register(&mut registry);
         for result in ["success", "failure"] {
             config_reloads.get_or_create(&ResultLabel { result }).inc_by(0);
         }
@@ -355,12 +358,25 @@ impl Metrics {
             leases,
             xds,
             trace,
+            overrides,
         }
     }
 
     /// The config source's and the xDS stream's metrics.
     pub fn xds(&self) -> &xds::XdsMetrics {
         &self.xds
+    }
+
+    /// Sets `tollgate_override_active` of every exported scope (`all` and the configured
+    /// domains) from `active(scope, mode)`, `mode` being `shadow` or `open`.
+    pub fn set_overrides_active(&self, active: impl Fn(&str, &str) -> bool) {
+        self.overrides.set_active(active);
+    }
+
+    /// One request of a configured `domain` answered under an incident override in `mode`
+    /// (`shadow` or `open`).
+    pub fn override_request(&self, domain: &str, mode: &'static str) {
+        self.overrides.request(domain, mode);
     }
 
     /// Span export (`crate::trace`).

@@ -51,6 +51,9 @@ fn describe_one(limit: &Limit) -> String {
     if params.algorithm == Algorithm::Gcra && params.burst != params.limit {
         let _ = write!(s, " burst {}", params.burst);
     }
+    if limit.rollout.is_partial() {
+        let _ = write!(s, " rollout {}", limit.rollout.share());
+    }
     s
 }
 

@@ -39,6 +39,21 @@ pub struct Status {
     /// True when the busiest buckets were left out (an admin token is configured and the
     /// request did not carry it): every `domains[].hot_keys` is then empty.
     pub hot_keys_hidden: bool,
+    /// The incident overrides in force (`POST /v1/override`), soonest to end first; the
+    /// page shows them in a banner.
+    pub overrides: Vec<OverrideStatus>,
+}
+
+/// One incident override in force. Who set it is left out (the page needs no token).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct OverrideStatus {
+    /// `all`, or a domain.
+    pub scope: String,
+    /// `shadow` or `open`.
+    pub mode: &'static str,
+    /// Unix seconds at which it ends by itself.
+    pub expires_at: u64,
+    pub expires_in_seconds: u64,
 }
 
 /// Whether a view lists each domain's busiest buckets (per-bucket identities).
@@ -144,6 +159,9 @@ pub struct RuleStatus {
     pub algorithm: Option<&'static str>,
     pub unlimited: bool,
     pub shadow_mode: bool,
+    /// The first limit's `rollout` (the share of its buckets enforced, 1 when absent);
+    /// `null` for `unlimited`.
+    pub rollout: Option<f64>,
     /// Every limit, only for a rule with several (`rate_limits`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub limits: Vec<LimitStatus>,
@@ -165,6 +183,8 @@ pub struct LimitStatus {
     pub unit: &'static str,
     pub unit_multiplier: u64,
     pub algorithm: &'static str,
+    /// The share of its buckets enforced (`rollout`, 1 when absent).
+    pub rollout: f64,
 }
 
 /// Decisions per second split by how they were decided, rounded to thousandths.
@@ -185,6 +205,22 @@ impl From<Rates> for PerSecond {
 }
 
 impl Status {
+    /// With the incident overrides in force now.
+    pub fn with_overrides(mut self, overrides: &crate::overrides::Overrides) -> Status {
+        let now = crate::overrides::now_ms();
+        self.overrides = overrides
+            .active()
+            .iter()
+            .map(|o| OverrideStatus {
+                scope: o.scope.clone(),
+                mode: o.mode.as_str(),
+                expires_at: o.expires_at_ms.div_ceil(1000),
+                expires_in_seconds: o.expires_at_ms.saturating_sub(now).div_ceil(1000),
+            })
+            .collect();
+        self
+    }
+
     /// The view now, with or without the busiest buckets.
     pub fn gather(live: &Live, store: &Store, metrics: &Metrics, hot: HotBuckets) -> Status {
         Status::gather_at(live, store, metrics, metrics.history().now(), hot)
@@ -240,6 +276,7 @@ impl Status {
             domains,
             generated_at: unix(SystemTime::now()),
             hot_keys_hidden: hot == HotBuckets::Hidden,
+            overrides: Vec::new(),
         }
     }
 }
@@ -257,6 +294,7 @@ fn rule_status(rule: &Rule, minute: Minute) -> RuleStatus {
                 unit: limit.unit.as_str(),
                 unit_multiplier: limit.multiplier,
                 algorithm: limit.params.algorithm.as_str(),
+                rollout: limit.rollout.share(),
             })
             .collect(),
     };
@@ -268,6 +306,7 @@ fn rule_status(rule: &Rule, minute: Minute) -> RuleStatus {
         algorithm: first.map(|l| l.params.algorithm.as_str()),
         unlimited: matches!(rule.limit, RuleLimit::Unlimited),
         shadow_mode: rule.shadow_mode,
+        rollout: first.map(|l| l.rollout.share()),
         limits,
         per_second: minute.per_second().into(),
         minute,

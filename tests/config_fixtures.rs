@@ -104,6 +104,12 @@ const INVALID: &[(&str, &str, &str, Option<usize>)] = &[
         "rule \"mine\" replaces itself",
         Some(9),
     ),
+    (
+        "rollout_out_of_range.yaml",
+        "descriptors[0].rate_limits[1].rollout",
+        "rollout 1.5 is outside (0, 1]",
+        Some(11),
+    ),
     ("several_documents.yaml", "", "several YAML documents in one file", Some(3)),
     (
         "share_threshold_without_wildcard.yaml",

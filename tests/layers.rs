@@ -26,7 +26,7 @@ const LAYERS: &[&[&str]] = &[
     &["status", "reload", "xds"],
     &["service"],
     &["live", "check", "trace"],
-    &["metrics", "hotkeys", "fresh"],
+    &["metrics", "hotkeys", "fresh", "overrides"],
     &["store", "rlconfig"],
     &["config"],
     &["algorithm", "escape"],
@@ -36,7 +36,7 @@ const LAYERS: &[&[&str]] = &[
 /// The layers inside `store/`, top to bottom (as `src/store/mod.rs`'s comment names them);
 /// `mod` is `store/mod.rs` itself, the dispatch.
 const STORE_LAYERS: &[&[&str]] = &[
-    &["leasing", "syncing", "reset"],
+    &["leasing", "syncing", "reset", "shared"],
     &["mod"],
     &["guarded"],
     &["approx", "coalesce", "breaker", "lease", "overlimit"],

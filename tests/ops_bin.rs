@@ -396,3 +396,66 @@ async fn usage_and_reset_verbs_call_the_admin_port_and_resets_are_audited() {
     }
     assert!(!log.contains("s3cret-admin"), "the token must never be logged");
 }
+
+/// The incident switch's audit lines (who, what, when, until; refusals too), and
+/// `--key-secret-file`: the reset audit line names the descriptor keyed, and neither the
+/// secret nor a raw value reaches the log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn overrides_are_audited_and_a_key_secret_keeps_values_out_of_the_log() {
+    let files = tempfile::tempdir().expect("tempdir");
+    let token_file = files.path().join("token");
+    std::fs::write(&token_file, "s3cret-admin\n").expect("write token");
+    let secret_file = files.path().join("key-secret");
+    let secret = "9d3c2b1a0f9e8d7c6b5a49382716059a8b7c6d5e4f3a2b1c0d9e8f7a6b5c4d3e";
+    std::fs::write(&secret_file, format!("{secret}\n")).expect("write secret");
+    let (token_file, secret_file) =
+        (token_file.to_str().expect("utf-8").to_string(), secret_file.to_str().expect("utf-8").to_string());
+    let server = Server::start(
+        &user_policy(3),
+        &["--admin-token-file", &token_file, "--key-secret-file", &secret_file],
+    )
+    .await;
+    let client = RateLimitServiceClient::new(server.channel().await);
+    client.clone().should_rate_limit(request("api", &[&[("user", "alice-raw-id")]])).await.expect("grpc");
+
+    let bearer = [("Authorization", "Bearer s3cret-admin")];
+    let body = r#"{"scope": "api", "mode": "shadow", "ttl_seconds": 120}"#;
+    let set = support::http_request(server.admin, "POST", "/v1/override", &bearer, body).await.expect("post");
+    assert_eq!(set.status, 200, "{}", set.body);
+    let refused = support::http_request(server.admin, "POST", "/v1/override", &[], body).await.expect("post");
+    assert_eq!(refused.status, 401);
+    let ended = support::http_request(server.admin, "DELETE", "/v1/override?scope=api", &bearer, "").await;
+    assert_eq!(ended.expect("delete").status, 200);
+    let path = "/v1/reset?domain=api&descriptor=user%3Dalice-raw-id";
+    assert_eq!(
+        support::http_request(server.admin, "POST", path, &bearer, "").await.expect("reset").status,
+        200
+    );
+
+    let log = server.log();
+    let audit: Vec<&str> = log.lines().filter(|l| l.contains("tollgate::audit")).collect();
+    assert_eq!(audit.len(), 4, "one line per call, refused or not:\n{log}");
+    for part in [
+        "admin override",
+        "client=127.0.0.1:",
+        "token=\"",
+        r#"scope="api""#,
+        "mode=\"shadow\"",
+        "ttl_seconds=120",
+        "expires_at_unix_ms=",
+        "fleet=\"local\"",
+        "result=\"set\"",
+    ] {
+        assert!(audit[0].contains(part), "{part:?} missing in {}", audit[0]);
+    }
+    assert!(audit[1].contains("result=\"refused\"") && audit[1].contains("status=401"), "{}", audit[1]);
+    assert!(audit[2].contains("result=\"ended\"") && audit[2].contains("mode=\"shadow\""), "{}", audit[2]);
+    assert!(
+        audit[3].contains("admin reset") && audit[3].contains("descriptor=\"user=~"),
+        "keyed: {}",
+        audit[3]
+    );
+    assert!(!log.contains("alice-raw-id"), "a raw value reached the log:\n{log}");
+    assert!(!log.contains(secret) && !log.contains("s3cret-admin"), "a secret reached the log:\n{log}");
+    assert!(log.contains("key secret loaded"), "{log}");
+}

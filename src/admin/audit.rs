@@ -1,5 +1,5 @@
-//! The audit log of resets: one line per `POST /v1/reset`, accepted or refused, on the
-//! `tollgate::audit` target.
+//! The audit log of resets and incident overrides: one line per `POST /v1/reset`, `POST`
+//! or `DELETE /v1/override`, accepted or refused, on the `tollgate::audit` target.
 //!
 //! Who: the client's socket address and the token's id (`AdminToken::id`: 8 hex digits of
 //! a keyed hash of the token, the key random per process; never the token, nor a bare hash
@@ -12,6 +12,7 @@
 use axum::http::StatusCode;
 
 use crate::escape::escape;
+use crate::overrides::Override;
 use crate::store::StoreError;
 
 use super::query::Target;
@@ -71,4 +72,53 @@ fn descriptor(target: &Target) -> String {
     let parts: Vec<String> =
         target.entries.iter().map(|(k, v)| format!("{}={}", escape(k), escape(v))).collect();
     parts.join(",")
+}
+
+/// Who called, as an override records it: `client=<addr> token=<id>`.
+pub fn who(caller: &Caller) -> String {
+    format!("client={} token={}", client(caller), caller.token.as_deref().unwrap_or("none"))
+}
+
+/// The audit line of an override set: who, what (scope, mode), when (now), until when,
+/// and whether the fleet has it (`shared`, `local`, `pending`).
+pub fn override_set(caller: &Caller, set: &Override, ttl_seconds: u64, fleet: &str) {
+    tracing::info!(
+        target: "tollgate::audit",
+        client = %client(caller),
+        token = caller.token.as_deref().unwrap_or("none"),
+        scope = ?escape(set.scope.as_bytes()),
+        mode = set.mode.as_str(),
+        ttl_seconds,
+        expires_at_unix_ms = set.expires_at_ms,
+        fleet,
+        result = "set",
+        "admin override"
+    );
+}
+
+/// The audit line of an override ended early (`ended`: the one that was active, if any).
+pub fn override_ended(caller: &Caller, scope: &str, ended: Option<&Override>, fleet: &str) {
+    tracing::info!(
+        target: "tollgate::audit",
+        client = %client(caller),
+        token = caller.token.as_deref().unwrap_or("none"),
+        scope = ?escape(scope.as_bytes()),
+        mode = ended.map_or("none", |o| o.mode.as_str()),
+        fleet,
+        result = if ended.is_some() { "ended" } else { "none_active" },
+        "admin override"
+    );
+}
+
+/// The audit line of an override request refused with `status`.
+pub fn override_refused(caller: &Caller, scope: Option<&str>, status: StatusCode) {
+    tracing::warn!(
+        target: "tollgate::audit",
+        client = %client(caller),
+        token = caller.token.as_deref().unwrap_or("none"),
+        scope = ?scope.map(|s| escape(s.as_bytes()).into_owned()).unwrap_or_default(),
+        result = "refused",
+        status = status.as_u16(),
+        "admin override"
+    );
 }

@@ -13,6 +13,8 @@ use serde_json::json;
 
 use crate::live::Live;
 use crate::metrics::Metrics;
+use crate::overrides::Overrides;
+use crate::store::key::KeySecret;
 use crate::store::{MemoryStore, Store};
 
 use super::token::AdminToken;
@@ -29,8 +31,12 @@ pub struct Admin {
     pub(super) token: Option<Arc<AdminToken>>,
     /// `--redis-key-prefix`: usage and reset compute the keys the request path charges.
     pub(super) key_prefix: Arc<str>,
-    /// `--admin-allow-unauthenticated-reset`: reset without a configured token.
+    /// `--admin-allow-unauthenticated-reset`: reset (and override) without a configured token.
     pub(super) allow_unauthenticated_reset: bool,
+    /// The incident switch (`/v1/override`), shared with the request path.
+    pub(super) overrides: Arc<Overrides>,
+    /// `--key-secret-file`: usage and reset key the raw descriptor as the request path does.
+    pub(super) key_secret: Option<Arc<KeySecret>>,
 }
 
 /// Who called a reset, for the audit line.
@@ -51,6 +57,7 @@ impl Admin {
         token: Option<AdminToken>,
     ) -> Admin {
         let token = token.map(Arc::new);
+        let overrides = Arc::new(Overrides::new("", metrics.clone()));
         Admin {
             ready: Arc::new(AtomicBool::new(false)),
             live,
@@ -60,7 +67,22 @@ impl Admin {
             token,
             key_prefix: Arc::from(""),
             allow_unauthenticated_reset: false,
+            overrides,
+            key_secret: None,
         }
+    }
+
+    /// With the request path's `--key-secret-file` secret (usage and reset key the
+    /// descriptor they are given as requests are keyed).
+    pub fn with_key_secret(mut self, secret: Option<KeySecret>) -> Admin {
+        self.key_secret = secret.map(Arc::new);
+        self
+    }
+
+    /// With the incident switch the request path honours (`RateLimiter::overrides`).
+    pub fn with_overrides(mut self, overrides: Arc<Overrides>) -> Admin {
+        self.overrides = overrides;
+        self
     }
 
     /// With the server's `--redis-key-prefix` (usage and reset read the buckets the request
@@ -123,6 +145,7 @@ impl Admin {
             crate::status::HotBuckets::Hidden
         };
         crate::status::Status::gather(&self.live, &self.store, &self.metrics, hot)
+            .with_overrides(&self.overrides)
     }
 
     /// The buckets this process holds in memory, which the `tollgate_memory_*` metrics

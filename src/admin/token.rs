@@ -12,6 +12,8 @@
 
 use sha2::{Digest, Sha256};
 
+use crate::store::key::hmac_sha256;
+
 /// The bearer token guarded admin endpoints require; never printed.
 pub struct AdminToken {
     /// SHA-256 of the token: what `matches` compares.
@@ -56,19 +58,6 @@ impl AdminToken {
     pub fn id(&self) -> &str {
         &self.id
     }
-}
-
-/// HMAC-SHA256 (RFC 2104) of `message` under `key`.
-fn hmac_sha256(key: &[u8], message: &[u8]) -> [u8; 32] {
-    let mut block = [0u8; 64];
-    if key.len() > block.len() {
-        block[..32].copy_from_slice(&Sha256::digest(key));
-    } else {
-        block[..key.len()].copy_from_slice(key);
-    }
-    let pad = |byte: u8| block.map(|b| b ^ byte);
-    let inner = Sha256::new().chain_update(pad(0x36)).chain_update(message).finalize();
-    Sha256::new().chain_update(pad(0x5c)).chain_update(inner).finalize().into()
 }
 
 #[cfg(test)]

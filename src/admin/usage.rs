@@ -24,6 +24,7 @@ use crate::config::{Domain, Limit, Rule};
 use crate::escape::escape;
 use crate::service::plan::{self, Plan};
 use crate::service::wire::RateLimitDescriptor;
+use crate::store::key::KeySecret;
 use crate::store::{Charge, StoreError};
 
 use super::audit;
@@ -42,11 +43,32 @@ struct Bucket<'a> {
 
 /// The buckets of every limit `entries` match in `domain`, through the request path's
 /// `plan`, each with a peek charge.
-fn buckets<'a>(domain: &'a Domain, entries: &[(Vec<u8>, Vec<u8>)], key_prefix: &str) -> Vec<Bucket<'a>> {
+fn buckets<'a>(
+    domain: &'a Domain,
+    entries: &[(Vec<u8>, Vec<u8>)],
+    key_prefix: &str,
+    secret: Option<&KeySecret>,
+) -> Vec<Bucket<'a>> {
     let mut descriptor = RateLimitDescriptor::from_entries(entries.iter().cloned());
     // An explicit `hits_addend: 0` is a peek: plan builds charges that never write.
     descriptor.hits_addend = Some(UInt64Value { value: 0 });
-    let (plans, charges, _groups) = plan::plan(domain, std::slice::from_ref(&descriptor), 0, key_prefix);
+    // Under `--key-secret-file`, the raw values an operator gives are keyed as requests are.
+    let keyed = match secret {
+        Some(secret) => {
+            let mut keyed =
+                RateLimitDescriptor::from_entries(entries.iter().map(|(k, v)| (k, secret.value(v))));
+            keyed.hits_addend = Some(UInt64Value { value: 0 });
+            keyed
+        }
+        None => descriptor.clone(),
+    };
+    let (plans, charges, _groups) = plan::plan_keyed(
+        domain,
+        std::slice::from_ref(&descriptor),
+        std::slice::from_ref(&keyed),
+        0,
+        key_prefix,
+    );
     let mut buckets = Vec::new();
     for plan in &plans {
         let Plan::Limited(limited) = plan else { continue };
@@ -140,10 +162,22 @@ pub async fn usage(State(admin): State<Admin>, request: Request) -> Response {
     else {
         return unknown_domain(&target);
     };
-    let buckets = buckets(domain, &target.entries, &admin.key_prefix);
+    let buckets = buckets(domain, &target.entries, &admin.key_prefix, admin.key_secret.as_deref());
     match read(&admin, &buckets).await {
         Ok(limits) => Json(body(&target, limits)).into_response(),
         Err(e) => store_failed(&e),
+    }
+}
+
+/// The target as the audit line names it: under `--key-secret-file`, its values keyed as
+/// the request path keys them (no log holds a client's value in the clear).
+fn audited<'t>(target: &'t Target, admin: &Admin) -> std::borrow::Cow<'t, Target> {
+    match admin.key_secret.as_deref() {
+        None => std::borrow::Cow::Borrowed(target),
+        Some(secret) => std::borrow::Cow::Owned(Target {
+            domain: target.domain.clone(),
+            entries: target.entries.iter().map(|(k, v)| (k.clone(), secret.value(v))).collect(),
+        }),
     }
 }
 
@@ -166,13 +200,13 @@ pub async fn reset(State(admin): State<Admin>, request: Request) -> Response {
     let active = admin.live.load();
     let Some(domain) = std::str::from_utf8(&target.domain).ok().and_then(|d| active.snapshot.domain(d))
     else {
-        audit::refused(&caller, Some(&target), StatusCode::NOT_FOUND);
+        audit::refused(&caller, Some(&audited(&target, &admin)), StatusCode::NOT_FOUND);
         return unknown_domain(&target);
     };
-    let buckets = buckets(domain, &target.entries, &admin.key_prefix);
+    let buckets = buckets(domain, &target.entries, &admin.key_prefix, admin.key_secret.as_deref());
     let keys: Vec<String> = buckets.iter().map(|b| b.charge.key.clone()).collect();
     if let Err(e) = admin.store.reset(&keys, Instant::now() + STORE_TIMEOUT).await {
-        audit::failed(&caller, &target, keys.len(), &e);
+        audit::failed(&caller, &audited(&target, &admin), keys.len(), &e);
         return store_failed(&e);
     }
     // This instance's `failure_mode: local` buckets (other instances keep theirs).
@@ -180,7 +214,7 @@ pub async fn reset(State(admin): State<Admin>, request: Request) -> Response {
         admin.local.remove(key);
     }
     admin.metrics.admin_reset(&domain.name);
-    audit::reset(&caller, &target, keys.len());
+    audit::reset(&caller, &audited(&target, &admin), keys.len());
     match read(&admin, &buckets).await {
         Ok(limits) => Json(body(&target, limits)).into_response(),
         Err(e) => error(

@@ -124,8 +124,10 @@ pub struct ServeSettings {
     /// A file holding the bearer token `POST` admin endpoints and `/v1/usage` require
     /// (none: open, and `/v1/reset` refused).
     pub admin_token_file: Option<PathBuf>,
-    /// `/v1/reset` without a token (`--admin-allow-unauthenticated-reset`).
+    /// `/v1/reset` (and `/v1/override`) without a token (`--admin-allow-unauthenticated-reset`).
     pub admin_allow_unauthenticated_reset: bool,
+    /// `--key-secret-file`: request values enter keys keyed-hashed (`store::key::KeySecret`).
+    pub key_secret_file: Option<PathBuf>,
 }
 
 impl ServeSettings {
@@ -164,6 +166,7 @@ impl ServeSettings {
             watch_config: true,
             admin_token_file: None,
             admin_allow_unauthenticated_reset: false,
+            key_secret_file: None,
         }
     }
 }

@@ -205,7 +205,7 @@ pub struct Serve {
     )]
     pub max_label_value_bytes: u64,
     /// Distinct value label sets per domain for rules that carry request values in their
-    /// `rule` label (each ≤ 8 series); past it they count under `rule="<rule>:_other_"`.
+    /// `rule` label (each ≤ 9 series); past it they count under `rule="<rule>:_other_"`.
     #[arg(long, env = "TOLLGATE_MAX_DETAILED_SERIES", default_value_t = crate::metrics::DEFAULT_MAX_DETAILED_SERIES)]
     pub max_detailed_series: usize,
     /// Seconds to keep serving after SIGTERM while not ready (endpoints being withdrawn).
@@ -224,15 +224,23 @@ pub struct Serve {
     /// PEM CA bundle: require and verify client certificates (mTLS).
     #[arg(long, env = "TOLLGATE_GRPC_CLIENT_CA", requires = "grpc_tls_cert")]
     pub grpc_client_ca: Option<PathBuf>,
-    /// File holding a bearer token: with it, every POST admin endpoint (/reload, /v1/reset),
-    /// GET /v1/usage and GET /v1/hotkeys require `Authorization: Bearer <token>`, and the
+    /// File holding a bearer token: with it, every POST admin endpoint (/reload, /v1/reset,
+    /// /v1/override), DELETE /v1/override, GET /v1/usage, GET /v1/override and GET
+    /// /v1/hotkeys require `Authorization: Bearer <token>`, and the
     /// status page (/, /v1/status) lists hot keys only with it; other read endpoints never do.
     #[arg(long, env = "TOLLGATE_ADMIN_TOKEN_FILE")]
     pub admin_token_file: Option<PathBuf>,
-    /// Allow `POST /v1/reset` without --admin-token-file (refused by default: anyone who
-    /// reaches the admin port could hand quota back). Only on a trusted network.
+    /// Allow `POST /v1/reset` and `POST`/`DELETE /v1/override` without --admin-token-file
+    /// (refused by default: anyone who reaches the admin port could hand quota back or
+    /// switch limiting off). Only on a trusted network.
     #[arg(long, env = "TOLLGATE_ADMIN_ALLOW_UNAUTHENTICATED_RESET")]
     pub admin_allow_unauthenticated_reset: bool,
+    /// File holding a secret (at least 32 bytes, e.g. `openssl rand -hex 32`): request
+    /// values enter bucket keys, Redis, metrics, the hot-key view and spans as keyed hashes
+    /// (HMAC-SHA256), never in the clear. Turning it on or changing the secret starts every
+    /// bucket afresh. Never logged or shown.
+    #[arg(long, env = "TOLLGATE_KEY_SECRET_FILE")]
+    pub key_secret_file: Option<PathBuf>,
     /// Do not watch the config for changes (SIGHUP and POST /reload still reload).
     #[arg(long, env = "TOLLGATE_NO_WATCH")]
     pub no_watch: bool,
@@ -335,6 +343,7 @@ impl Serve {
             watch_config: !self.no_watch,
             admin_token_file: self.admin_token_file.clone(),
             admin_allow_unauthenticated_reset: self.admin_allow_unauthenticated_reset,
+            key_secret_file: self.key_secret_file.clone(),
         }
     }
 }

@@ -208,6 +208,8 @@ struct RateLimitLayer {
     algorithm: Written<String>,
     #[serde(default, deserialize_with = "present")]
     burst: Written<u64>,
+    #[serde(default, deserialize_with = "present")]
+    rollout: Written<f64>,
     #[serde(rename = "<<", default)]
     merged: Merged<RateLimitLayer>,
 }
@@ -217,7 +219,7 @@ impl RateLimitLayer {
         for base in std::mem::take(&mut self.merged).0 {
             let base = base.flatten();
             fill!(self, base; unit, unit_multiplier, requests_per_unit, unlimited, name, replaces, algorithm,
-                burst);
+                burst, rollout);
         }
         self
     }
@@ -236,6 +238,7 @@ impl RateLimitLayer {
                 .map(|all| all.into_iter().map(ReplacesLayer::resolve).collect()),
             algorithm: limit.algorithm.flatten(),
             burst: limit.burst.flatten(),
+            rollout: limit.rollout.flatten(),
         }
     }
 }

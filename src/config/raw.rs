@@ -79,6 +79,8 @@ pub struct RawRateLimit {
     pub algorithm: Option<String>,
     /// gcra only, > 0; defaults to `requests_per_unit`.
     pub burst: Option<u64>,
+    /// The share of buckets enforced, 0 < r ≤ 1 (default 1); the others are as in shadow mode.
+    pub rollout: Option<f64>,
 }
 
 /// One entry of `rate_limit.replaces`.

@@ -224,6 +224,13 @@ fn describe_one(limit: &crate::config::Limit) -> String {
     if params.algorithm == Algorithm::Gcra {
         let _ = write!(s, ", burst {}", params.burst);
     }
+    if limit.rollout.is_partial() {
+        let _ = write!(
+            s,
+            ", rollout {} (that share of its buckets enforced, the rest counted as shadow_rollout)",
+            limit.rollout.share()
+        );
+    }
     if params.limit == 0 {
         s.push_str(": blocks everything");
     }

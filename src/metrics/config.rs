@@ -2,9 +2,12 @@
 //! last attempt and success as Unix times (an alert compares them), and the rules whose
 //! buckets a reload started afresh.
 
+use std::collections::HashSet;
+use std::sync::PoisonError;
+
 use crate::config::Snapshot;
 
-use super::{Metrics, ResultLabel, VersionLabel};
+use super::{DomainLabel, Metrics, ResultLabel, VersionLabel};
 
 impl Metrics {
     /// Marks `version` as the serving config (call right after the swap, and after the
@@ -28,6 +31,35 @@ impl Metrics {
         for domain in snapshot.domains.keys() {
             self.fresh_rules.export(domain);
         }
+    }
+
+    /// Exports the per-domain counters of every configured domain at 0 (local decisions,
+    /// shadow-mode overrides, dropped series, admin resets, the incident switch's), so that
+    /// dashboards show 0 rather than "no data" and an `absent()` alert holds from startup;
+    /// removes those of the domains `current` no longer has. Called with each snapshot
+    /// installed (`counters_for`). Only configured domains reach a `domain` label here.
+    pub(super) fn install_domains(&self, current: HashSet<&str>) {
+        let mut installed = self.installed.domains.lock().unwrap_or_else(PoisonError::into_inner);
+        for gone in installed.iter().filter(|d| !current.contains(d.as_str())) {
+            let label = DomainLabel { domain: gone.clone() };
+            self.local_decisions.remove(&label);
+            self.shadow_overrides.remove(&label);
+            self.series_dropped.remove(&label);
+            self.admin_resets.remove(&label);
+            self.overrides.remove_scope(gone);
+        }
+        for domain in &current {
+            if installed.contains(*domain) {
+                continue;
+            }
+            let label = DomainLabel { domain: domain.to_string() };
+            self.local_decisions.get_or_create(&label).inc_by(0);
+            self.shadow_overrides.get_or_create(&label).inc_by(0);
+            self.series_dropped.get_or_create(&label).inc_by(0);
+            self.admin_resets.get_or_create(&label).inc_by(0);
+            self.overrides.export_scope(domain);
+        }
+        *installed = current.into_iter().map(str::to_string).collect();
     }
 
     /// `rules` rules of `domain` whose buckets a reload started afresh (`crate::fresh`).

@@ -18,7 +18,7 @@ use super::outcome::{Outcome, OUTCOMES};
 /// Pre-resolved counters of one rule: one per decision result, and its hits.
 #[derive(Debug, Clone)]
 pub struct RuleCounters {
-    pub(super) decisions: [Counter; 7],
+    pub(super) decisions: [Counter; 8],
     pub(super) hits: Counter,
 }
 
@@ -43,7 +43,7 @@ fn outcome_index(outcome: Outcome) -> usize {
 pub struct SeriesLimits {
     /// `--max-label-value-bytes`: longest part (key, value or pattern) of such a label.
     pub max_label_value_bytes: usize,
-    /// `--max-detailed-series`: distinct value label sets per domain (each ≤ 8 series).
+    /// `--max-detailed-series`: distinct value label sets per domain (each ≤ 9 series).
     pub max_detailed_series: usize,
 }
 
@@ -84,6 +84,8 @@ pub(super) struct Installed {
     pub(super) plain: Mutex<HashSet<(String, String)>>,
     /// Per domain: the value label sets of the rules that carry values.
     pub(super) per_value: RwLock<HashMap<String, DomainSets>>,
+    /// The configured domains whose per-domain series are exported (`install_domains`).
+    pub(super) domains: Mutex<HashSet<String>>,
 }
 
 #[derive(Debug)]

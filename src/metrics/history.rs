@@ -44,7 +44,11 @@ impl Class {
             Outcome::FailureOpen | Outcome::FailureClosed => Class::Failure,
             _ if local => Class::Failure,
             Outcome::OverLimit => Class::OverLimit,
-            Outcome::WithinLimit | Outcome::NearLimit | Outcome::ShadowMode | Outcome::Unlimited => Class::Ok,
+            Outcome::WithinLimit
+            | Outcome::NearLimit
+            | Outcome::ShadowMode
+            | Outcome::ShadowRollout
+            | Outcome::Unlimited => Class::Ok,
         }
     }
 }

@@ -12,6 +12,8 @@ pub enum Outcome {
     NearLimit,
     OverLimit,
     ShadowMode,
+    /// Denied in a bucket its limit's `rollout` leaves out: counted, answered OK.
+    ShadowRollout,
     Unlimited,
     FailureOpen,
     FailureClosed,
@@ -24,6 +26,7 @@ impl Outcome {
             Outcome::NearLimit => "near_limit",
             Outcome::OverLimit => "over_limit",
             Outcome::ShadowMode => "shadow_mode",
+            Outcome::ShadowRollout => "shadow_rollout",
             Outcome::Unlimited => "unlimited",
             Outcome::FailureOpen => "failure_open",
             Outcome::FailureClosed => "failure_closed",
@@ -32,11 +35,12 @@ impl Outcome {
 }
 
 /// Every outcome, in the order of a rule's decision counters.
-pub(super) const OUTCOMES: [Outcome; 7] = [
+pub(super) const OUTCOMES: [Outcome; 8] = [
     Outcome::WithinLimit,
     Outcome::NearLimit,
     Outcome::OverLimit,
     Outcome::ShadowMode,
+    Outcome::ShadowRollout,
     Outcome::Unlimited,
     Outcome::FailureOpen,
     Outcome::FailureClosed,

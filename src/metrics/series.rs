@@ -62,6 +62,7 @@ impl Metrics {
         }
         self.retire_plain(plain);
         self.install_per_value(per_value);
+        self.install_domains(snapshot.domains.keys().map(String::as_str).collect());
         counters
     }
 
@@ -146,9 +147,8 @@ impl Metrics {
                 self.remove_rule_sets(domain, rule, rule_sets);
                 false
             });
-            if keep.is_none() {
-                self.series_dropped.remove(&DomainLabel { domain: domain.clone() });
-            }
+            // `tollgate_metric_series_dropped_total{domain}` stays: it is exported for every
+            // configured domain (`export_domain`), value rules or not.
             keep.is_some()
         });
         for (domain, rules) in current {

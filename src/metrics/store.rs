@@ -11,12 +11,25 @@ use crate::store::MemoryStore;
 use super::mirror::set_counter;
 use super::{LossyLabel, Metrics, ReplacedLabels, StoreLabels, StoreName};
 
+/// The `outcome` values of `tollgate_store_requests_total` (`ok`, and `StoreError::kind`).
+const STORE_OUTCOMES: [&str; 6] =
+    ["ok", "timeout", "unavailable", "server_error", "circuit_open", "overloaded"];
+
 impl Metrics {
     /// One store call and its outcome (`ok`, `timeout`, `unavailable`, `server_error`).
     pub fn observe_store(&self, store: &'static str, outcome: &'static str, seconds: f64) {
         self.store_requests.get_or_create(&StoreLabels { store, outcome }).inc();
         self.store_duration.get_or_create(&StoreName { store }).observe(seconds);
         self.history.observe_store(seconds);
+    }
+
+    /// Exports `store`'s call counters (every outcome) and its latency histogram at 0, so
+    /// that they exist before the first call. Refreshed before each scrape (idempotent).
+    pub fn export_store(&self, store: &'static str) {
+        for outcome in STORE_OUTCOMES {
+            self.store_requests.get_or_create(&StoreLabels { store, outcome }).inc_by(0);
+        }
+        let _ = self.store_duration.get_or_create(&StoreName { store });
     }
 
     /// Leases' metrics of `store`, pushed by the lease sweeper on each tick.

@@ -19,7 +19,9 @@ use crate::config::{Consistency, FailureMode};
 use crate::escape::escape;
 use crate::live::Live;
 use crate::metrics::Metrics;
+use crate::overrides::{Mode, Overrides};
 use crate::store::approx::Approx;
+use crate::store::key::KeySecret;
 use crate::store::{probe, Charge, Groups, MemoryStore, Store, StoreError};
 use crate::trace::{RequestSpan, Tracing};
 
@@ -48,6 +50,9 @@ pub struct Settings {
     pub bounds: bounds::Bounds,
     /// Cap on buckets of the in-memory limiter used by `failure_mode: local` domains.
     pub local_max_keys: usize,
+    /// `--key-secret-file`: request values enter keys, metrics, the hot-key view and spans
+    /// keyed-hashed (`KeySecret::value`), never in the clear.
+    pub key_secret: Option<KeySecret>,
 }
 
 impl Default for Settings {
@@ -62,6 +67,7 @@ impl Default for Settings {
             response_dynamic_metadata: false,
             bounds: bounds::Bounds::default(),
             local_max_keys: 100_000,
+            key_secret: None,
         }
     }
 }
@@ -77,12 +83,26 @@ pub struct RateLimiter {
     local: Arc<MemoryStore>,
     /// Spans of sampled requests, when tracing is on.
     tracing: Option<Arc<Tracing>>,
+    /// The incident switch (`POST /v1/override`).
+    overrides: Arc<Overrides>,
 }
 
 impl RateLimiter {
     pub fn new(live: Arc<Live>, store: Arc<Store>, metrics: Arc<Metrics>, settings: Settings) -> RateLimiter {
         let local = Arc::new(MemoryStore::new(settings.local_max_keys));
-        RateLimiter { live, store, metrics, settings: Arc::new(settings), local, tracing: None }
+        let overrides = Arc::new(Overrides::new(&settings.key_prefix, metrics.clone()));
+        RateLimiter { live, store, metrics, settings: Arc::new(settings), local, tracing: None, overrides }
+    }
+
+    /// With the incident switch the admin port sets (`crate::overrides`).
+    pub fn with_overrides(mut self, overrides: Arc<Overrides>) -> RateLimiter {
+        self.overrides = overrides;
+        self
+    }
+
+    /// The incident switch this limiter honours.
+    pub fn overrides(&self) -> Arc<Overrides> {
+        self.overrides.clone()
     }
 
     /// With spans of sampled requests (`crate::trace`).
@@ -109,11 +129,15 @@ impl RateLimiter {
         deadline: Instant,
         mut observed: Option<&mut Observed>,
     ) -> RateLimitResponse {
+        // An incident override of the domain (or of all): one atomic load when there is none.
+        let incident = std::str::from_utf8(&request.domain).ok().and_then(|d| self.overrides.mode(d));
         let (mut response, metadata, windows) =
-            self.decide_codes(request, deadline, observed.as_deref_mut()).await;
-        // Global shadow mode covers every answer: charged, failure-policy and oversized.
-        // Only a configured (so UTF-8) domain can be over its limit: the label stays bounded.
-        if self.settings.shadow_mode && respond::shadow(&mut response) {
+            self.decide_codes(request, deadline, incident, observed.as_deref_mut()).await;
+        // Global shadow mode (and a shadow override) covers every answer: charged,
+        // failure-policy and oversized. Only a configured (so UTF-8) domain can be over its
+        // limit: the label stays bounded.
+        let shadow = self.settings.shadow_mode || incident == Some(Mode::Shadow);
+        if shadow && respond::shadow(&mut response) {
             if let Ok(domain) = std::str::from_utf8(&request.domain) {
                 self.metrics.shadow_override(domain);
             }
@@ -140,6 +164,7 @@ impl RateLimiter {
         &self,
         request: &RateLimitRequest,
         deadline: Instant,
+        incident: Option<Mode>,
         mut observed: Option<&mut Observed>,
     ) -> (RateLimitResponse, serde_json::Map<String, serde_json::Value>, Vec<Option<(u64, u64)>>) {
         let active = self.live.load();
@@ -156,6 +181,19 @@ impl RateLimiter {
             }
             return (unknown_domain(request), serde_json::Map::new(), Vec::new());
         };
+        if let Some(mode) = incident {
+            self.metrics.override_request(&domain.name, mode.as_str());
+            if let Some(observed) = observed.as_deref_mut() {
+                observed.incident = Some(mode.as_str());
+            }
+        }
+        if incident == Some(Mode::Open) {
+            // The incident switch: no store, no decision, every descriptor OK.
+            if let Some(observed) = observed {
+                traced::describe_all(observed, request.descriptors.len(), decided_by::OVERRIDE_OPEN);
+            }
+            return (unknown_domain(request), serde_json::Map::new(), Vec::new());
+        }
         if let Some(oversize) = self.settings.bounds.check(request) {
             self.metrics.oversized(oversize.as_str());
             if let Some(observed) = observed {
@@ -164,8 +202,23 @@ impl RateLimiter {
             }
             return (bounds::answer(request, domain.failure_mode), serde_json::Map::new(), Vec::new());
         }
-        let (plans, charges, groups) =
-            plan::plan(domain, &request.descriptors, request.hits_addend, &self.settings.key_prefix);
+        // `--key-secret-file`: matched on the values sent, keyed (and counted, and shown)
+        // on their keyed hashes only.
+        let keyed_request;
+        let keyed = match &self.settings.key_secret {
+            Some(secret) => {
+                keyed_request = request.keyed(|value| secret.value(value));
+                &keyed_request
+            }
+            None => request,
+        };
+        let (plans, charges, groups) = plan::plan_keyed(
+            domain,
+            &request.descriptors,
+            &keyed.descriptors,
+            request.hits_addend,
+            &self.settings.key_prefix,
+        );
         let mut approximate = false;
         let mut results = match self.store.approx() {
             // No Redis on the request path: the local estimates decide (`store::approx`).
@@ -201,7 +254,7 @@ impl RateLimiter {
         if let Some(observed) = observed {
             traced::describe(observed, &plans, &results, &verdicts, &local, approximate, &charges);
         }
-        record::record(&self.metrics, &active, domain, request, &plans, &charges, &verdicts, &local);
+        record::record(&self.metrics, &active, domain, keyed, &plans, &charges, &verdicts, &local);
         let metadata = if self.settings.response_dynamic_metadata {
             dynamic_metadata::passed(&plans, &response.statuses)
         } else {
@@ -343,7 +396,11 @@ impl RateLimiter {
         let values = self.tracing.as_ref().is_some_and(|t| t.descriptor_values());
         let overall = Code::try_from(response.overall_code).map_or("UNKNOWN", |c| c.as_str_name());
         tracing::debug!(domain = %escape(&request.domain), overall_code = overall, "decided");
-        span.set(traced::server_attributes(&request, &response, &observed, values));
+        let shown = match (&self.settings.key_secret, values) {
+            (Some(secret), true) => std::borrow::Cow::Owned(request.keyed(|value| secret.value(value))),
+            _ => std::borrow::Cow::Borrowed(&request),
+        };
+        span.set(traced::server_attributes(&shown, &response, &observed, values));
         // The store's round trip: none on the memory store (its charge is a lock).
         if let Some(call) = observed.store.take().filter(|call| call.topology != "memory") {
             traced::store_span(&span, call);

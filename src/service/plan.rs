@@ -10,7 +10,9 @@
 //! charged). In an `all_or_nothing` domain, the charges of every descriptor that can deny
 //! the request alone (neither shadow nor quota mode) form one group, placed first in the
 //! batch; shadow and quota descriptors keep a group each (a shadow denial never denies the
-//! request; a quota descriptor denies only with all the others).
+//! request; a quota descriptor denies only with all the others). A limit's `rollout` may
+//! leave a bucket staged (`stage`): such a descriptor keeps its own group too, split into
+//! runs of staged and enforced limits, so that a staged denial spares no enforced charge.
 
 use std::ops::Range;
 
@@ -46,6 +48,9 @@ pub struct Limit<'a> {
     pub replaced: u64,
     /// The charges of this descriptor's limits, in the order of `limits()`.
     pub charges: Range<usize>,
+    /// Bit `i` set: the `i`-th limit charged (in the order of `limits()`) has a `rollout`
+    /// that leaves this bucket out: its denial is counted (`shadow_rollout`), not enforced.
+    pub staged: u64,
 }
 
 impl<'a> Limit<'a> {
@@ -54,6 +59,18 @@ impl<'a> Limit<'a> {
     }
     pub fn quota(&self) -> bool {
         self.rule.is_some_and(|r| r.quota_mode)
+    }
+
+    /// Whether the `i`-th limit charged is staged for this bucket (see `staged`).
+    pub fn is_staged(&self, i: usize) -> bool {
+        i < MAX_LIMITS && self.staged & (1 << i) != 0
+    }
+
+    /// A descriptor that never denies the request alone: a shadow rule, or one with a
+    /// staged bucket (it keeps its own group in an `all_or_nothing` domain, as shadow
+    /// and quota descriptors do).
+    fn apart(&self) -> bool {
+        self.shadow() || self.quota() || self.staged != 0
     }
 
     /// The limits charged, in order (those not replaced), with their index in the rule.
@@ -99,8 +116,23 @@ pub fn plan<'a>(
     request_hits: u32,
     key_prefix: &str,
 ) -> (Vec<Plan<'a>>, Vec<Charge>, Groups) {
+    plan_keyed(domain, descriptors, descriptors, request_hits, key_prefix)
+}
+
+/// [`plan`] matching `descriptors` and keying buckets with `keyed`: the same descriptors
+/// with their values keyed-hashed (`--key-secret-file`, `KeySecret::value`), so that no
+/// key holds a request value in the clear. `keyed` has the shape of `descriptors`.
+pub fn plan_keyed<'a>(
+    domain: &'a Domain,
+    descriptors: &[RateLimitDescriptor],
+    keyed: &[RateLimitDescriptor],
+    request_hits: u32,
+    key_prefix: &str,
+) -> (Vec<Plan<'a>>, Vec<Charge>, Groups) {
     let mut plans: Vec<Plan<'a>> = descriptors.iter().map(|d| lookup(domain, d)).collect();
     drop_replaced(&mut plans);
+    let descriptors = keyed;
+    stage(domain, &mut plans, descriptors, key_prefix);
     // One charge per descriptor is the common case: one allocation.
     let mut charges = Vec::with_capacity(descriptors.len());
     let mut ends = Vec::new();
@@ -109,7 +141,7 @@ pub fn plan<'a>(
     if joint {
         for (plan, descriptor) in plans.iter_mut().zip(descriptors) {
             if let Plan::Limited(limit) = plan {
-                if !limit.shadow() && !limit.quota() {
+                if !limit.apart() {
                     push_charges(domain, limit, descriptor, request_hits, key_prefix, &mut charges);
                 }
             }
@@ -118,10 +150,22 @@ pub fn plan<'a>(
     }
     for (plan, descriptor) in plans.iter_mut().zip(descriptors) {
         if let Plan::Limited(limit) = plan {
-            if !joint || limit.shadow() || limit.quota() {
+            if !joint || limit.apart() {
                 let start = charges.len();
                 push_charges(domain, limit, descriptor, request_hits, key_prefix, &mut charges);
-                close_group(&mut ends, start, charges.len());
+                if limit.staged == 0 {
+                    close_group(&mut ends, start, charges.len());
+                } else {
+                    // A staged denial must not spare the enforced limits their charge (nor
+                    // an enforced one the staged): each run of limits alike is a group.
+                    let mut run = start;
+                    for i in 1..=limit.charges.len() {
+                        if i == limit.charges.len() || limit.is_staged(i) != limit.is_staged(i - 1) {
+                            close_group(&mut ends, run, start + i);
+                            run = start + i;
+                        }
+                    }
+                }
             }
         }
     }
@@ -139,6 +183,28 @@ fn close_group(ends: &mut Vec<usize>, start: usize, end: usize) {
         ends.extend(1..=start);
     }
     ends.push(end);
+}
+
+/// Marks the staged buckets of rules with a partial `rollout` (their keys are computed
+/// here and again by `push_charges`: only such rules pay for it).
+fn stage(domain: &Domain, plans: &mut [Plan<'_>], descriptors: &[RateLimitDescriptor], key_prefix: &str) {
+    for (plan, descriptor) in plans.iter_mut().zip(descriptors) {
+        let Plan::Limited(limit) = plan else { continue };
+        let Some(rule) = limit.rule.filter(|rule| rule.limits().iter().any(|l| l.rollout.is_partial()))
+        else {
+            continue;
+        };
+        let mut staged = 0;
+        for (i, one) in limit.limits().enumerate().take(MAX_LIMITS) {
+            if one.rollout.is_partial() {
+                let key = key::limit_key(key_prefix, domain, rule, one, descriptor.pairs());
+                if !one.rollout.enforces(&key) {
+                    staged |= 1 << i;
+                }
+            }
+        }
+        limit.staged = staged;
+    }
 }
 
 fn push_charges(
@@ -179,6 +245,7 @@ fn lookup<'a>(domain: &'a Domain, descriptor: &RateLimitDescriptor) -> Plan<'a> 
                 )),
                 replaced: 0,
                 charges: 0..0,
+                staged: 0,
             }),
             // An override with an unknown unit cannot be enforced; Envoy's own behaviour
             // for a bad override is to ignore it, so fall back to the configured rules.
@@ -194,7 +261,7 @@ fn lookup_rule<'a>(domain: &'a Domain, descriptor: &RateLimitDescriptor) -> Plan
         Lookup::Rule(rule) => match &rule.limit {
             RuleLimit::Unlimited => Plan::Unlimited(rule),
             RuleLimit::Limited(_) => {
-                Plan::Limited(Limit { rule: Some(rule), own: None, replaced: 0, charges: 0..0 })
+                Plan::Limited(Limit { rule: Some(rule), own: None, replaced: 0, charges: 0..0, staged: 0 })
             }
         },
     }

@@ -75,7 +75,9 @@ fn deciding(limit: &Limit<'_>, results: &[Result<Decision, StoreError>]) -> Opti
     if let Some(i) = results.iter().position(Result::is_err) {
         return Some(i);
     }
-    if let Some(i) = results.iter().position(|r| matches!(r, Ok(d) if !d.allowed)) {
+    // An enforced denial decides before a staged one (`rollout`).
+    let denied = |i: &usize| matches!(&results[*i], Ok(d) if !d.allowed);
+    if let Some(i) = (0..results.len()).filter(denied).min_by_key(|i| limit.is_staged(*i)) {
         return Some(i);
     }
     limit
@@ -111,12 +113,16 @@ fn limited(
     };
     let current = Some(current_limit(limit.name_of(one), one));
     let verdict = |outcome| Verdict { outcome, limit: index };
+    let staged = limit.is_staged(index);
     match &results[index] {
         Ok(decision) => {
-            let code = if decision.allowed || limit.shadow() { Code::Ok } else { Code::OverLimit };
+            let spared = limit.shadow() || staged;
+            let code = if decision.allowed || spared { Code::Ok } else { Code::OverLimit };
             let outcome = if !decision.allowed {
                 if limit.shadow() {
                     Outcome::ShadowMode
+                } else if staged {
+                    Outcome::ShadowRollout
                 } else {
                     Outcome::OverLimit
                 }
@@ -132,11 +138,11 @@ fn limited(
                 duration_until_reset: Some(duration(decision.reset_us)),
                 quota: None,
             };
-            (status, verdict(outcome), !decision.allowed)
+            (status, verdict(outcome), !decision.allowed && !staged)
         }
         // `local` domains were charged in memory before this; an error left means even
-        // that was impossible, so let the request through.
-        Err(_) if limit.shadow() || failure_mode != FailureMode::Closed => {
+        // that was impossible, so let the request through. A staged bucket never denies.
+        Err(_) if limit.shadow() || staged || failure_mode != FailureMode::Closed => {
             (ok_status(None, 0), verdict(Outcome::FailureOpen), false)
         }
         Err(_) => {

@@ -52,6 +52,8 @@ pub mod decided_by {
     pub const NO_RULE: &str = "no_rule";
     /// The domain is not configured: OK.
     pub const UNKNOWN_DOMAIN: &str = "unknown_domain";
+    /// An incident override in `open` mode (`POST /v1/override`): OK without the store.
+    pub const OVERRIDE_OPEN: &str = "override_open";
 }
 
 /// What deciding one traced request saw, beyond its response.
@@ -64,6 +66,8 @@ pub struct Observed {
     pub oversized: Option<&'static str>,
     /// Global shadow mode turned a denial into OK.
     pub shadowed: bool,
+    /// The mode of the incident override in force for the domain, if one is.
+    pub incident: Option<&'static str>,
     pub store: Option<StoreCall>,
 }
 
@@ -167,6 +171,9 @@ pub fn server_attributes(
     attributes.push(KeyValue::new("ratelimit.config_version", observed.config_version.clone()));
     if observed.shadowed {
         attributes.push(KeyValue::new("ratelimit.shadow_mode", true));
+    }
+    if let Some(mode) = observed.incident {
+        attributes.push(KeyValue::new("ratelimit.override", mode));
     }
     if let Some(reason) = observed.oversized {
         attributes.push(KeyValue::new("ratelimit.oversized", reason));

@@ -82,6 +82,29 @@ impl RateLimitDescriptor {
     }
 }
 
+impl RateLimitRequest {
+    /// The request with every entry value replaced by `keyed(value)` (keys, limits and
+    /// hits as they are): what bucket keys, metrics and the hot-key view see under
+    /// `--key-secret-file`.
+    pub fn keyed(&self, keyed: impl Fn(&[u8]) -> Vec<u8>) -> RateLimitRequest {
+        let descriptors = self
+            .descriptors
+            .iter()
+            .map(|d| RateLimitDescriptor {
+                entries: d
+                    .entries
+                    .iter()
+                    .map(|e| Entry { key: e.key.clone(), value: Bytes::from(keyed(&e.value)) })
+                    .collect(),
+                limit: d.limit,
+                hits_addend: d.hits_addend,
+                is_negative_hits: d.is_negative_hits,
+            })
+            .collect();
+        RateLimitRequest { domain: self.domain.clone(), descriptors, hits_addend: self.hits_addend }
+    }
+}
+
 /// Envoy's own (UTF-8) request, e.g. from a client built on envoy-types: the same message.
 impl From<envoy_service::RateLimitRequest> for RateLimitRequest {
     fn from(request: envoy_service::RateLimitRequest) -> Self {

@@ -33,6 +33,7 @@ pub fn escape_html(text: &str) -> String {
 }
 
 const STYLE: &str = "body{font:14px/1.4 system-ui,sans-serif;margin:1.5em;color:#1d2430;background:#fff}\
+.banner{background:#fdecea;border:1px solid #e0a39c;border-radius:6px;padding:.6em 1em;margin:0 0 1em}\
 h1{font-size:1.5em;margin:0 0 .6em}h2{font-size:1.15em;margin:1.4em 0 .3em}\
 dl{display:grid;grid-template-columns:max-content auto;gap:.15em 1em;margin:0}dt{color:#5a6472}dd{margin:0}\
 .cards{display:flex;gap:1.5em;flex-wrap:wrap}.card{border:1px solid #d6dbe1;border-radius:6px;padding:.7em 1em}\
@@ -51,9 +52,11 @@ pub fn render(status: &Status) -> String {
          <meta http-equiv=\"refresh\" content=\"{REFRESH_SECONDS}\">\
          <meta name=\"viewport\" content=\"width=device-width\">\
          <title>Tollgate status</title><style>{STYLE}</style></head><body>\n\
-         <h1>Tollgate {}</h1>\n<div class=\"cards\">",
+         <h1>Tollgate {}</h1>\n",
         escape_html(status.version)
     );
+    override_banner(&mut out, status);
+    out.push_str("<div class=\"cards\">");
     config_card(&mut out, status);
     store_card(&mut out, status);
     out.push_str("</div>\n");
@@ -253,6 +256,31 @@ fn domain_table(out: &mut String, domain: &DomainStatus) {
     out.push_str("</tbody></table></section>\n");
 }
 
+/// The incident overrides in force, one line each, above everything else.
+fn override_banner(out: &mut String, status: &Status) {
+    for o in &status.overrides {
+        let what = match o.mode {
+            "open" => "the store is skipped and every request is answered OK",
+            _ => "requests are decided and counted, and answered OK",
+        };
+        let scope = if o.scope == "all" {
+            "every domain".to_string()
+        } else {
+            format!("domain <code>{}</code>", escape_html(&o.scope))
+        };
+        let _ = writeln!(
+            out,
+            "<div class=\"banner\" data-override=\"{}\" data-mode=\"{}\"><strong>Incident override: {}              mode</strong> on {scope}: {what}. Ends by itself at {} (in {} s);              <code>DELETE /v1/override?scope={}</code> ends it now.</div>",
+            escape_html(&o.scope),
+            o.mode,
+            o.mode,
+            utc(o.expires_at),
+            o.expires_in_seconds,
+            escape_html(&o.scope),
+        );
+    }
+}
+
 fn rule_row(out: &mut String, rule: &RuleStatus) {
     let label = escape_html(&rule.rule);
     let shadow = if rule.shadow_mode { " <span class=\"muted\">(shadow)</span>" } else { "" };
@@ -275,13 +303,24 @@ fn limit_text(rule: &RuleStatus) -> String {
     if rule.unlimited {
         return "unlimited".to_string();
     }
-    let one = |limit: u64, unit: &str, multiplier: u64| match multiplier {
-        1 => format!("{limit} per {unit}"),
-        n => format!("{limit} per {n} {unit}s"),
+    let one = |limit: u64, unit: &str, multiplier: u64, rollout: f64| {
+        let window = match multiplier {
+            1 => format!("{limit} per {unit}"),
+            n => format!("{limit} per {n} {unit}s"),
+        };
+        if rollout < 1.0 {
+            // The share enforced: a staged rule, shown as such.
+            let percent = (rollout * 1_000_000.0).round() / 10_000.0;
+            format!("{window} <span class=\"muted rollout\">(rollout {percent}%)</span>")
+        } else {
+            window
+        }
     };
     if rule.limits.is_empty() {
         return match (rule.limit, rule.unit, rule.unit_multiplier) {
-            (Some(limit), Some(unit), multiplier) => one(limit, unit, multiplier.unwrap_or(1)),
+            (Some(limit), Some(unit), multiplier) => {
+                one(limit, unit, multiplier.unwrap_or(1), rule.rollout.unwrap_or(1.0))
+            }
             _ => String::new(),
         };
     }
@@ -289,7 +328,7 @@ fn limit_text(rule: &RuleStatus) -> String {
         .iter()
         .map(|l| {
             let name = l.name.as_deref().map(|n| format!("{}: ", escape_html(n))).unwrap_or_default();
-            format!("{name}{}", one(l.limit, l.unit, l.unit_multiplier))
+            format!("{name}{}", one(l.limit, l.unit, l.unit_multiplier, l.rollout))
         })
         .collect::<Vec<_>>()
         .join("<br>")

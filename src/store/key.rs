@@ -55,6 +55,77 @@ pub const FIXED_TAG: &str = "f";
 /// Parts longer than this are hashed: keys stay short whatever clients send.
 pub const MAX_LITERAL_PART: usize = 48;
 
+/// Shortest `--key-secret-file` secret, in bytes (after trimming surrounding whitespace).
+pub const MIN_SECRET_BYTES: usize = 32;
+
+/// `--key-secret-file`: request values enter bucket keys keyed-hashed, never in the clear.
+///
+/// A value becomes `~` and the first 16 bytes of HMAC-SHA256(secret, value) in hex (33
+/// characters: a literal key part). The same value gives the same text on every instance
+/// with the same secret, so buckets are shared as before; without the secret nobody can
+/// tell which value a key holds, nor test a guess (an IPv4 address, a user id) against it.
+/// Turning it on or rotating the secret starts every bucket afresh. Never printed.
+#[derive(Clone)]
+pub struct KeySecret {
+    secret: Vec<u8>,
+}
+
+impl std::fmt::Debug for KeySecret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("KeySecret(***)")
+    }
+}
+
+impl KeySecret {
+    /// The secret in a file's `contents` (surrounding whitespace, such as a final newline,
+    /// is not part of it); at least [`MIN_SECRET_BYTES`] bytes.
+    pub fn new(contents: &[u8]) -> Result<KeySecret, String> {
+        let secret = contents.trim_ascii();
+        if secret.len() < MIN_SECRET_BYTES {
+            return Err(format!(
+                "the key secret has {} bytes: at least {MIN_SECRET_BYTES} are needed (e.g. `openssl rand \
+                 -hex 32`, 64 characters)",
+                secret.len()
+            ));
+        }
+        Ok(KeySecret { secret: secret.to_vec() })
+    }
+
+    /// What enters keys, metrics and the hot-key view in place of `value`.
+    pub fn value(&self, value: &[u8]) -> Vec<u8> {
+        let mac = hmac_sha256(&self.secret, value);
+        let mut keyed = Vec::with_capacity(33);
+        keyed.push(b'~');
+        for byte in &mac[..16] {
+            let _ = write!(HexInto(&mut keyed), "{byte:02x}");
+        }
+        keyed
+    }
+}
+
+/// Writes text into a byte vector.
+struct HexInto<'a>(&'a mut Vec<u8>);
+
+impl std::fmt::Write for HexInto<'_> {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        self.0.extend_from_slice(s.as_bytes());
+        Ok(())
+    }
+}
+
+/// HMAC-SHA256 (RFC 2104) of `message` under `key`.
+pub fn hmac_sha256(key: &[u8], message: &[u8]) -> [u8; 32] {
+    let mut block = [0u8; 64];
+    if key.len() > block.len() {
+        block[..32].copy_from_slice(&Sha256::digest(key));
+    } else {
+        block[..key.len()].copy_from_slice(key);
+    }
+    let pad = |byte: u8| block.map(|b| b ^ byte);
+    let inner = Sha256::new().chain_update(pad(0x36)).chain_update(message).finalize();
+    Sha256::new().chain_update(pad(0x5c)).chain_update(inner).finalize().into()
+}
+
 /// The key of the bucket of `limit` (one of `rule`'s limits) for these request entries, in
 /// `domain` (its name and `hash_tag`).
 pub fn limit_key<K: AsRef<[u8]>, V: AsRef<[u8]>>(

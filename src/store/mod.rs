@@ -12,8 +12,9 @@
 //! (`lease`: blocks of tokens taken in one charge and spent locally).
 //!
 //! The layers of `store/`, top to bottom; a file imports only from layers below its own:
-//! 1. `leasing`, `syncing`, `reset`: what runs over the whole store (charging through
-//!    leases and the lease sweeper, approximate mode's sync task, an operator's reset);
+//! 1. `leasing`, `syncing`, `reset`, `shared`: what runs over the whole store (charging
+//!    through leases and the lease sweeper, approximate mode's sync task, an operator's
+//!    reset, the state an operator shares with the fleet);
 //! 2. this file: `Store`, the dispatch over the memory store and the guarded topologies;
 //! 3. `guarded`: the guards in front of a Redis client, in the order a charge meets them;
 //! 4. the guards: `approx`, `coalesce`, `breaker`, `lease`, `overlimit`;
@@ -39,6 +40,7 @@ pub mod probe;
 pub mod redis;
 pub mod remote;
 pub mod reset;
+pub mod shared;
 pub mod syncing;
 
 pub use self::redis::{cluster, scripts, sentinel};

@@ -46,7 +46,8 @@ impl From<Vec<Result<Decision, StoreError>>> for Charged {
     }
 }
 
-/// A Redis client that can delete bucket keys.
+/// A Redis client that serves an operator: deletes bucket keys, and sends one command on
+/// one key (the state the fleet shares, `crate::store::shared`).
 pub trait Reset {
     /// Deletes `keys` (never empty) by `deadline`.
     fn reset(
@@ -54,4 +55,13 @@ pub trait Reset {
         keys: &[String],
         deadline: Instant,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Sends `command`, whose only key is `key`, by `deadline` (on a cluster, to the master
+    /// of `key`'s slot); its reply, or the error it answered.
+    fn command(
+        &self,
+        key: &str,
+        command: ::redis::Cmd,
+        deadline: Instant,
+    ) -> impl Future<Output = Result<::redis::Value, StoreError>> + Send;
 }

@@ -12,6 +12,7 @@ mod otlp;
 mod redis_support;
 
 mod cli;
+mod controls;
 mod joint_store;
 mod migration;
 mod new_limits;

@@ -24,6 +24,7 @@ pub struct TestApp {
 }
 
 /// Options for `spawn_with`.
+#[derive(Clone)]
 pub struct Options {
     pub store: StoreKind,
     pub store_timeout: Duration,
@@ -59,6 +60,8 @@ pub struct Options {
     pub lease_time: Duration,
     /// `--tracing` and its settings.
     pub tracing: Option<tollgate::trace::TraceSettings>,
+    /// `--key-secret-file`.
+    pub key_secret_file: Option<PathBuf>,
 }
 
 impl Options {
@@ -87,6 +90,7 @@ impl Options {
             config_options: Default::default(),
             lease_time: tollgate::store::lease::DEFAULT_LEASE_TIME,
             tracing: None,
+            key_secret_file: None,
         }
     }
 }
@@ -141,6 +145,7 @@ pub async fn spawn_in(options: Options, config_dir: tempfile::TempDir) -> TestAp
     settings.limit_headers = options.limit_headers;
     settings.response_dynamic_metadata = options.response_dynamic_metadata;
     settings.tracing = options.tracing;
+    settings.key_secret_file = options.key_secret_file;
     let running = tollgate::app::spawn(settings).await.expect("app starts");
     let endpoint = format!("http://{}", running.grpc_addr);
     let client = if plaintext {
@@ -264,11 +269,23 @@ pub async fn http_with(
     path: &str,
     headers: &[(&str, &str)],
 ) -> std::io::Result<HttpResponse> {
+    http_request(addr, method, path, headers, "").await
+}
+
+/// `http_with` and a request body.
+pub async fn http_request(
+    addr: std::net::SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> std::io::Result<HttpResponse> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut stream = tokio::net::TcpStream::connect(addr).await?;
     let extra: String = headers.iter().map(|(k, v)| format!("{k}: {v}\r\n")).collect();
     let head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: 0\r\n{extra}\r\n"
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n{extra}\r\n{body}",
+        body.len()
     );
     stream.write_all(head.as_bytes()).await?;
     let mut raw = Vec::new();

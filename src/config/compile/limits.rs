@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use crate::algorithm::{gcra, Algorithm};
 
 use super::super::raw::{RawDescriptor, RawRateLimit};
-use super::super::rule::{self, Level, Limit, Rule, RuleId, RuleLimit, Unit};
+use super::super::rule::{self, Level, Limit, Rollout, Rule, RuleId, RuleLimit, Unit};
 use super::{metadata, Builder};
 
 /// Most entries a `rate_limits` list may hold. The service tracks a rule's limits in a
@@ -106,6 +106,9 @@ impl Builder<'_> {
                 format!("{at}.unit_multiplier"),
                 "unit_multiplier must not be set together with unlimited: true",
             );
+        }
+        if raw.rollout.is_some() {
+            self.error(format!("{at}.rollout"), "rollout must not be set together with unlimited: true");
         }
     }
 
@@ -251,7 +254,24 @@ impl Builder<'_> {
                 ),
             );
         }
-        let limit = Limit { name: None, params, unit, multiplier };
+        let rollout = match raw.rollout {
+            None => Some(Rollout::FULL),
+            Some(r) => {
+                let parsed = Rollout::from_share(r);
+                if parsed.is_none() {
+                    self.error(
+                        format!("{at}.rollout"),
+                        format!(
+                            "rollout {r} is outside (0, 1]: the share of buckets enforced, from \
+                             0.000001 to 1 (1, the default, enforces every bucket)"
+                        ),
+                    );
+                }
+                parsed
+            }
+        };
+        let rollout = rollout?;
+        let limit = Limit { name: None, params, unit, multiplier, rollout };
         (self.errors.len() == before).then_some(limit)
     }
 

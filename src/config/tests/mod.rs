@@ -4,6 +4,7 @@
 
 mod charge;
 mod consistency;
+mod controls;
 mod default_algorithm;
 mod matching;
 mod merge;

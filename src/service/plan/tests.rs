@@ -32,12 +32,14 @@ fn snapshot() -> Snapshot {
             params: rule::params(Algorithm::Gcra, 20, Unit::Second, None),
             unit: Unit::Second,
             multiplier: 1,
+            rollout: rule::Rollout::FULL,
         },
         ConfigLimit {
             name: Some("daily".into()),
             params: rule::params_window(Algorithm::FixedWindow, 50_000, Unit::Day, 7, None),
             unit: Unit::Day,
             multiplier: 7,
+            rollout: rule::Rollout::FULL,
         },
     ]);
     snapshot
@@ -140,6 +142,7 @@ fn a_single_limit_keeps_its_key_and_a_multiplier_makes_a_new_one() {
         params: rule::params_window(Algorithm::Gcra, 5, Unit::Minute, 5, None),
         unit: Unit::Minute,
         multiplier: 5,
+        rollout: rule::Rollout::FULL,
     }]);
     let domain = snapshot.domain("d").expect("d");
     let (_, charges, _) = plan(domain, &request, 0, "");
@@ -215,6 +218,7 @@ mod respond_with_several_limits {
             params: rule::params_window(Algorithm::Gcra, count, unit, multiplier, None),
             unit,
             multiplier,
+            rollout: rule::Rollout::FULL,
         }
     }
 

@@ -138,3 +138,23 @@ fn parts_read_as_the_formatted_length_and_hex_they_always_had() {
     assert_eq!(digest_hex(&digest), formatted);
     assert!(!is_plain("a\u{85}b") && !is_plain("{") && is_plain("é/ü ~"));
 }
+
+#[test]
+fn a_key_secret_keys_values_stably_and_never_prints() {
+    let secret = KeySecret::new(b"  0123456789abcdef0123456789abcdef\n").expect("32 bytes");
+    let keyed = secret.value(b"192.0.2.77");
+    assert_eq!(keyed.len(), 33);
+    assert_eq!(keyed[0], b'~');
+    assert!(keyed[1..].iter().all(u8::is_ascii_hexdigit));
+    assert_eq!(secret.value(b"192.0.2.77"), keyed, "stable");
+    assert_ne!(secret.value(b"192.0.2.78"), keyed);
+    // The first 16 bytes of HMAC-SHA256 under the trimmed secret.
+    let mac = hmac_sha256(b"0123456789abcdef0123456789abcdef", b"192.0.2.77");
+    let hex: String = mac[..16].iter().map(|b| format!("{b:02x}")).collect();
+    assert_eq!(keyed[1..], *hex.as_bytes());
+    let other = KeySecret::new(b"fedcba9876543210fedcba9876543210").expect("32 bytes");
+    assert_ne!(other.value(b"192.0.2.77"), keyed, "another secret, another key");
+    assert!(!format!("{secret:?}").contains("0123"));
+    let short = KeySecret::new(b"short\n").map(|_| ()).expect_err("too short");
+    assert!(short.contains("5 bytes") && short.contains("at least 32"), "{short}");
+}

@@ -91,6 +91,18 @@ impl Link {
         self.send_weighted(pipe, count, count, deadline).await
     }
 
+    /// As [`send`](Self::send), on the first live connection and without taking a turn of
+    /// the round robin: an operator's command (`Reset::command`, every 250 ms for the
+    /// overrides) must not change which connection the next requests take.
+    pub async fn send_aside(
+        &self,
+        pipe: Pipeline,
+        count: usize,
+        deadline: Instant,
+    ) -> Result<Vec<Value>, SendError> {
+        self.send_on(pipe, count, count, deadline, false).await
+    }
+
     /// As [`send`](Self::send), counted as `weight` commands against `max_inflight`: a
     /// coalesced call counts as the charges it carries, so that the charges a stalled server
     /// may run after their requests were answered stay within the cap.
@@ -101,7 +113,18 @@ impl Link {
         weight: usize,
         deadline: Instant,
     ) -> Result<Vec<Value>, SendError> {
-        let conn = match tokio::time::timeout_at(deadline, self.lease()).await {
+        self.send_on(pipe, count, weight, deadline, true).await
+    }
+
+    async fn send_on(
+        &self,
+        pipe: Pipeline,
+        count: usize,
+        weight: usize,
+        deadline: Instant,
+        turn: bool,
+    ) -> Result<Vec<Value>, SendError> {
+        let conn = match tokio::time::timeout_at(deadline, self.lease(turn)).await {
             Ok(Ok(conn)) => conn,
             Ok(Err(e)) => return Err(SendError::NotSent(e)),
             Err(_) => return Err(SendError::NotSent(StoreError::Timeout)),
@@ -150,10 +173,12 @@ impl Link {
     /// A live connection: this round's slot, else any other live one (a slot being
     /// re-made does not stall requests another connection can carry), else the one a
     /// background connect makes for this slot (the caller bounds the wait).
-    async fn lease(&self) -> Result<Arc<Conn>, StoreError> {
+    /// `turn`: take this round's slot and advance the round robin; else start from slot 0
+    /// and leave it as it is.
+    async fn lease(&self, turn: bool) -> Result<Arc<Conn>, StoreError> {
         let inner = &self.inner;
         let slots = inner.slots.len();
-        let first = inner.next_slot.fetch_add(1, Ordering::Relaxed) % slots;
+        let first = if turn { inner.next_slot.fetch_add(1, Ordering::Relaxed) % slots } else { 0 };
         for i in 0..slots {
             // The slot's guard ends with this statement: `start_connect` locks another slot,
             // and two callers holding one slot each while locking the other's would wait

@@ -230,6 +230,15 @@ impl Reset for SentinelStore {
     async fn reset(&self, keys: &[String], deadline: Instant) -> Result<(), StoreError> {
         self.server.delete(keys, deadline).await
     }
+
+    async fn command(
+        &self,
+        _key: &str,
+        command: redis::Cmd,
+        deadline: Instant,
+    ) -> Result<redis::Value, StoreError> {
+        self.server.command(command, deadline).await
+    }
 }
 
 #[cfg(test)]

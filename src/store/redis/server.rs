@@ -118,6 +118,17 @@ impl Server {
         deleted(values.pop().unwrap_or(Value::Nil))
     }
 
+    /// One command (an operator's, see `Reset::command`), its reply or the error it answered.
+    pub(super) async fn command(&self, command: redis::Cmd, deadline: Instant) -> Result<Value, StoreError> {
+        let mut pipe = Pipeline::with_capacity(1);
+        pipe.add_command(command);
+        match self.link.send_aside(pipe, 1, deadline).await?.pop() {
+            Some(Value::ServerError(e)) => Err(StoreError::Server(format!("{e:?}"))),
+            Some(value) => Ok(value),
+            None => Err(StoreError::Server("no reply".into())),
+        }
+    }
+
     /// Replaces the charges' connections (see `Remote::renew`).
     pub(super) fn renew(&self) {
         self.link.renew();

@@ -234,16 +234,7 @@ async fn every_metric_the_dashboard_and_alerts_use_is_exported() {
     let text = app.metrics().await;
     let families = families(&text);
 
-    let mut used: BTreeMap<String, &str> = BTreeMap::new();
-    for query in dashboard_queries() {
-        used.extend(metric_names(&query).into_iter().map(|n| (n, DASHBOARD)));
-    }
-    for expr in alert_rules().values() {
-        used.extend(metric_names(expr).into_iter().map(|n| (n, ALERTS)));
-    }
-    for series in alert_test_series() {
-        used.extend(metric_names(&series).into_iter().map(|n| (n, ALERT_TESTS)));
-    }
+    let used = used_names();
     assert!(used.len() >= 15, "{used:?}");
     let missing: Vec<_> = used.iter().filter(|(name, _)| !exported(name, &families)).collect();
     assert!(missing.is_empty(), "not exported by Tollgate (name, used in): {missing:?}\n{text}");
@@ -272,6 +263,48 @@ async fn every_metric_the_dashboard_and_alerts_use_is_exported() {
     let text = app.metrics().await;
     assert_eq!(metric(&text, success), Some(loaded));
     assert!(metric(&text, attempt).is_some_and(|t| t > loaded), "{text}");
+}
+
+/// Whether `exposition` has a sample of the series `name` (a line `name{...} v` or `name v`).
+fn has_sample(exposition: &str, name: &str) -> bool {
+    exposition.lines().any(|line| {
+        line.strip_prefix(name).is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
+    })
+}
+
+/// Every name the dashboard, the alerts and their tests use (series names) → where.
+fn used_names() -> BTreeMap<String, &'static str> {
+    let mut used: BTreeMap<String, &str> = BTreeMap::new();
+    for query in dashboard_queries() {
+        used.extend(metric_names(&query).into_iter().map(|n| (n, DASHBOARD)));
+    }
+    for expr in alert_rules().values() {
+        used.extend(metric_names(expr).into_iter().map(|n| (n, ALERTS)));
+    }
+    for series in alert_test_series() {
+        used.extend(metric_names(&series).into_iter().map(|n| (n, ALERT_TESTS)));
+    }
+    used
+}
+
+/// From the first scrape, before any request, every series name the dashboard and the
+/// alerts use has a sample (0 where nothing happened yet): panels show 0, not "no data",
+/// and `absent()` alerts hold. Production flags: Redis, no shadow mode, no event forced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_metric_the_dashboard_and_alerts_use_has_a_series_from_startup() {
+    let app = spawn_with(Options::new(StoreKind::Redis), &[("api.yaml", POLICY)]).await;
+    let text = app.metrics().await;
+    let used = used_names();
+    assert!(used.len() >= 15, "{used:?}");
+    let missing: Vec<_> = used.iter().filter(|(name, _)| !has_sample(&text, name)).collect();
+    assert!(missing.is_empty(), "no series at startup (name, used in): {missing:?}\n{text}");
+    for name in [
+        r#"tollgate_failure_local_decisions_total{domain="api"} 0"#,
+        r#"tollgate_metric_series_dropped_total{domain="api"} 0"#,
+        r#"tollgate_shadow_overrides_total{domain="api"} 0"#,
+    ] {
+        assert!(text.lines().any(|l| l == name), "no `{name}`\n{text}");
+    }
 }
 
 /// The Kubernetes side: the pod template's `prometheus.io/*` annotations and the

@@ -1,4 +1,4 @@
-//! `DEL` on a Redis Cluster: one command per key, on the master of its slot, following
+//! `DEL` on a Redis Cluster, and an operator's one command on one key (`Reset::command`): one command per key, on the master of its slot, following
 //! redirects as charges do. Unlike a charge, a `DEL` may be sent again after a timeout
 //! (deleting twice is deleting once), but it is not: the caller answers the failure and the
 //! operator may reset again.
@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use futures_util::future::join_all;
-use redis::Pipeline;
+use redis::{Pipeline, Value};
 use tokio::time::Instant;
 
 use super::super::super::charge::StoreError;
@@ -37,5 +37,19 @@ impl Shared {
 impl Reset for ClusterStore {
     async fn reset(&self, keys: &[String], deadline: Instant) -> Result<(), StoreError> {
         self.delete(keys, deadline).await
+    }
+
+    async fn command(&self, key: &str, command: redis::Cmd, deadline: Instant) -> Result<Value, StoreError> {
+        let build = |pipe: &mut Pipeline, _: Call| {
+            pipe.add_command(command.clone());
+        };
+        match self
+            .shared
+            .send_alone(key_slot(key.as_bytes()), None, Lane::Charges, 1, deadline, build)
+            .await?
+        {
+            Value::ServerError(e) => Err(StoreError::Server(format!("{e:?}"))),
+            value => Ok(value),
+        }
     }
 }

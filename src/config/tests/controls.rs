@@ -1,0 +1,69 @@
+//! The operator controls of a limit (issue 28): `rollout`, and `penalty`. Every accepted
+//! shape, and every misuse with its path and line.
+
+use super::{errors, load, matched, only_domain};
+use crate::config::rule::{bucket_share, Rollout};
+use crate::config::ConfigErrors;
+
+fn found(errors: &ConfigErrors) -> Vec<(String, Option<usize>, String)> {
+    errors.errors().iter().map(|e| (e.path.clone(), e.line, e.message.clone())).collect()
+}
+
+fn one_error(yaml: &str, fragment: &str) -> (String, Option<usize>) {
+    let all = found(&errors(yaml));
+    assert_eq!(all.len(), 1, "{all:#?}");
+    let (path, line, message) = all.into_iter().next().expect("one error");
+    assert!(message.contains(fragment), "{message:?} lacks {fragment:?}");
+    (path, line)
+}
+
+fn limited(extra: &str) -> String {
+    format!("domain: d\ndescriptors:\n  - key: user\n    rate_limit:\n      unit: hour\n      requests_per_unit: 5\n{extra}")
+}
+
+#[test]
+fn rollout_loads_per_limit_and_defaults_to_every_bucket() {
+    let snapshot = load(&limited("      rollout: 0.1\n"));
+    let rule = matched(only_domain(&snapshot), &[("user", "a")]);
+    assert_eq!(rule.limits()[0].rollout, Rollout::from_share(0.1).expect("0.1"));
+    assert!(rule.limits()[0].rollout.is_partial());
+    let snapshot = load(&limited(""));
+    let rule = matched(only_domain(&snapshot), &[("user", "a")]);
+    assert_eq!(rule.limits()[0].rollout, Rollout::FULL);
+
+    let several = "domain: d\ndescriptors:\n  - key: k\n    rate_limits:\n      \
+                   - { name: a, unit: second, requests_per_unit: 2 }\n      \
+                   - { name: b, unit: day, requests_per_unit: 9, rollout: 0.5 }\n";
+    let snapshot = load(several);
+    let limits = matched(only_domain(&snapshot), &[("k", "v")]).limits().to_vec();
+    assert_eq!((limits[0].rollout.share(), limits[1].rollout.share()), (1.0, 0.5));
+}
+
+#[test]
+fn a_rollout_outside_zero_to_one_names_its_path_and_line() {
+    for bad in ["0", "-0.5", "1.5", "0.0000001", ".nan"] {
+        let (path, line) = one_error(&limited(&format!("      rollout: {bad}\n")), "outside (0, 1]");
+        assert_eq!((path.as_str(), line), ("descriptors[0].rate_limit.rollout", Some(7)), "{bad}");
+    }
+    let (path, line) = one_error(&limited("      rollout: half\n"), "expected f64");
+    assert_eq!((path.as_str(), line), ("descriptors[0].rate_limit.rollout", Some(7)));
+    let unlimited =
+        "domain: d\ndescriptors:\n  - key: k\n    rate_limit: { unlimited: true, rollout: 0.5 }\n";
+    let (path, _) = one_error(unlimited, "together with unlimited");
+    assert_eq!(path, "descriptors[0].rate_limit.rollout");
+}
+
+#[test]
+fn bucket_shares_are_stable_and_spread_evenly() {
+    // Stable across releases: a share is a function of the key alone (these are fixed).
+    assert_eq!(bucket_share("k"), bucket_share("k"));
+    let in_tenth = (0..100_000).filter(|i| bucket_share(&format!("api_user_u{i}")) < 100_000).count();
+    assert!((9_500..=10_500).contains(&in_tenth), "{in_tenth} of 100000 under a tenth");
+    // Monotone: a bucket enforced at 0.1 is enforced at 0.5.
+    let (tenth, half) = (Rollout::from_share(0.1).expect("r"), Rollout::from_share(0.5).expect("r"));
+    for i in 0..10_000 {
+        let key = format!("k{i}");
+        assert!(!tenth.enforces(&key) || half.enforces(&key), "{key}");
+    }
+    assert!(Rollout::FULL.enforces("anything"));
+}
