@@ -127,12 +127,14 @@ impl Overrides {
         }
     }
 
-    /// The mode `domain`'s answers take now, if an override covers it.
-    pub fn mode(&self, domain: &str) -> Option<Mode> {
+    /// The mode `domain`'s answers take now, if an override covers it. A domain that is not
+    /// UTF-8 is no configured domain: only `all` covers it.
+    pub fn mode(&self, domain: &[u8]) -> Option<Mode> {
         let table = self.table.load();
         if table.is_empty() {
             return None;
         }
+        let domain = std::str::from_utf8(domain).unwrap_or(ALL);
         let now = now_ms();
         table.iter().filter(|o| o.is_active(now) && o.covers(domain)).map(|o| o.mode).max()
     }

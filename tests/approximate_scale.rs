@@ -73,9 +73,11 @@ const KEYS_TOUCHED_AT_LEAST: u64 = KEYS * 95 / 100;
 const FLOOD_PER_MINUTE: u64 = 1_000_000;
 /// The flood asserted reached. Each flood key costs a first read on its request's path (a
 /// bucket an instance never read is read before it is decided), so the pace is the machine's:
-/// this one (two cores, `[profile.dev] opt-level = 1`, server and load in one process)
-/// reaches 800,000 a minute; an unoptimized build about 200,000, which would not be a flood.
-const FLOOD_ASSERTED_PER_MINUTE: u64 = 600_000;
+/// machines of this kind (two cores, `[profile.dev] opt-level = 1`, server and load in one
+/// process) reached 800,000 a minute on one day and 535,000 to 661,000 on another, with the
+/// same build (2026-11-26: this threshold at 600,000 failed a clean-clone CI at 535,679);
+/// an unoptimized build reaches about 200,000, which would not be a flood.
+const FLOOD_ASSERTED_PER_MINUTE: u64 = 450_000;
 /// The flood's pace, above its target so that a flood that keeps up meets it.
 const FLOOD_PACE_PER_SECOND: u64 = 18_000;
 /// Flood clients: enough in flight to catch up with the pace when late (the hot key's

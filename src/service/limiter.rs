@@ -130,7 +130,7 @@ impl RateLimiter {
         mut observed: Option<&mut Observed>,
     ) -> RateLimitResponse {
         // An incident override of the domain (or of all): one atomic load when there is none.
-        let incident = std::str::from_utf8(&request.domain).ok().and_then(|d| self.overrides.mode(d));
+        let incident = self.overrides.mode(&request.domain);
         let (mut response, metadata, windows) =
             self.decide_codes(request, deadline, incident, observed.as_deref_mut()).await;
         // Global shadow mode (and a shadow override) covers every answer: charged,
