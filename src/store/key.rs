@@ -67,7 +67,10 @@ pub const MIN_SECRET_BYTES: usize = 32;
 /// Turning it on or rotating the secret starts every bucket afresh. Never printed.
 #[derive(Clone)]
 pub struct KeySecret {
-    secret: Vec<u8>,
+    /// HMAC's inner and outer hashes with the secret's padded block already absorbed:
+    /// each value then costs two SHA-256 blocks rather than four.
+    inner: Sha256,
+    outer: Sha256,
 }
 
 impl std::fmt::Debug for KeySecret {
@@ -88,12 +91,14 @@ impl KeySecret {
                 secret.len()
             ));
         }
-        Ok(KeySecret { secret: secret.to_vec() })
+        let [inner, outer] = hmac_pads(secret);
+        Ok(KeySecret { inner: Sha256::new().chain_update(inner), outer: Sha256::new().chain_update(outer) })
     }
 
     /// What enters keys, metrics and the hot-key view in place of `value`.
     pub fn value(&self, value: &[u8]) -> Vec<u8> {
-        let mac = hmac_sha256(&self.secret, value);
+        let inner = self.inner.clone().chain_update(value).finalize();
+        let mac = self.outer.clone().chain_update(inner).finalize();
         let mut keyed = Vec::with_capacity(33);
         keyed.push(b'~');
         for byte in &mac[..16] {
@@ -115,15 +120,20 @@ impl std::fmt::Write for HexInto<'_> {
 
 /// HMAC-SHA256 (RFC 2104) of `message` under `key`.
 pub fn hmac_sha256(key: &[u8], message: &[u8]) -> [u8; 32] {
+    let [inner, outer] = hmac_pads(key);
+    let inner = Sha256::new().chain_update(inner).chain_update(message).finalize();
+    Sha256::new().chain_update(outer).chain_update(inner).finalize().into()
+}
+
+/// HMAC's inner and outer padded key blocks.
+fn hmac_pads(key: &[u8]) -> [[u8; 64]; 2] {
     let mut block = [0u8; 64];
     if key.len() > block.len() {
         block[..32].copy_from_slice(&Sha256::digest(key));
     } else {
         block[..key.len()].copy_from_slice(key);
     }
-    let pad = |byte: u8| block.map(|b| b ^ byte);
-    let inner = Sha256::new().chain_update(pad(0x36)).chain_update(message).finalize();
-    Sha256::new().chain_update(pad(0x5c)).chain_update(inner).finalize().into()
+    [block.map(|b| b ^ 0x36), block.map(|b| b ^ 0x5c)]
 }
 
 /// The key of the bucket of `limit` (one of `rule`'s limits) for these request entries, in
