@@ -99,22 +99,13 @@ impl KeySecret {
     pub fn value(&self, value: &[u8]) -> Vec<u8> {
         let inner = self.inner.clone().chain_update(value).finalize();
         let mac = self.outer.clone().chain_update(inner).finalize();
+        const HEX: &[u8; 16] = b"0123456789abcdef";
         let mut keyed = Vec::with_capacity(33);
         keyed.push(b'~');
         for byte in &mac[..16] {
-            let _ = write!(HexInto(&mut keyed), "{byte:02x}");
+            keyed.extend_from_slice(&[HEX[usize::from(byte >> 4)], HEX[usize::from(byte & 0xf)]]);
         }
         keyed
-    }
-}
-
-/// Writes text into a byte vector.
-struct HexInto<'a>(&'a mut Vec<u8>);
-
-impl std::fmt::Write for HexInto<'_> {
-    fn write_str(&mut self, s: &str) -> std::fmt::Result {
-        self.0.extend_from_slice(s.as_bytes());
-        Ok(())
     }
 }
 
