@@ -83,7 +83,7 @@ impl Shared {
         let mut pipe = Pipeline::with_capacity(owned.len());
         owned.iter().for_each(|&i| add(&mut pipe, i, Call::Sha));
         let link = match lane {
-            Lane::Charges => self.link(node),
+            Lane::Charges | Lane::Aside => self.link(node),
             Lane::Sync => self.sync_link(node),
         };
         let values = match link.send(pipe, owned.len(), deadline).await {

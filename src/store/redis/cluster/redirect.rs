@@ -53,11 +53,20 @@ impl Shared {
                     }
                     build(&mut pipe, call);
                     let count = 1 + usize::from(asking);
-                    let link = match lane {
-                        Lane::Charges => self.link(&node),
-                        Lane::Sync => self.sync_link(&node),
+                    let sent = match lane {
+                        Lane::Charges => {
+                            self.link(&node)
+                                .send_weighted(pipe, count, weight + usize::from(asking), deadline)
+                                .await
+                        }
+                        Lane::Sync => {
+                            self.sync_link(&node)
+                                .send_weighted(pipe, count, weight + usize::from(asking), deadline)
+                                .await
+                        }
+                        Lane::Aside => self.link(&node).send_aside(pipe, count, deadline).await,
                     };
-                    match link.send_weighted(pipe, count, weight + usize::from(asking), deadline).await {
+                    match sent {
                         Ok(mut values) => values.pop().unwrap_or(Value::Nil),
                         Err(e) => {
                             self.failed(&e);

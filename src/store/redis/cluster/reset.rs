@@ -43,11 +43,7 @@ impl Reset for ClusterStore {
         let build = |pipe: &mut Pipeline, _: Call| {
             pipe.add_command(command.clone());
         };
-        match self
-            .shared
-            .send_alone(key_slot(key.as_bytes()), None, Lane::Charges, 1, deadline, build)
-            .await?
-        {
+        match self.shared.send_alone(key_slot(key.as_bytes()), None, Lane::Aside, 1, deadline, build).await? {
             Value::ServerError(e) => Err(StoreError::Server(format!("{e:?}"))),
             value => Ok(value),
         }

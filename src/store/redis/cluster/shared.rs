@@ -48,11 +48,13 @@ pub struct ClusterStore {
 }
 
 /// Which connections of a master a command rides: the charges' shared ones, or
-/// approximate mode's own (see `Shared::sync_links`).
+/// approximate mode's own (see `Shared::sync_links`); `Aside`: the charges' first live one
+/// without taking a turn of their round robin (an operator's command, `Link::send_aside`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Lane {
     Charges,
     Sync,
+    Aside,
 }
 
 /// The state a cluster store's calls and its background map refresh share.
