@@ -234,15 +234,19 @@ async fn requests_queued_behind_calls_in_flight_share_one_call() {
     let sleeper = app.redis.url();
     let sleep = std::thread::spawn(move || {
         let mut con = redis::Client::open(sleeper).expect("url").get_connection().expect("connect");
-        // A script runs alone: Redis answers nothing else for its 0.5 s.
-        let busy = "local t = redis.call('TIME') local until_us = t[1] * 1000000 + t[2] + 500000 \
+        // A script runs alone: Redis answers nothing else for its 1 s.
+        let busy = "local t = redis.call('TIME') local until_us = t[1] * 1000000 + t[2] + 1000000 \
                     repeat t = redis.call('TIME') until t[1] * 1000000 + t[2] >= until_us return 1";
         let _: i64 = redis::cmd("EVAL").arg(busy).arg(0).query(&mut con).expect("busy script");
     });
-    // Redis is busy once a PING gets no answer in 50 ms.
+    // Redis is busy once a PING gets no answer in 50 ms. Bounded: a busy second that ended
+    // before this thread looked (a descheduled test thread on a loaded machine) is a failure
+    // with a reason, not a loop that never ends.
     let mut probe = app.redis.client();
     probe.set_read_timeout(Some(Duration::from_millis(50))).expect("read timeout");
-    while redis::cmd("PING").query::<String>(&mut probe).is_ok() {}
+    while redis::cmd("PING").query::<String>(&mut probe).is_ok() {
+        assert!(!sleep.is_finished(), "the busy script ended before a PING saw Redis busy");
+    }
     let requests = 48;
     let mut tasks = Vec::new();
     for i in 0..requests {

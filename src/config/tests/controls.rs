@@ -1,21 +1,8 @@
-//! The operator controls of a limit (issue 28): `rollout`, and `penalty`. Every accepted
+//! The operator controls of a limit (issue 28): `rollout`. Every accepted
 //! shape, and every misuse with its path and line.
 
-use super::{errors, load, matched, only_domain};
+use super::{load, matched, one_error, only_domain};
 use crate::config::rule::{bucket_share, Rollout};
-use crate::config::ConfigErrors;
-
-fn found(errors: &ConfigErrors) -> Vec<(String, Option<usize>, String)> {
-    errors.errors().iter().map(|e| (e.path.clone(), e.line, e.message.clone())).collect()
-}
-
-fn one_error(yaml: &str, fragment: &str) -> (String, Option<usize>) {
-    let all = found(&errors(yaml));
-    assert_eq!(all.len(), 1, "{all:#?}");
-    let (path, line, message) = all.into_iter().next().expect("one error");
-    assert!(message.contains(fragment), "{message:?} lacks {fragment:?}");
-    (path, line)
-}
 
 fn limited(extra: &str) -> String {
     format!("domain: d\ndescriptors:\n  - key: user\n    rate_limit:\n      unit: hour\n      requests_per_unit: 5\n{extra}")

@@ -40,6 +40,20 @@ fn errors(yaml: &str) -> ConfigErrors {
     }
 }
 
+/// `(path, line, message)` of every error.
+fn found(errors: &ConfigErrors) -> Vec<(String, Option<usize>, String)> {
+    errors.errors().iter().map(|e| (e.path.clone(), e.line, e.message.clone())).collect()
+}
+
+/// The one error of `yaml`: its path and line; its message must contain `fragment`.
+fn one_error(yaml: &str, fragment: &str) -> (String, Option<usize>) {
+    let all = found(&errors(yaml));
+    assert_eq!(all.len(), 1, "{all:#?}");
+    let (path, line, message) = all.into_iter().next().expect("one error");
+    assert!(message.contains(fragment), "{message:?} lacks {fragment:?}");
+    (path, line)
+}
+
 /// Looks `entries` up in `domain`.
 fn lookup<'d>(domain: &'d Domain, entries: &[(&str, &str)]) -> Lookup<'d> {
     domain.lookup(entries.iter().copied())

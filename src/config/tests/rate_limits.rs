@@ -1,23 +1,9 @@
 //! `rate_limits` (several named limits on one descriptor) and `unit_multiplier` (a window
 //! of several units): every accepted shape, and every misuse with its path and line.
 
-use super::{errors, load, matched, only_domain};
+use super::{errors, found, load, matched, one_error, only_domain};
 use crate::algorithm::Algorithm;
-use crate::config::{ConfigErrors, Limit, RuleLimit};
-
-/// `(path, line, message)` of every error.
-fn found(errors: &ConfigErrors) -> Vec<(String, Option<usize>, String)> {
-    errors.errors().iter().map(|e| (e.path.clone(), e.line, e.message.clone())).collect()
-}
-
-/// The one error of `yaml`: its path and line; its message must contain `fragment`.
-fn one_error(yaml: &str, fragment: &str) -> (String, Option<usize>) {
-    let all = found(&errors(yaml));
-    assert_eq!(all.len(), 1, "{all:#?}");
-    let (path, line, message) = all.into_iter().next().expect("one error");
-    assert!(message.contains(fragment), "{message:?} lacks {fragment:?}");
-    (path, line)
-}
+use crate::config::{Limit, RuleLimit};
 
 fn limits(yaml: &str, entries: &[(&str, &str)]) -> Vec<Limit> {
     let snapshot = load(yaml);
