@@ -10,13 +10,14 @@ use tollgate::store::{Charge, MemoryStore};
 const NOW: u64 = 1_700_000_000_000_000;
 
 fn params(algorithm: Algorithm, limit: u64) -> Params {
-    Params { algorithm, limit, unit_us: 60_000_000, burst: limit }
+    Params { algorithm, limit, unit_us: 60_000_000, burst: limit, penalty_us: 0 }
 }
 
 fn algorithms(c: &mut Criterion) {
     let mut group = c.benchmark_group("algorithm");
-    let gcra_state = Some(State::Gcra { tat: NOW + 30_000_000, rem: 0 });
-    let window_state = Some(State::Window { start: NOW - NOW % 60_000_000, current: 40, previous: 70 });
+    let gcra_state = Some(State::Gcra { tat: NOW + 30_000_000, rem: 0, until: 0 });
+    let window_state =
+        Some(State::Window { start: NOW - NOW % 60_000_000, current: 40, previous: 70, until: 0 });
     let cases = [
         ("gcra", Algorithm::Gcra, gcra_state),
         ("sliding_window", Algorithm::SlidingWindow, window_state),

@@ -54,6 +54,9 @@ fn describe_one(limit: &Limit) -> String {
     if limit.rollout.is_partial() {
         let _ = write!(s, " rollout {}", limit.rollout.share());
     }
+    if let Some(penalty) = limit.penalty_text() {
+        let _ = write!(s, " penalty {penalty}");
+    }
     s
 }
 
@@ -165,6 +168,7 @@ fn rule_json(rule: &Rule) -> Value {
                 "window_seconds": l.window_seconds(),
                 "algorithm": l.params.algorithm.as_str(),
                 "burst": l.params.burst,
+                "penalty_seconds": l.penalty_seconds(),
             })
         })
         .collect();

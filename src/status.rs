@@ -162,6 +162,8 @@ pub struct RuleStatus {
     /// The first limit's `rollout` (the share of its buckets enforced, 1 when absent);
     /// `null` for `unlimited`.
     pub rollout: Option<f64>,
+    /// The first limit's `penalty` in seconds (0: none); `null` for `unlimited`.
+    pub penalty_seconds: Option<u64>,
     /// Every limit, only for a rule with several (`rate_limits`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub limits: Vec<LimitStatus>,
@@ -185,6 +187,8 @@ pub struct LimitStatus {
     pub algorithm: &'static str,
     /// The share of its buckets enforced (`rollout`, 1 when absent).
     pub rollout: f64,
+    /// Its `penalty` in seconds (0: none).
+    pub penalty_seconds: u64,
 }
 
 /// Decisions per second split by how they were decided, rounded to thousandths.
@@ -295,6 +299,7 @@ fn rule_status(rule: &Rule, minute: Minute) -> RuleStatus {
                 unit_multiplier: limit.multiplier,
                 algorithm: limit.params.algorithm.as_str(),
                 rollout: limit.rollout.share(),
+                penalty_seconds: limit.penalty_seconds(),
             })
             .collect(),
     };
@@ -307,6 +312,7 @@ fn rule_status(rule: &Rule, minute: Minute) -> RuleStatus {
         unlimited: matches!(rule.limit, RuleLimit::Unlimited),
         shadow_mode: rule.shadow_mode,
         rollout: first.map(|l| l.rollout.share()),
+        penalty_seconds: first.map(Limit::penalty_seconds),
         limits,
         per_second: minute.per_second().into(),
         minute,

@@ -29,8 +29,13 @@ use tollgate::store::remote::{Charged, Remote};
 use tollgate::store::scripts::{BATCH_LUA, FIXED_LUA};
 use tollgate::store::{Charge, Groups, RedisSettings, RedisStore, StoreError};
 
-const PARAMS: Params =
-    Params { algorithm: Algorithm::FixedWindow, limit: 1_000_000, unit_us: 3_600_000_000, burst: 0 };
+const PARAMS: Params = Params {
+    algorithm: Algorithm::FixedWindow,
+    limit: 1_000_000,
+    unit_us: 3_600_000_000,
+    burst: 0,
+    penalty_us: 0,
+};
 
 fn consume(key: &str) -> Charge {
     Charge { key: format!("tg:f:batch-test:{key}"), params: PARAMS, hits: Hits::Consume(1) }

@@ -106,8 +106,13 @@ async fn three_instances_and_108_clients_on_one_key_admit_exactly_the_limit() {
     eprintln!("{charges} charges, {calls} EVALSHA calls, {admitted} admitted in {elapsed:?}");
 }
 
-const PARAMS: Params =
-    Params { algorithm: Algorithm::FixedWindow, limit: 1_000_000, unit_us: 3_600_000_000, burst: 0 };
+const PARAMS: Params = Params {
+    algorithm: Algorithm::FixedWindow,
+    limit: 1_000_000,
+    unit_us: 3_600_000_000,
+    burst: 0,
+    penalty_us: 0,
+};
 const KEY: &str = "tg:f:coalesce-test";
 
 fn consume() -> Vec<Charge> {

@@ -93,6 +93,12 @@ const INVALID: &[(&str, &str, &str, Option<usize>)] = &[
         Some(4),
     ),
     (
+        "penalty_too_long.yaml",
+        "descriptors[0].rate_limit.penalty",
+        "penalty \"36h\": longer than a day, the longest penalty (24h)",
+        Some(7),
+    ),
+    (
         "replaces_empty_name.yaml",
         "descriptors[0].rate_limit.replaces[1].name",
         "replaces entry without a name",

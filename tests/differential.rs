@@ -67,8 +67,13 @@ fn eval(
     let mut cmd = redis::cmd("EVALSHA");
     cmd.arg(sha).arg(1).arg(key);
     cmd.arg(p.limit).arg(p.unit_us).arg(p.burst).arg(mode).arg(n);
-    if let Some(now) = now {
-        cmd.arg(now);
+    match now {
+        Some(now) => cmd.arg(now),
+        None => cmd.arg(""),
+    };
+    // As the store: the penalty only for a limit that has one (the argument is optional).
+    if p.penalty_us > 0 {
+        cmd.arg(p.penalty_us);
     }
     cmd.query(con)
 }
@@ -136,13 +141,21 @@ fn arb_unit() -> impl Strategy<Value = u64> {
     ]
 }
 
+/// No penalty half of the time; else a penalty shorter and longer than the units, now and
+/// then an extreme one.
+pub(crate) fn arb_penalty() -> impl Strategy<Value = u64> {
+    let named = vec![1u64, 999, 1_000_000, 60_000_000, 3_600_000_000, DAY_US];
+    prop_oneof![
+        6 => Just(0u64),
+        5 => prop::sample::select(named),
+        1 => any::<u64>(),
+    ]
+}
+
 fn arb_params(algorithm: Algorithm) -> impl Strategy<Value = Params> {
-    (arb_count(), arb_unit(), arb_count()).prop_map(move |(limit, unit_us, burst)| Params {
-        algorithm,
-        limit,
-        unit_us,
-        burst,
-    })
+    (arb_count(), arb_unit(), arb_count(), arb_penalty()).prop_map(
+        move |(limit, unit_us, burst, penalty_us)| Params { algorithm, limit, unit_us, burst, penalty_us },
+    )
 }
 
 fn arb_hits() -> impl Strategy<Value = Hits> {
@@ -166,7 +179,13 @@ fn arb_high_rate_case() -> impl Strategy<Value = (Params, u64, Vec<(Tick, Hits)>
     let params = (100_000u64..=10_000_000, prop::sample::select(vec![1_000_000u64, 60_000_000]))
         .prop_flat_map(|(limit, unit_us)| {
             let burst = prop_oneof![3 => 0u64..20, 1 => 0..=limit];
-            burst.prop_map(move |burst| Params { algorithm: Algorithm::Gcra, limit, unit_us, burst })
+            burst.prop_map(move |burst| Params {
+                algorithm: Algorithm::Gcra,
+                limit,
+                unit_us,
+                burst,
+                penalty_us: 0,
+            })
         });
     let tick = prop_oneof![
         3 => Just(Tick::Stay),
@@ -223,23 +242,8 @@ fn run_case(
         // must leave exactly what a full write would have.
         let fail =
             |what: &str, e: redis::RedisError| TestCaseError::fail(format!("step {i}: {what} failed: {e}"));
-        match stored {
-            Some((State::Gcra { tat, rem }, _)) => {
-                let value: Option<String> =
-                    redis::cmd("GET").arg(key).query(con).map_err(|e| fail("GET", e))?;
-                let expected = if rem == 0 { tat.to_string() } else { format!("{tat}:{rem}") };
-                prop_assert_eq!(value, Some(expected), "step {} stored state", i);
-            }
-            Some((State::Window { start, current, previous }, _)) => {
-                let value: Vec<Option<String>> = redis::cmd("HMGET")
-                    .arg(key)
-                    .arg(&["s", "c", "p"])
-                    .query(con)
-                    .map_err(|e| fail("HMGET", e))?;
-                let expected = [start, current, previous].map(|x| Some(x.to_string())).to_vec();
-                prop_assert_eq!(value, expected, "step {} stored window", i);
-            }
-            None => {}
+        if let Some((state, _)) = stored {
+            joint::stored_in_redis(con, key, state)?;
         }
         if let Some((_, expires_at)) = stored {
             let at: i64 =
@@ -319,7 +323,7 @@ fn scripts_on_the_server_clock_admit_exactly_the_burst() {
     for (algorithm, burst, expected) in cases {
         let sha = load(&mut con, algorithm);
         let key = format!("clock:{}:{burst}", algorithm.as_str());
-        let p = Params { algorithm, limit: 5, unit_us: DAY_US, burst };
+        let p = Params { algorithm, limit: 5, unit_us: DAY_US, burst, penalty_us: 0 };
         let allowed: Vec<i64> = (0..6)
             .map(|_| eval(&mut con, &sha, &key, &p, Hits::Consume(1), None).expect("eval")[0])
             .collect();

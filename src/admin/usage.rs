@@ -4,7 +4,9 @@
 //! Both read `domain` and `descriptor` (`query`), find the limits the descriptor matches
 //! and their bucket keys with the request path's own `plan` (so the keys are exactly the
 //! ones the server charges), and describe each bucket with a peek (`Hits::Peek`: the store
-//! answers the bucket as it is and writes nothing). Reset deletes the keys first
+//! answers the bucket as it is and writes nothing). A bucket serving a penalty answers
+//! `remaining` 0 and `reset_seconds` until the penalty ends (`penalty_seconds` is the
+//! limit's configured penalty). Reset deletes the keys first
 //! (`Store::reset`, and this instance's `failure_mode: local` buckets), then answers the
 //! buckets as they are after it. Every reset — accepted or refused — writes one audit log
 //! line (`audit`) and each accepted one counts in `tollgate_admin_resets_total{domain}`.
@@ -101,6 +103,7 @@ fn limit_json(bucket: &Bucket<'_>, decision: &Decision) -> Value {
         "consumed": capacity - remaining,
         "remaining": remaining,
         "reset_seconds": decision.reset_us.div_ceil(1_000_000),
+        "penalty_seconds": limit.penalty_seconds(),
     })
 }
 

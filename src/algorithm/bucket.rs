@@ -38,6 +38,9 @@ pub struct Params {
     /// GCRA only: how many requests may arrive at once on a full bucket.
     /// Equal to `limit` unless the rule says otherwise; ignored by the window algorithms.
     pub burst: u64,
+    /// `penalty`: once a consume is denied, the bucket denies everything for this many µs
+    /// after the breach (see `algorithm::penalty`). 0: no penalty.
+    pub penalty_us: u64,
 }
 
 /// How a descriptor charges its bucket.
@@ -69,10 +72,20 @@ pub enum State {
     /// GCRA: the theoretical arrival time, `tat + rem / limit` µs since the epoch
     /// (`rem < limit`): whole µs plus the sub-µs remainder, so that an emission interval
     /// `unit / limit` that is not a whole number of µs is never rounded (see `gcra`).
-    Gcra { tat: u64, rem: u64 },
+    /// `until`: the end of a penalty (µs since the epoch; 0 or past: none), see `penalty`.
+    Gcra { tat: u64, rem: u64, until: u64 },
     /// Both window algorithms: the start of the current window and its counters
-    /// (`previous` is always 0 for the fixed window).
-    Window { start: u64, current: u64, previous: u64 },
+    /// (`previous` is always 0 for the fixed window), and `until` as GCRA's.
+    Window { start: u64, current: u64, previous: u64, until: u64 },
+}
+
+impl State {
+    /// The end of the bucket's penalty (0: never penalized).
+    pub fn until(self) -> u64 {
+        match self {
+            State::Gcra { until, .. } | State::Window { until, .. } => until,
+        }
+    }
 }
 
 /// What the store must do with the bucket after a decision.

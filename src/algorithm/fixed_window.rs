@@ -96,7 +96,7 @@ impl Window {
             Write::Delete
         } else {
             Write::Put {
-                state: State::Window { start: self.start, current: count, previous: 0 },
+                state: State::Window { start: self.start, current: count, previous: 0, until: 0 },
                 // Not saturated: a store must never see it as passed while it still counts.
                 expires_at: self.start + self.unit,
             }
@@ -115,7 +115,7 @@ mod tests {
     const WS: u64 = 1_700_000_000 * UNIT;
 
     fn params(limit: u64, unit_us: u64) -> Params {
-        Params { algorithm: Algorithm::FixedWindow, limit, unit_us, burst: 0 }
+        Params { algorithm: Algorithm::FixedWindow, limit, unit_us, burst: 0, penalty_us: 0 }
     }
 
     type St = Option<(u64, u64, u64)>;
@@ -125,7 +125,7 @@ mod tests {
         match out.write {
             Write::Keep => {}
             Write::Delete => *state = None,
-            Write::Put { state: State::Window { start, current, previous: 0 }, expires_at } => {
+            Write::Put { state: State::Window { start, current, previous: 0, .. }, expires_at } => {
                 assert_eq!(expires_at, start + p.unit_us.max(1));
                 *state = Some((start, current, 0));
             }
@@ -171,7 +171,7 @@ mod tests {
         let full = apply(Some((WS, 5, 0)), WS + 10, &p, Hits::Peek).decision;
         assert_eq!(full, dec(false, 0, UNIT - 10));
         let one = apply(st, WS + 10, &p, Hits::Refund(1));
-        let state = State::Window { start: WS, current: 1, previous: 0 };
+        let state = State::Window { start: WS, current: 1, previous: 0, until: 0 };
         assert_eq!(one.write, Write::Put { state, expires_at: WS + UNIT });
         assert_eq!(one.decision, dec(true, 4, UNIT - 10));
         let all = apply(st, WS + 10, &p, Hits::Refund(7));

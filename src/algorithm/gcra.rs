@@ -191,7 +191,7 @@ impl Bucket {
             let tat = add(self.now, ahead.us);
             // An instant that saturates is MAX_VALUE exactly (time stands still there).
             let rem = if tat == MAX_VALUE { 0 } else { ahead.frac };
-            Write::Put { state: State::Gcra { tat, rem }, expires_at: tat + u64::from(rem > 0) }
+            Write::Put { state: State::Gcra { tat, rem, until: 0 }, expires_at: tat + u64::from(rem > 0) }
         };
         Outcome { decision: self.allowed_at(ahead), write }
     }

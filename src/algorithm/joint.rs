@@ -12,7 +12,10 @@
 //!   reflecting all its members) and each answers its own decision;
 //! - any member denied (a consume that does not fit, a peek on an exhausted bucket) →
 //!   nothing is written; each denied member answers its own denial, every other member
-//!   answers [`describe`] of its bucket as stored: allowed, nothing charged.
+//!   answers [`describe`] of its bucket as stored: allowed, nothing charged — except
+//!   the penalties the group's denials started (`penalty`): a breach is a breach whether
+//!   or not the group stood, so each such bucket is written as stored with the penalty's
+//!   end ([`Joint::marks`]; the longest end when several members of one bucket breached).
 //!
 //! [`apply_each`] is the same walk without the veto, for a *coalesced batch* (independent
 //! charges that met in one script call): each member is applied if it fits, a denied one
@@ -49,8 +52,11 @@ pub struct Joint {
     /// One per member, in order.
     pub decisions: Vec<Decision>,
     /// `Some` when every member was allowed: the writes to apply, by ascending key index.
-    /// `None` when the group was denied: write nothing.
+    /// `None` when the group was denied: write nothing but [`marks`](Self::marks).
     pub writes: Option<Vec<KeyWrite>>,
+    /// A denied group's penalties: each bucket a denial breached (a consume denied on a
+    /// limit with a penalty), as stored with the penalty's end. Empty when it passed.
+    pub marks: Vec<KeyWrite>,
 }
 
 impl Joint {
@@ -64,31 +70,52 @@ impl Joint {
 /// never seen or expired). A member whose `key` is out of range sees no state and writes
 /// nothing (callers never build one).
 pub fn apply(stored: &[Option<State>], now: u64, members: &[Member]) -> Joint {
-    let (mut decisions, writes) = walk(stored, now, members);
+    let (mut decisions, writes, breached) = walk(stored, now, members);
     if decisions.iter().all(|d| d.allowed) {
-        return Joint { decisions, writes: Some(writes) };
+        return Joint { decisions, writes: Some(writes), marks: Vec::new() };
     }
-    for (decision, member) in decisions.iter_mut().zip(members) {
+    let mut marks: Vec<KeyWrite> = Vec::new();
+    for ((decision, member), breached) in decisions.iter_mut().zip(members).zip(breached) {
+        let state = stored.get(member.key).copied().flatten();
         if decision.allowed {
-            *decision = describe(stored.get(member.key).copied().flatten(), now, &member.params);
+            *decision = describe(state, now, &member.params);
+        } else if breached {
+            let write = super::penalty::start(state, now, &member.params, *decision).write;
+            let mark = KeyWrite { key: member.key, write, params: member.params };
+            match marks.iter_mut().find(|m| m.key == member.key) {
+                Some(m) if until(m.write) < until(write) => *m = mark,
+                Some(_) => {}
+                None => marks.push(mark),
+            }
         }
     }
-    Joint { decisions, writes: None }
+    marks.sort_unstable_by_key(|m| m.key);
+    Joint { decisions, writes: None, marks }
+}
+
+/// The penalty end a mark writes.
+fn until(write: Write) -> u64 {
+    match write {
+        Write::Put { state, .. } => state.until(),
+        Write::Keep | Write::Delete => 0,
+    }
 }
 
 /// Decides independent members at `now` on `stored`, in order: each is applied if it fits
 /// (a denied member writes nothing and vetoes no other). The writes are always `Some`.
 pub fn apply_each(stored: &[Option<State>], now: u64, members: &[Member]) -> Joint {
-    let (decisions, writes) = walk(stored, now, members);
-    Joint { decisions, writes: Some(writes) }
+    let (decisions, writes, _) = walk(stored, now, members);
+    Joint { decisions, writes: Some(writes), marks: Vec::new() }
 }
 
-/// Every member's own decision in order over a scratch copy of `stored`, and the final
-/// write of each bucket a member changed (by ascending key index).
-fn walk(stored: &[Option<State>], now: u64, members: &[Member]) -> (Vec<Decision>, Vec<KeyWrite>) {
+/// Every member's own decision in order over a scratch copy of `stored`, the final write
+/// of each bucket a member changed (by ascending key index), and which members breached (a
+/// denial that started a penalty: the only denials that write).
+fn walk(stored: &[Option<State>], now: u64, members: &[Member]) -> (Vec<Decision>, Vec<KeyWrite>, Vec<bool>) {
     let mut scratch = stored.to_vec();
     let mut last: Vec<Option<(Write, Params)>> = vec![None; stored.len()];
     let mut decisions = Vec::with_capacity(members.len());
+    let mut breached = Vec::with_capacity(members.len());
     for member in members {
         let state = scratch.get(member.key).copied().flatten();
         let outcome = apply_one(state, now, &member.params, member.hits);
@@ -101,6 +128,7 @@ fn walk(stored: &[Option<State>], now: u64, members: &[Member]) -> (Vec<Decision
             *slot = after;
             last[member.key] = Some((outcome.write, member.params));
         }
+        breached.push(!outcome.decision.allowed && outcome.write != Write::Keep);
         decisions.push(outcome.decision);
     }
     let writes = last
@@ -108,7 +136,7 @@ fn walk(stored: &[Option<State>], now: u64, members: &[Member]) -> (Vec<Decision
         .enumerate()
         .filter_map(|(key, w)| w.map(|(write, params)| KeyWrite { key, write, params }))
         .collect();
-    (decisions, writes)
+    (decisions, writes, breached)
 }
 
 /// The answer of a member of a denied group that was not itself denied: its bucket as

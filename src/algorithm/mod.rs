@@ -16,10 +16,12 @@ mod bucket;
 pub mod fixed_window;
 pub mod gcra;
 pub mod joint;
+mod penalty;
 mod saturating;
 pub mod sliding_window;
 
 pub use bucket::{Algorithm, Decision, Hits, Outcome, Params, State, Write};
+use saturating::clamp;
 pub(crate) use saturating::mul_div_ceil;
 pub use saturating::MAX_VALUE;
 
@@ -44,16 +46,41 @@ impl Standing {
     }
 }
 
-/// Applies `params.algorithm` to the stored `state` (None = never seen or expired).
+/// Applies `params.algorithm` to the stored `state` (None = never seen or expired), and
+/// the limit's penalty (`penalty`: a bucket penalized is denied before the algorithm is
+/// asked; a consume the algorithm denies starts one).
 ///
 /// A state of the wrong shape for the algorithm (after a config change) is treated as
 /// absent. `now` is µs since the epoch; callers must not let it step backwards within a
 /// bucket, but the functions tolerate it.
 pub fn apply(state: Option<State>, now: u64, params: &Params, hits: Hits) -> Outcome {
+    let state = state.filter(|s| fits(*s, params.algorithm));
+    let until = state.map_or(0, State::until);
+    if clamp(now) < until {
+        return penalty::during(until, clamp(now), hits);
+    }
+    let outcome = decide(state, now, params, hits);
+    if params.penalty_us > 0 && !outcome.decision.allowed && matches!(hits, Hits::Consume(_)) {
+        return penalty::start(state, now, params, outcome.decision);
+    }
+    outcome
+}
+
+/// Whether `state` is of the shape `algorithm` stores.
+fn fits(state: State, algorithm: Algorithm) -> bool {
+    matches!(
+        (state, algorithm),
+        (State::Gcra { .. }, Algorithm::Gcra)
+            | (State::Window { .. }, Algorithm::SlidingWindow | Algorithm::FixedWindow)
+    )
+}
+
+/// The algorithm alone, without the penalty.
+fn decide(state: Option<State>, now: u64, params: &Params, hits: Hits) -> Outcome {
     match params.algorithm {
         Algorithm::Gcra => {
             let tat = match state {
-                Some(State::Gcra { tat, rem }) => Some((tat, rem)),
+                Some(State::Gcra { tat, rem, .. }) => Some((tat, rem)),
                 _ => None,
             };
             gcra::apply(tat, now, params, hits)
@@ -68,8 +95,13 @@ pub fn apply(state: Option<State>, now: u64, params: &Params, hits: Hits) -> Out
 /// Pure and O(1): a store may call it on every bucket it samples for eviction. A state of
 /// the wrong shape for the algorithm counts nothing, as [`apply`] would ignore it.
 pub fn standing(state: State, now: u64, params: &Params) -> Standing {
+    if fits(state, params.algorithm) && clamp(now) < state.until() {
+        // Penalized: forgetting the state lifts the penalty, a free reset of everything.
+        let full = decide(None, now, params, Hits::Peek).decision.remaining;
+        return Standing { at_limit: true, given_back: full };
+    }
     let (full, left) = match (params.algorithm, state) {
-        (Algorithm::Gcra, State::Gcra { tat, rem }) => gcra::admissible((tat, rem), now, params),
+        (Algorithm::Gcra, State::Gcra { tat, rem, .. }) => gcra::admissible((tat, rem), now, params),
         (Algorithm::SlidingWindow, State::Window { .. }) => {
             sliding_window::admissible(window(Some(state)), now, params)
         }
@@ -83,7 +115,7 @@ pub fn standing(state: State, now: u64, params: &Params) -> Standing {
 
 fn window(state: Option<State>) -> Option<(u64, u64, u64)> {
     match state {
-        Some(State::Window { start, current, previous }) => Some((start, current, previous)),
+        Some(State::Window { start, current, previous, .. }) => Some((start, current, previous)),
         _ => None,
     }
 }
@@ -97,7 +129,7 @@ mod tests {
     const HOUR: u64 = 3_600_000_000;
 
     fn params(algorithm: Algorithm, limit: u64, unit_us: u64, burst: u64) -> Params {
-        Params { algorithm, limit, unit_us, burst }
+        Params { algorithm, limit, unit_us, burst, penalty_us: 0 }
     }
 
     /// The state after `n` single hits at `now` on a fresh bucket.
@@ -157,7 +189,13 @@ mod tests {
         let algorithm =
             prop_oneof![Just(Algorithm::Gcra), Just(Algorithm::SlidingWindow), Just(Algorithm::FixedWindow)];
         (algorithm, 1..50u64, prop_oneof![Just(1_000_000u64), Just(60_000_000), Just(HOUR)], 0..60u64)
-            .prop_map(|(algorithm, limit, unit_us, burst)| Params { algorithm, limit, unit_us, burst })
+            .prop_map(|(algorithm, limit, unit_us, burst)| Params {
+                algorithm,
+                limit,
+                unit_us,
+                burst,
+                penalty_us: 0,
+            })
     }
 
     proptest! {

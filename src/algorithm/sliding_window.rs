@@ -157,7 +157,12 @@ impl Window {
             Write::Delete
         } else {
             Write::Put {
-                state: State::Window { start: self.start, current: self.current, previous: self.previous },
+                state: State::Window {
+                    start: self.start,
+                    current: self.current,
+                    previous: self.previous,
+                    until: 0,
+                },
                 // Not saturated: a store must never see it as passed while it still counts.
                 expires_at: self.start + 2 * self.unit,
             }
@@ -176,7 +181,7 @@ mod tests {
     const WS: u64 = 28_333_333 * UNIT; // an aligned window start near 2023
 
     fn params(limit: u64, unit_us: u64) -> Params {
-        Params { algorithm: Algorithm::SlidingWindow, limit, unit_us, burst: 0 }
+        Params { algorithm: Algorithm::SlidingWindow, limit, unit_us, burst: 0, penalty_us: 0 }
     }
 
     type St = Option<(u64, u64, u64)>;
@@ -186,7 +191,7 @@ mod tests {
         match out.write {
             Write::Keep => {}
             Write::Delete => *state = None,
-            Write::Put { state: State::Window { start, current, previous }, expires_at } => {
+            Write::Put { state: State::Window { start, current, previous, .. }, expires_at } => {
                 assert_eq!(expires_at, start + 2 * p.unit_us.max(1));
                 *state = Some((start, current, previous));
             }
@@ -221,7 +226,7 @@ mod tests {
         let now = WS + UNIT / 4;
         let d = apply(st, now, &p, Hits::Consume(2));
         assert_eq!(d.decision, dec(true, 0, 2 * UNIT - UNIT / 4));
-        let state = State::Window { start: WS, current: 2, previous: 10 };
+        let state = State::Window { start: WS, current: 2, previous: 10, until: 0 };
         assert_eq!(d.write, Write::Put { state, expires_at: WS + 2 * UNIT });
         // 3 hits: need 10 * (unit - e) <= 7 * unit, e >= 0.3 unit.
         let d = apply(st, now, &p, Hits::Consume(3)).decision;

@@ -210,6 +210,8 @@ struct RateLimitLayer {
     burst: Written<u64>,
     #[serde(default, deserialize_with = "present")]
     rollout: Written<f64>,
+    #[serde(default, deserialize_with = "present")]
+    penalty: Written<String>,
     #[serde(rename = "<<", default)]
     merged: Merged<RateLimitLayer>,
 }
@@ -219,7 +221,7 @@ impl RateLimitLayer {
         for base in std::mem::take(&mut self.merged).0 {
             let base = base.flatten();
             fill!(self, base; unit, unit_multiplier, requests_per_unit, unlimited, name, replaces, algorithm,
-                burst, rollout);
+                burst, rollout, penalty);
         }
         self
     }
@@ -239,6 +241,7 @@ impl RateLimitLayer {
             algorithm: limit.algorithm.flatten(),
             burst: limit.burst.flatten(),
             rollout: limit.rollout.flatten(),
+            penalty: limit.penalty.flatten(),
         }
     }
 }

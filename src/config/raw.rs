@@ -81,6 +81,9 @@ pub struct RawRateLimit {
     pub burst: Option<u64>,
     /// The share of buckets enforced, 0 < r ≤ 1 (default 1); the others are as in shadow mode.
     pub rollout: Option<f64>,
+    /// How long a bucket is denied after a consume it denied: `30s`, `10m`, `1h`; at most a
+    /// day.
+    pub penalty: Option<String>,
 }
 
 /// One entry of `rate_limit.replaces`.

@@ -60,6 +60,12 @@ impl Rule {
             RuleLimit::Unlimited => &[],
         }
     }
+
+    /// Whether a limit of the rule has a `penalty` (its buckets are never leased: a penalty
+    /// must see every charge).
+    pub fn penalized(&self) -> bool {
+        self.limits().iter().any(|l| l.params.penalty_us > 0)
+    }
 }
 
 /// What a matched rule enforces.
@@ -101,6 +107,21 @@ impl Limit {
     /// The window in words: `second`, `5 minutes` (see [`Unit::window`]).
     pub fn window(&self) -> String {
         self.unit.window(self.multiplier)
+    }
+
+    /// `penalty` in seconds (0: none).
+    pub fn penalty_seconds(&self) -> u64 {
+        self.params.penalty_us / 1_000_000
+    }
+
+    /// `penalty` as an operator writes it (`90s`, `10m`, `2h`); `None` without one.
+    pub fn penalty_text(&self) -> Option<String> {
+        match self.penalty_seconds() {
+            0 => None,
+            s if s % 3_600 == 0 => Some(format!("{}h", s / 3_600)),
+            s if s % 60 == 0 => Some(format!("{}m", s / 60)),
+            s => Some(format!("{s}s")),
+        }
     }
 
     /// The window in seconds (`unit × unit_multiplier`).
@@ -264,6 +285,31 @@ impl Unit {
     }
 }
 
+/// The longest `penalty`: a day.
+pub const MAX_PENALTY_SECONDS: u64 = 86_400;
+
+/// A `penalty` as written (`30s`, `10m`, `1h`: a whole number and one of `s`, `m`, `h`) in
+/// seconds, from 1 to [`MAX_PENALTY_SECONDS`]; else why not, in words for the operator.
+pub fn penalty_seconds(written: &str) -> Result<u64, String> {
+    let expected = "expected a whole number of seconds, minutes or hours, such as 30s, 10m or 1h";
+    let split = written.len().saturating_sub(1);
+    let (number, suffix) = (written.get(..split).unwrap_or(""), written.get(split..).unwrap_or(""));
+    let scale = match suffix {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3_600,
+        _ => return Err(expected.to_owned()),
+    };
+    if number.is_empty() || !number.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(expected.to_owned());
+    }
+    match number.parse::<u64>().ok().and_then(|n| n.checked_mul(scale)) {
+        Some(0) => Err("must be at least 1s (leave penalty out for none)".to_owned()),
+        Some(seconds) if seconds <= MAX_PENALTY_SECONDS => Ok(seconds),
+        _ => Err("longer than a day, the longest penalty (24h)".to_owned()),
+    }
+}
+
 /// Convenience for building limit parameters.
 pub fn params(algorithm: Algorithm, limit: u64, unit: Unit, burst: Option<u64>) -> Params {
     params_window(algorithm, limit, unit, 1, burst)
@@ -282,5 +328,6 @@ pub fn params_window(
         limit,
         unit_us: unit.micros().saturating_mul(multiplier),
         burst: burst.unwrap_or(limit),
+        penalty_us: 0,
     }
 }

@@ -231,6 +231,10 @@ fn describe_one(limit: &crate::config::Limit) -> String {
             limit.rollout.share()
         );
     }
+    if let Some(penalty) = limit.penalty_text() {
+        let _ =
+            write!(s, ", penalty {penalty} (a bucket that denies a request denies everything for that long)");
+    }
     if params.limit == 0 {
         s.push_str(": blocks everything");
     }

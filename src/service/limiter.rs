@@ -297,7 +297,8 @@ impl RateLimiter {
     }
 
     /// Which charges may be served from leases: those of rules with `lease: true`, or of
-    /// every rule with `--lease-hot-keys` (never a request's own `limit`). Empty when the
+    /// every rule with `--lease-hot-keys` (never a request's own `limit`, nor a rule with a
+    /// `penalty`, which must see every charge). Empty when the
     /// store has no leases or no charge may use them (the common case: no allocation).
     fn leasable(&self, plans: &[plan::Plan<'_>], len: usize) -> Vec<bool> {
         let Some(every_rule) = self.store.leases().map(|t| t.settings().every_rule) else {
@@ -306,7 +307,7 @@ impl RateLimiter {
         let mut leasable = Vec::new();
         for plan in plans {
             let plan::Plan::Limited(limit) = plan else { continue };
-            if limit.rule.is_some_and(|rule| every_rule || rule.lease) {
+            if limit.rule.is_some_and(|rule| (every_rule || rule.lease) && !rule.penalized()) {
                 leasable.resize(len, false);
                 leasable[limit.charges.clone()].fill(true);
             }

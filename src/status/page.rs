@@ -303,24 +303,30 @@ fn limit_text(rule: &RuleStatus) -> String {
     if rule.unlimited {
         return "unlimited".to_string();
     }
-    let one = |limit: u64, unit: &str, multiplier: u64, rollout: f64| {
-        let window = match multiplier {
+    let one = |limit: u64, unit: &str, multiplier: u64, rollout: f64, penalty: u64| {
+        let mut window = match multiplier {
             1 => format!("{limit} per {unit}"),
             n => format!("{limit} per {n} {unit}s"),
         };
         if rollout < 1.0 {
             // The share enforced: a staged rule, shown as such.
             let percent = (rollout * 1_000_000.0).round() / 10_000.0;
-            format!("{window} <span class=\"muted rollout\">(rollout {percent}%)</span>")
-        } else {
-            window
+            window.push_str(&format!(" <span class=\"muted rollout\">(rollout {percent}%)</span>"));
         }
+        if penalty > 0 {
+            window.push_str(&format!(" <span class=\"muted penalty\">(penalty {penalty} s)</span>"));
+        }
+        window
     };
     if rule.limits.is_empty() {
         return match (rule.limit, rule.unit, rule.unit_multiplier) {
-            (Some(limit), Some(unit), multiplier) => {
-                one(limit, unit, multiplier.unwrap_or(1), rule.rollout.unwrap_or(1.0))
-            }
+            (Some(limit), Some(unit), multiplier) => one(
+                limit,
+                unit,
+                multiplier.unwrap_or(1),
+                rule.rollout.unwrap_or(1.0),
+                rule.penalty_seconds.unwrap_or(0),
+            ),
             _ => String::new(),
         };
     }
@@ -328,7 +334,7 @@ fn limit_text(rule: &RuleStatus) -> String {
         .iter()
         .map(|l| {
             let name = l.name.as_deref().map(|n| format!("{}: ", escape_html(n))).unwrap_or_default();
-            format!("{name}{}", one(l.limit, l.unit, l.unit_multiplier, l.rollout))
+            format!("{name}{}", one(l.limit, l.unit, l.unit_multiplier, l.rollout, l.penalty_seconds))
         })
         .collect::<Vec<_>>()
         .join("<br>")

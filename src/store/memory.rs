@@ -132,7 +132,7 @@ impl MemoryStore {
         let full = shard.map.len() >= self.shard_cap;
         let (outcome, expires_at) = match shard.map.raw_entry_mut_v1().from_key_hashed_nocheck(hash, key) {
             RawEntryMut::Occupied(mut slot) => {
-                let stored = Some(slot.get().state).filter(|_| slot.get().expires_at > now);
+                let stored = Some(slot.get().state).filter(|_| slot.get().expires_at() > now);
                 let outcome = algorithm::apply(stored, now, &charge.params, charge.hits);
                 let expires_at = match outcome.write {
                     Write::Keep => None,
@@ -141,7 +141,7 @@ impl MemoryStore {
                         None
                     }
                     Write::Put { state, expires_at } => {
-                        *slot.get_mut() = Entry { state, expires_at, params: charge.params };
+                        *slot.get_mut() = Entry::new(state, expires_at, charge.params);
                         Some(expires_at)
                     }
                 };
@@ -153,7 +153,7 @@ impl MemoryStore {
                     // Keep or Delete of a bucket that is not there: nothing to write.
                     return outcome.decision;
                 };
-                let entry = Entry { state, expires_at, params: charge.params };
+                let entry = Entry::new(state, expires_at, charge.params);
                 if full {
                     self.insert_making_room(shard, hash, key, entry, now);
                 } else {
@@ -219,7 +219,7 @@ impl MemoryStore {
         let stored: Vec<Option<State>> =
             keys.iter().enumerate().map(|(i, k)| locked[guard(i)].live(hashes[i], k, now)).collect();
         let outcome = joint::apply(&stored, now, &members);
-        for w in outcome.writes.iter().flatten() {
+        for w in outcome.writes.iter().flatten().chain(&outcome.marks) {
             self.write(&mut locked[guard(w.key)], hashes[w.key], keys[w.key], w.write, w.params, now);
         }
         outcome.decisions
@@ -251,7 +251,7 @@ impl MemoryStore {
                 }
             }
             Write::Put { state, expires_at } => {
-                let entry = Entry { state, expires_at, params };
+                let entry = Entry::new(state, expires_at, params);
                 let full = shard.map.len() >= self.shard_cap;
                 match shard.map.raw_entry_mut_v1().from_key_hashed_nocheck(hash, key) {
                     RawEntryMut::Occupied(mut slot) => *slot.get_mut() = entry,

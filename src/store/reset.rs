@@ -75,7 +75,7 @@ mod tests {
     use crate::store::{Charge, MemoryStore};
 
     const PARAMS: Params =
-        Params { algorithm: Algorithm::FixedWindow, limit: 2, unit_us: 60_000_000, burst: 2 };
+        Params { algorithm: Algorithm::FixedWindow, limit: 2, unit_us: 60_000_000, burst: 2, penalty_us: 0 };
 
     fn charge(key: &str, hits: Hits) -> Charge {
         Charge { key: key.into(), params: PARAMS, hits }

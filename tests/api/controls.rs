@@ -4,5 +4,6 @@
 //! (`ops::deploy`).
 
 mod incident;
+mod penalty;
 mod rollout;
 mod secret;

@@ -27,7 +27,13 @@ fn link() -> tollgate::store::redis::link::LinkSettings {
 /// `CHARGES` concurrent requests on one fixed window of `LIMIT` per hour, weights 1 and 2
 /// alternating. Returns the hits admitted and the charges admitted.
 async fn hammer(store: Arc<Store>, key: &str) -> (u64, u64) {
-    let params = Params { algorithm: Algorithm::FixedWindow, limit: LIMIT, unit_us: 3_600_000_000, burst: 0 };
+    let params = Params {
+        algorithm: Algorithm::FixedWindow,
+        limit: LIMIT,
+        unit_us: 3_600_000_000,
+        burst: 0,
+        penalty_us: 0,
+    };
     let deadline = Instant::now() + Duration::from_secs(5);
     let tasks: Vec<_> = (0..CHARGES)
         .map(|i| {

@@ -26,7 +26,11 @@ fn cluster_store(cluster: &RedisCluster) -> Store {
 }
 
 fn charge(key: &str, algorithm: Algorithm, limit: u64, hits: Hits) -> Charge {
-    Charge { key: key.into(), params: Params { algorithm, limit, unit_us: YEAR_US, burst: limit }, hits }
+    Charge {
+        key: key.into(),
+        params: Params { algorithm, limit, unit_us: YEAR_US, burst: limit, penalty_us: 0 },
+        hits,
+    }
 }
 
 async fn charge_groups(store: &Store, batch: &[Charge], ends: Vec<usize>) -> Vec<Decision> {

@@ -14,7 +14,7 @@ use crate::sentinel_support::{RedisSentinel, MASTER_NAME};
 use crate::support::start_cluster;
 
 const PARAMS: Params =
-    Params { algorithm: Algorithm::FixedWindow, limit: 2, unit_us: 3_600_000_000, burst: 2 };
+    Params { algorithm: Algorithm::FixedWindow, limit: 2, unit_us: 3_600_000_000, burst: 2, penalty_us: 0 };
 
 fn charges(keys: &[String], hits: Hits) -> Vec<Charge> {
     keys.iter().map(|key| Charge { key: key.clone(), params: PARAMS, hits }).collect()

@@ -13,7 +13,7 @@ use tollgate::store::scripts::{parse_batch, BATCH_LUA};
 
 use super::joint::{arb_algorithm, run_against, stored_in_redis};
 use super::redis_support::RedisServer;
-use super::{arb_hits, arb_params, arb_tick, as_i64, real_now_us, Tick, DAY_US};
+use super::{arb_hits, arb_params, arb_penalty, arb_tick, as_i64, real_now_us, Tick, DAY_US};
 
 /// A group: joint (all or nothing) or independent, and its members (key index, hits).
 type Group = (bool, Vec<(usize, Hits)>);
@@ -22,7 +22,14 @@ type Case = (Vec<Params>, u64, Vec<(Tick, Vec<Group>)>);
 fn arb_batch_case() -> impl Strategy<Value = Case> {
     let small =
         (arb_algorithm(), 0u64..6, prop::sample::select(vec![1_000_000u64, 60_000_000, DAY_US]), 0u64..6)
-            .prop_map(|(algorithm, limit, unit_us, burst)| Params { algorithm, limit, unit_us, burst });
+            .prop_map(|(algorithm, limit, unit_us, burst)| Params {
+                algorithm,
+                limit,
+                unit_us,
+                burst,
+                penalty_us: 0,
+            });
+    let small = (small, arb_penalty()).prop_map(|(p, penalty_us)| Params { penalty_us, ..p });
     let params = prop_oneof![2 => small, 1 => arb_algorithm().prop_flat_map(arb_params)];
     let group = (any::<bool>(), prop::collection::vec((0usize..5, arb_hits()), 1..5));
     let steps = prop::collection::vec((arb_tick(), prop::collection::vec(group, 1..7)), 1..25);
@@ -64,7 +71,7 @@ fn batch_cmd(sha: &str, keys: &[String], groups: &[(bool, Vec<Member>)], now: u6
     }
     cmd.arg(now).arg(rules.len());
     for p in &rules {
-        cmd.arg(p.algorithm.as_str()).arg(p.limit).arg(p.unit_us).arg(p.burst);
+        cmd.arg(p.algorithm.as_str()).arg(p.limit).arg(p.unit_us).arg(p.burst).arg(p.penalty_us);
     }
     for (joint, members) in groups {
         cmd.arg(if *joint { "j" } else { "e" }).arg(members.len());
@@ -114,7 +121,7 @@ fn run_batch_case(
                 used.iter().map(|&k| stored[k].filter(|&(_, exp)| exp > now).map(|(s, _)| s)).collect();
             let decided =
                 if *joint { apply(&states, now, &members) } else { apply_each(&states, now, &members) };
-            for w in decided.writes.iter().flatten() {
+            for w in decided.writes.iter().flatten().chain(&decided.marks) {
                 stored[used[w.key]] = match w.write {
                     Write::Put { state, expires_at } => Some((state, expires_at)),
                     Write::Delete => None,
@@ -169,7 +176,7 @@ fn a_failing_group_fails_alone() {
     let server = RedisServer::start();
     let mut con = server.client();
     let _: i64 = redis::cmd("RPUSH").arg("batch:list").arg("x").query(&mut con).expect("RPUSH");
-    let p = Params { algorithm: Algorithm::Gcra, limit: 5, unit_us: DAY_US, burst: 5 };
+    let p = Params { algorithm: Algorithm::Gcra, limit: 5, unit_us: DAY_US, burst: 5, penalty_us: 0 };
     let member = |key: usize| Member { key, params: p, hits: Hits::Consume(1) };
     let keys = ["batch:a".to_string(), "batch:list".to_string(), "batch:b".to_string()];
     let groups = vec![(false, vec![member(0)]), (true, vec![member(0), member(1)]), (false, vec![member(2)])];
@@ -188,7 +195,7 @@ fn a_failing_group_fails_alone() {
 
     // A bad mode (never sent by the store) is the same: that group's error.
     let mut cmd = redis::cmd("EVALSHA");
-    cmd.arg(&sha).arg(1).arg("batch:c").arg(now).arg(1).arg("gcra").arg(5).arg(DAY_US).arg(5);
+    cmd.arg(&sha).arg(1).arg("batch:c").arg(now).arg(1).arg("gcra").arg(5).arg(DAY_US).arg(5).arg(0);
     cmd.arg("e").arg(1).arg(1).arg(1).arg(7).arg(1);
     cmd.arg("e").arg(1).arg(1).arg(1).arg(0).arg(1);
     let results = parse_batch(Ok(eval_raw(&mut con, cmd)), 2);

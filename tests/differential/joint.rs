@@ -17,7 +17,7 @@ use tollgate::algorithm::{Algorithm, Hits, Params, State, Write, MAX_VALUE};
 use tollgate::store::scripts::JOINT_LUA;
 
 use super::redis_support::RedisServer;
-use super::{arb_hits, arb_params, arb_tick, as_i64, real_now_us, Tick, DAY_US};
+use super::{arb_hits, arb_params, arb_penalty, arb_tick, as_i64, real_now_us, Tick, DAY_US};
 
 type Case = (Vec<Params>, u64, Vec<(Tick, Vec<(usize, Hits)>)>);
 
@@ -30,7 +30,14 @@ pub(crate) fn arb_algorithm() -> impl Strategy<Value = Algorithm> {
 fn arb_joint_case() -> impl Strategy<Value = Case> {
     let small =
         (arb_algorithm(), 0u64..6, prop::sample::select(vec![1_000_000u64, 60_000_000, DAY_US]), 0u64..6)
-            .prop_map(|(algorithm, limit, unit_us, burst)| Params { algorithm, limit, unit_us, burst });
+            .prop_map(|(algorithm, limit, unit_us, burst)| Params {
+                algorithm,
+                limit,
+                unit_us,
+                burst,
+                penalty_us: 0,
+            });
+    let small = (small, arb_penalty()).prop_map(|(p, penalty_us)| Params { penalty_us, ..p });
     let params = prop_oneof![1 => small, 1 => arb_algorithm().prop_flat_map(arb_params)];
     let member = (0usize..4, arb_hits());
     let steps = prop::collection::vec((arb_tick(), prop::collection::vec(member, 1..7)), 1..40);
@@ -42,7 +49,14 @@ fn arb_joint_case() -> impl Strategy<Value = Case> {
 fn arb_each_case() -> impl Strategy<Value = Case> {
     let small =
         (arb_algorithm(), 0u64..8, prop::sample::select(vec![1_000_000u64, 60_000_000, DAY_US]), 0u64..8)
-            .prop_map(|(algorithm, limit, unit_us, burst)| Params { algorithm, limit, unit_us, burst });
+            .prop_map(|(algorithm, limit, unit_us, burst)| Params {
+                algorithm,
+                limit,
+                unit_us,
+                burst,
+                penalty_us: 0,
+            });
+    let small = (small, arb_penalty()).prop_map(|(p, penalty_us)| Params { penalty_us, ..p });
     let params = prop_oneof![3 => small, 1 => arb_algorithm().prop_flat_map(arb_params)];
     let member = (prop_oneof![4 => Just(0usize), 1 => Just(1usize)], arb_hits());
     let steps = prop::collection::vec((arb_tick(), prop::collection::vec(member, 1..13)), 1..30);
@@ -76,7 +90,8 @@ fn eval_joint(
             .arg(p.unit_us)
             .arg(p.burst)
             .arg(mode)
-            .arg(n);
+            .arg(n)
+            .arg(p.penalty_us);
     }
     cmd.arg(now);
     if each {
@@ -93,15 +108,20 @@ pub(crate) fn stored_in_redis(
 ) -> Result<(), TestCaseError> {
     let fail = |e: redis::RedisError| TestCaseError::fail(format!("reading {key}: {e}"));
     match state {
-        State::Gcra { tat, rem } => {
+        State::Gcra { tat, rem, until } => {
             let value: Option<String> = redis::cmd("GET").arg(key).query(con).map_err(fail)?;
-            let expected = if rem == 0 { tat.to_string() } else { format!("{tat}:{rem}") };
+            let expected = match (rem, until) {
+                (_, 1..) => format!("{tat}:{rem}:{until}"),
+                (0, 0) => tat.to_string(),
+                _ => format!("{tat}:{rem}"),
+            };
             prop_assert_eq!(value, Some(expected), "{}", key);
         }
-        State::Window { start, current, previous } => {
+        State::Window { start, current, previous, until } => {
             let value: Vec<Option<u64>> =
-                redis::cmd("HMGET").arg(key).arg(&["s", "c", "p"]).query(con).map_err(fail)?;
-            prop_assert_eq!(value, vec![Some(start), Some(current), Some(previous)], "{}", key);
+                redis::cmd("HMGET").arg(key).arg(&["s", "c", "p", "u"]).query(con).map_err(fail)?;
+            let until = (until > 0).then_some(until);
+            prop_assert_eq!(value, vec![Some(start), Some(current), Some(previous), until], "{}", key);
         }
     }
     Ok(())
@@ -136,7 +156,7 @@ fn run_joint_case(
         let states: Vec<Option<State>> =
             used.iter().map(|&k| stored[k].filter(|&(_, exp)| exp > now).map(|(s, _)| s)).collect();
         let joint = if each { apply_each(&states, now, &members) } else { apply(&states, now, &members) };
-        for w in joint.writes.iter().flatten() {
+        for w in joint.writes.iter().flatten().chain(&joint.marks) {
             stored[used[w.key]] = match w.write {
                 Write::Put { state, expires_at } => Some((state, expires_at)),
                 Write::Delete => None,
@@ -221,8 +241,9 @@ fn joint_on_the_server_clock_charges_all_or_nothing() {
     let server = RedisServer::start();
     let mut con = server.client();
     let sha: String = redis::cmd("SCRIPT").arg("LOAD").arg(JOINT_LUA).query(&mut con).expect("loads");
-    let wide = Params { algorithm: Algorithm::Gcra, limit: 5, unit_us: DAY_US, burst: 5 };
-    let narrow = Params { algorithm: Algorithm::FixedWindow, limit: 2, unit_us: DAY_US, burst: 0 };
+    let wide = Params { algorithm: Algorithm::Gcra, limit: 5, unit_us: DAY_US, burst: 5, penalty_us: 0 };
+    let narrow =
+        Params { algorithm: Algorithm::FixedWindow, limit: 2, unit_us: DAY_US, burst: 0, penalty_us: 0 };
     let members = [
         Member { key: 0, params: wide, hits: Hits::Consume(1) },
         Member { key: 1, params: narrow, hits: Hits::Consume(1) },
@@ -239,7 +260,8 @@ fn joint_on_the_server_clock_charges_all_or_nothing() {
                 .arg(p.unit_us)
                 .arg(p.burst)
                 .arg(0)
-                .arg(1);
+                .arg(1)
+                .arg(p.penalty_us);
         }
         cmd.query(con).expect("joint call")
     };
@@ -255,7 +277,7 @@ fn joint_on_the_server_clock_charges_all_or_nothing() {
         .arg(&sha)
         .arg(1)
         .arg("k")
-        .arg(&["1", "1", "gcra", "5", "1", "5", "3", "1"])
+        .arg(&["1", "1", "gcra", "5", "1", "5", "3", "1", "0"])
         .query(&mut con);
     assert!(bad.expect_err("mode 3").to_string().contains("mode"));
 }

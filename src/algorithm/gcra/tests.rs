@@ -9,7 +9,7 @@ use proptest::prelude::*;
 const NOW: u64 = 1_700_000_000_000_000;
 
 fn params(limit: u64, unit_us: u64, burst: u64) -> Params {
-    Params { algorithm: Algorithm::Gcra, limit, unit_us, burst }
+    Params { algorithm: Algorithm::Gcra, limit, unit_us, burst, penalty_us: 0 }
 }
 
 /// Runs `hits` at `now` on `tat`, applying the write like a store would.
@@ -18,7 +18,7 @@ fn step(tat: &mut Option<(u64, u64)>, now: u64, p: &Params, hits: Hits) -> Decis
     match out.write {
         Write::Keep => {}
         Write::Delete => *tat = None,
-        Write::Put { state: State::Gcra { tat: us, rem }, expires_at } => {
+        Write::Put { state: State::Gcra { tat: us, rem, .. }, expires_at } => {
             assert!(rem < p.limit, "the remainder stays below the limit");
             assert_eq!(expires_at, us + u64::from(rem > 0), "expires at the TAT rounded up");
             *tat = Some((us, rem));
@@ -85,7 +85,7 @@ fn refund_never_past_full() {
     let part = apply(Some((NOW + 500_000, 0)), NOW, &p, Hits::Refund(2));
     assert_eq!(part.decision, dec(true, 7, 300_000));
     let tat = NOW + 300_000;
-    assert_eq!(part.write, Write::Put { state: State::Gcra { tat, rem: 0 }, expires_at: tat });
+    assert_eq!(part.write, Write::Put { state: State::Gcra { tat, rem: 0, until: 0 }, expires_at: tat });
     let all = apply(Some((NOW + 500_000, 0)), NOW, &p, Hits::Refund(99));
     assert_eq!(all, Outcome { decision: dec(true, 10, 0), write: Write::Delete });
     assert_eq!(apply(None, NOW, &p, Hits::Refund(1)).write, Write::Delete);
@@ -143,7 +143,10 @@ fn sub_microsecond_emission_keeps_the_remainder() {
     assert_eq!(step(&mut tat, NOW + 4, &p, Hits::Consume(1)), dec(true, 0, 10));
     assert_eq!(tat, Some((NOW + 13, 1)));
     let back = apply(tat, NOW + 4, &p, Hits::Refund(1));
-    assert_eq!(back.write, Write::Put { state: State::Gcra { tat: NOW + 10, rem: 0 }, expires_at: NOW + 10 });
+    assert_eq!(
+        back.write,
+        Write::Put { state: State::Gcra { tat: NOW + 10, rem: 0, until: 0 }, expires_at: NOW + 10 }
+    );
     // A remainder stored under a higher limit (before a reload) is clamped: < 1 µs.
     assert_eq!(apply(Some((NOW + 3, 999)), NOW, &p, Hits::Peek).decision, dec(true, 1, 4));
 }

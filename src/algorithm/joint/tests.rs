@@ -7,7 +7,7 @@ const NOW: u64 = 1_700_000_000_000_000;
 const MINUTE: u64 = 60_000_000;
 
 fn params(algorithm: Algorithm, limit: u64) -> Params {
-    Params { algorithm, limit, unit_us: MINUTE, burst: limit }
+    Params { algorithm, limit, unit_us: MINUTE, burst: limit, penalty_us: 0 }
 }
 
 fn member(key: usize, params: Params, hits: Hits) -> Member {
@@ -128,11 +128,13 @@ fn a_refund_in_a_denied_group_is_not_written_and_answers_allowed() {
 fn arb_params() -> impl Strategy<Value = Params> {
     let algorithm =
         prop_oneof![Just(Algorithm::Gcra), Just(Algorithm::SlidingWindow), Just(Algorithm::FixedWindow)];
-    (algorithm, 0..8u64, 0..8u64).prop_map(|(algorithm, limit, burst)| Params {
+    let penalty = prop_oneof![Just(0u64), Just(MINUTE / 2), Just(10 * MINUTE)];
+    (algorithm, 0..8u64, 0..8u64, penalty).prop_map(|(algorithm, limit, burst, penalty_us)| Params {
         algorithm,
         limit,
         unit_us: MINUTE,
         burst,
+        penalty_us,
     })
 }
 

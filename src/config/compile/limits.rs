@@ -9,6 +9,7 @@ use std::collections::HashMap;
 
 use crate::algorithm::{gcra, Algorithm};
 
+use super::super::model::Consistency;
 use super::super::raw::{RawDescriptor, RawRateLimit};
 use super::super::rule::{self, Level, Limit, Rollout, Rule, RuleId, RuleLimit, Unit};
 use super::{metadata, Builder};
@@ -63,6 +64,16 @@ impl Builder<'_> {
         if self.refuse_lease(raw, path) {
             return None;
         }
+        let penalized =
+            matches!(&limit, RuleLimit::Limited(all) if all.iter().any(|l| l.params.penalty_us > 0));
+        if raw.lease && penalized {
+            self.error(
+                format!("{path}.lease"),
+                "lease: true on a rule with a penalty: a lease spends hits locally, unseen by the \
+                 bucket, while a penalty must see every charge after the breach; remove one",
+            );
+            return None;
+        }
         let id = RuleId(self.rules.len());
         self.rules.push(Rule {
             id,
@@ -109,6 +120,9 @@ impl Builder<'_> {
         }
         if raw.rollout.is_some() {
             self.error(format!("{at}.rollout"), "rollout must not be set together with unlimited: true");
+        }
+        if raw.penalty.is_some() {
+            self.error(format!("{at}.penalty"), "penalty must not be set together with unlimited: true");
         }
     }
 
@@ -239,7 +253,8 @@ impl Builder<'_> {
             );
             return None;
         }
-        let params = rule::params_window(algorithm, u64::from(limit), unit, multiplier, raw.burst);
+        let mut params = rule::params_window(algorithm, u64::from(limit), unit, multiplier, raw.burst);
+        params.penalty_us = self.penalty(raw, at)?;
         if algorithm == Algorithm::Gcra && !gcra::tolerance_fits(&params) {
             // Only an explicit burst can get here: the default (= limit) drains in one
             // window, and the window fits.
@@ -273,6 +288,31 @@ impl Builder<'_> {
         let rollout = rollout?;
         let limit = Limit { name: None, params, unit, multiplier, rollout };
         (self.errors.len() == before).then_some(limit)
+    }
+
+    /// `penalty` in µs (0 when absent): a whole number of seconds, minutes or hours (`30s`,
+    /// `10m`, `1h`), from 1 s to a day; `None` after an error.
+    fn penalty(&mut self, raw: &RawRateLimit, at: &str) -> Option<u64> {
+        let Some(written) = raw.penalty.as_deref() else {
+            return Some(0);
+        };
+        let seconds = rule::penalty_seconds(written);
+        match seconds {
+            Ok(_) if self.consistency == Consistency::Approximate => {
+                self.error(
+                    format!("{at}.penalty"),
+                    "penalty in a domain with consistency: approximate: a penalty starts at the \
+                     breach and must be seen by every later charge, which only exact mode's one \
+                     script call per charge gives; remove penalty or set consistency: exact",
+                );
+                None
+            }
+            Ok(seconds) => Some(seconds * 1_000_000),
+            Err(why) => {
+                self.error(format!("{at}.penalty"), format!("penalty {written:?}: {why}"));
+                None
+            }
+        }
     }
 
     /// `algorithm` (default `--default-algorithm`, gcra with a `burst`) and the `burst` that

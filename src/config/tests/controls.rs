@@ -1,4 +1,4 @@
-//! The operator controls of a limit (issue 28): `rollout`. Every accepted
+//! The operator controls of a limit (issue 28): `rollout` and `penalty`. Every accepted
 //! shape, and every misuse with its path and line.
 
 use super::{load, matched, one_error, only_domain};
@@ -53,4 +53,56 @@ fn bucket_shares_are_stable_and_spread_evenly() {
         assert!(!tenth.enforces(&key) || half.enforces(&key), "{key}");
     }
     assert!(Rollout::FULL.enforces("anything"));
+}
+
+#[test]
+fn penalty_loads_per_limit_in_seconds_minutes_or_hours() {
+    for (written, seconds) in [("30s", 30), ("10m", 600), ("1h", 3_600), ("24h", 86_400), ("1440m", 86_400)] {
+        let snapshot = load(&limited(&format!("      penalty: {written}\n")));
+        let limit = &matched(only_domain(&snapshot), &[("user", "a")]).limits()[0];
+        assert_eq!(
+            (limit.params.penalty_us, limit.penalty_seconds()),
+            (seconds * 1_000_000, seconds),
+            "{written}"
+        );
+    }
+    let snapshot = load(&limited(""));
+    let rule = matched(only_domain(&snapshot), &[("user", "a")]);
+    assert_eq!((rule.limits()[0].params.penalty_us, rule.penalized()), (0, false));
+    let several = "domain: d\ndescriptors:\n  - key: k\n    rate_limits:\n      \
+                   - { name: a, unit: second, requests_per_unit: 2, penalty: 90s }\n      \
+                   - { name: b, unit: day, requests_per_unit: 9 }\n";
+    let snapshot = load(several);
+    let rule = matched(only_domain(&snapshot), &[("k", "v")]);
+    assert_eq!(rule.limits()[0].penalty_text().as_deref(), Some("90s"));
+    assert_eq!(rule.limits()[1].penalty_text(), None);
+    assert!(rule.penalized());
+}
+
+#[test]
+fn a_bad_penalty_names_its_path_and_line() {
+    for (bad, why) in [
+        ("10", "expected a whole number of seconds, minutes or hours"),
+        ("10 m", "expected a whole number"),
+        ("1.5h", "expected a whole number"),
+        ("-5m", "expected a whole number"),
+        ("10d", "expected a whole number"),
+        ("0s", "at least 1s"),
+        ("25h", "longer than a day"),
+        ("99999999999999999999h", "longer than a day"),
+    ] {
+        let (path, line) = one_error(&limited(&format!("      penalty: \"{bad}\"\n")), why);
+        assert_eq!((path.as_str(), line), ("descriptors[0].rate_limit.penalty", Some(7)), "{bad}");
+    }
+    let unlimited = "domain: d\ndescriptors:\n  - key: k\n    rate_limit: { unlimited: true, penalty: 1m }\n";
+    let (path, _) = one_error(unlimited, "together with unlimited");
+    assert_eq!(path, "descriptors[0].rate_limit.penalty");
+    let leased = "domain: d\ndescriptors:\n  - key: k\n    lease: true\n    \
+                  rate_limit: { unit: second, requests_per_unit: 5, penalty: 1m }\n";
+    let (path, _) = one_error(leased, "lease: true on a rule with a penalty");
+    assert_eq!(path, "descriptors[0].lease");
+    let approximate = "domain: d\nconsistency: approximate\ndescriptors:\n  - key: k\n    \
+                       rate_limit: { unit: second, requests_per_unit: 5, algorithm: sliding_window, penalty: 1m }\n";
+    let (path, _) = one_error(approximate, "consistency: approximate");
+    assert_eq!(path, "descriptors[0].rate_limit.penalty");
 }

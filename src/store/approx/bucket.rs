@@ -159,7 +159,7 @@ mod tests {
     use crate::algorithm::Algorithm;
 
     fn sliding(limit: u64) -> Params {
-        Params { algorithm: Algorithm::SlidingWindow, limit, unit_us: 1_000_000, burst: limit }
+        Params { algorithm: Algorithm::SlidingWindow, limit, unit_us: 1_000_000, burst: limit, penalty_us: 0 }
     }
 
     #[test]

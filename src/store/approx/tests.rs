@@ -10,7 +10,13 @@ use crate::store::charge::{Charge, StoreError};
 fn charge(key: &str, limit: u64, hits: Hits) -> Charge {
     Charge {
         key: key.into(),
-        params: Params { algorithm: Algorithm::SlidingWindow, limit, unit_us: 60_000_000, burst: limit },
+        params: Params {
+            algorithm: Algorithm::SlidingWindow,
+            limit,
+            unit_us: 60_000_000,
+            burst: limit,
+            penalty_us: 0,
+        },
         hits,
     }
 }
@@ -142,7 +148,13 @@ fn fixed_windows_start_again_at_their_edge() {
     let approx = table();
     let fixed = |hits| Charge {
         key: "f".into(),
-        params: Params { algorithm: Algorithm::FixedWindow, limit: 3, unit_us: 1_000_000, burst: 3 },
+        params: Params {
+            algorithm: Algorithm::FixedWindow,
+            limit: 3,
+            unit_us: 1_000_000,
+            burst: 3,
+            penalty_us: 0,
+        },
         hits,
     };
     let now = 1_000_000_000;
@@ -285,7 +297,13 @@ fn a_refund_waiting_across_a_window_edge_frees_nothing_in_the_next_window() {
     let now = 60_000_000_000;
     let fixed = |hits| Charge {
         key: "f".into(),
-        params: Params { algorithm: Algorithm::FixedWindow, limit: 10, unit_us: 1_000_000, burst: 10 },
+        params: Params {
+            algorithm: Algorithm::FixedWindow,
+            limit: 10,
+            unit_us: 1_000_000,
+            burst: 10,
+            penalty_us: 0,
+        },
         hits,
     };
     approx.charge_group_at(&[fixed(Hits::Consume(4))], now);

@@ -50,7 +50,7 @@ impl Counts {
 
     /// As the algorithms' state.
     pub fn state(self) -> State {
-        State::Window { start: self.start, current: self.current, previous: self.previous }
+        State::Window { start: self.start, current: self.current, previous: self.previous, until: 0 }
     }
 }
 
@@ -113,7 +113,7 @@ mod tests {
     use super::*;
 
     fn sliding(limit: u64) -> Params {
-        Params { algorithm: Algorithm::SlidingWindow, limit, unit_us: 1_000_000, burst: limit }
+        Params { algorithm: Algorithm::SlidingWindow, limit, unit_us: 1_000_000, burst: limit, penalty_us: 0 }
     }
 
     #[test]

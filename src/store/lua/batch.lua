@@ -7,8 +7,8 @@
 -- function in algorithm/. Contract (KEYS, ARGV, reply, storage): README.md in this folder.
 -- KEYS: the distinct buckets of the call, in order of first use.
 -- ARGV[1]: now_us, tests only ('' in production: TIME). ARGV[2]: r, the number of distinct
--- rules; then 4 arguments per rule: algorithm (gcra | sliding_window | fixed_window), limit,
--- unit_us, burst. Then the groups, to the end of ARGV: a group's kind ('j' joint, 'e'
+-- rules; then 5 arguments per rule: algorithm (gcra | sliding_window | fixed_window), limit,
+-- unit_us, burst, penalty_us (0: none). Then the groups, to the end of ARGV: a group's kind ('j' joint, 'e'
 -- independent) and its m members, then 4 arguments per member: key index (1-based into
 -- KEYS), rule index (1-based), mode (0 consume, 1 peek, 2 refund), n.
 -- Reply: one flat array, three entries per member, in order: allowed (0|1), remaining,
@@ -20,19 +20,21 @@
 
 local ALGORITHMS = {gcra = gcra, sliding_window = sliding, fixed_window = fixed}
 local KINDS = {gcra = 'g', sliding_window = 'w', fixed_window = 'w'}
+local CODES = {gcra = 'g', sliding_window = 's', fixed_window = 'f'}
 local MODES = {['0'] = 0, ['1'] = 1, ['2'] = 2}
 -- The scratch value of a key read and found empty (nil means not read yet).
 local NONE = false
 
 local now = clock(ARGV[1])
 
--- The rules, once each: run, kind, limit, unit, burst by rule index.
+-- The rules, once each: run, kind, code, limit, unit, burst, penalty by rule index.
 local r = int(ARGV[2])
-local runs, kinds_of, limits, units, bursts = {}, {}, {}, {}, {}
+local runs, kinds_of, codes, limits, units, bursts, penalties = {}, {}, {}, {}, {}, {}, {}
 for i = 1, r do
-  local a = 3 + 4 * (i - 1)
-  runs[i], kinds_of[i] = ALGORITHMS[ARGV[a]], KINDS[ARGV[a]]
+  local a = 3 + 5 * (i - 1)
+  runs[i], kinds_of[i], codes[i] = ALGORITHMS[ARGV[a]], KINDS[ARGV[a]], CODES[ARGV[a]]
   limits[i], units[i], bursts[i] = int(ARGV[a + 1]), math.max(int(ARGV[a + 2]), 1), int(ARGV[a + 3])
+  penalties[i] = int(ARGV[a + 4])
 end
 
 -- What each key held when read (nil: no state), how it was read ('g' or 'w'), its state
@@ -48,7 +50,7 @@ local out = {}
 local function read(k, kind)
   if scratch[k] ~= nil then return nil end
   local v
-  if kind == 'w' then v = redis.pcall('HMGET', KEYS[k], 's', 'c', 'p') else v = redis.pcall('GET', KEYS[k]) end
+  if kind == 'w' then v = redis.pcall('HMGET', KEYS[k], 's', 'c', 'p', 'u') else v = redis.pcall('GET', KEYS[k]) end
   if type(v) == 'table' and v.err then return v end
   local st = decode(kind, v)
   stored[k], read_as[k] = st, kind
@@ -74,11 +76,12 @@ local function prepare(a, m, first)
   return nil
 end
 
--- Decides slot over state st (decoded, or NONE): allowed, remaining, reset_us, write.
+-- Decides slot over state st (decoded, or NONE), with its rule's penalty
+-- (algorithm/penalty.lua): allowed, remaining, reset_us, write.
 local function decide(slot, st, mode, n)
   if st == NONE then st = nil end
   local rule = rules_at[slot]
-  return runs[rule](st, now, limits[rule], units[rule], bursts[rule], mode, n)
+  return charge(runs[rule], codes[rule], st, now, limits[rule], units[rule], bursts[rule], mode, n, penalties[rule])
 end
 
 -- An independent group (slots first .. last): each member decided in turn over the scratch
@@ -100,15 +103,17 @@ local function independent(first, last)
 end
 
 -- A joint group: decided over a view of the scratch states; written only if every member
--- passed, else the others describe their bucket as it was before the group. Whether it
--- wrote.
+-- passed, else the others describe their bucket as it was before the group and only the
+-- penalties its denials started are written (each bucket as it was, marked; the latest end
+-- when several members of one bucket breached). Whether it wrote.
 local function joint(first, last)
-  local view, gwrites, passed = {}, {}, true
+  local view, gwrites, passed, breached = {}, {}, true, {}
   for slot = first, last do
     local k = keys_at[slot]
     local st = view[k]
     if st == nil then st = scratch[k] end
     local allowed, remaining, reset, write = decide(slot, st, modes_at[slot], ns_at[slot])
+    breached[slot] = allowed == 0 and write ~= nil
     if write ~= nil then
       gwrites[k] = write
       view[k] = write or NONE
@@ -118,14 +123,25 @@ local function joint(first, last)
     out[o - 2], out[o - 1], out[o] = allowed, remaining, reset
   end
   if not passed then
+    local marks = {}
     for slot = first, last do
       local o = 3 * slot
+      local k = keys_at[slot]
       if out[o - 2] == 1 then
-        local _, remaining, reset = decide(slot, scratch[keys_at[slot]], 1, 0)
+        local _, remaining, reset = decide(slot, scratch[k], 1, 0)
         out[o - 1], out[o] = remaining, reset
+      elseif breached[slot] then
+        local rule, st = rules_at[slot], scratch[k]
+        if st == NONE then st = nil end
+        local mark = penalty_mark(st, now, codes[rule], units[rule], add(now, penalties[rule]))
+        if not marks[k] or marks[k].u < mark.u then marks[k] = mark end
       end
     end
-    return false
+    for k, mark in pairs(marks) do
+      writes[k] = mark
+      scratch[k] = mark
+    end
+    return next(marks) ~= nil
   end
   for k, write in pairs(gwrites) do
     writes[k] = write
@@ -144,7 +160,7 @@ end
 -- write.
 local wrote = {}
 local slots = 0
-local a = 3 + 4 * r
+local a = 3 + 5 * r
 while a <= #ARGV do
   local kind, m = ARGV[a], int(ARGV[a + 1])
   local first = slots + 1

@@ -5,4 +5,4 @@
 -- State: KEYS[1] is a hash {s = window start µs, c = count, p = 0}, expiring at the
 -- window's end. Reply: {allowed 0|1, remaining, reset_us}.
 
-return single(fixed, 'w')
+return single(fixed, 'f')

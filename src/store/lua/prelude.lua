@@ -108,34 +108,41 @@ end
 
 -- A decoded state is nil (no state), {kind = 'g', t, r} (GCRA: the TAT t + r / limit µs,
 -- stored as the string "<t>:<r>", or "<t>" when r is 0) or {kind = 'w', s, c, p} (both
--- windows: the hash {s = window start µs, c = count, p = previous window's count}).
+-- windows: the hash {s = window start µs, c = count, p = previous window's count}). A
+-- penalized bucket's state also has u, the end of its penalty (algorithm/penalty.lua):
+-- "<t>:<r>:<u>", or the hash's field u.
 
--- A state decoded from what a read of kind ('g': GET, 'w': HMGET s c p) returned.
+-- A state decoded from what a read of kind ('g': GET, 'w': HMGET s c p u) returned.
 -- Anything unreadable is no state.
 local function decode(kind, v)
   if kind == 'w' then
-    if v[1] then return {kind = 'w', s = int(v[1]), c = int(v[2]), p = int(v[3])} end
-    return nil
+    if not v[1] then return nil end
+    local st = {kind = 'w', s = int(v[1]), c = int(v[2]), p = int(v[3])}
+    if v[4] then st.u = int(v[4]) end
+    return st
   end
   if not v then return nil end
-  -- "<t>" or "<t>:<r>", digits only: one match.
-  local t, colon, r = string.match(v, '^(%d+)(:?)(%d*)$')
-  if not t or (colon == '') ~= (r == '') then return nil end
-  return {kind = 'g', t = int(t), r = int(r)}
+  -- "<t>", "<t>:<r>" or "<t>:<r>:<u>", digits only: one match.
+  local t, c1, r, c2, u = string.match(v, '^(%d+)(:?)(%d*)(:?)(%d*)$')
+  if not t or (c1 == '') ~= (r == '') or (c2 == '') ~= (u == '') then return nil end
+  local st = {kind = 'g', t = int(t), r = int(r)}
+  if u ~= '' then st.u = int(u) end
+  return st
 end
 
 -- The state under key as an algorithm of kind ('g' or 'w') stores it.
 local function read_state(key, kind)
-  if kind == 'w' then return decode(kind, redis.call('HMGET', key, 's', 'c', 'p')) end
+  if kind == 'w' then return decode(kind, redis.call('HMGET', key, 's', 'c', 'p', 'u')) end
   return decode(kind, redis.call('GET', key))
 end
 
 -- Writes what an algorithm decided for key (its last result): nil nothing, false delete
 -- the key, else the decoded state to store with its expiry (ms) as `at`. replaces: the key was read as GCRA
 -- and a window is written over it (never in practice): the string goes first. was: the
--- state read from the key (nil if none): a window still in the window it was stored in
--- keeps its start, its previous count and its expiry (both follow from the start), so
--- only its count is written.
+-- state read from the key (nil if none): a window still in the window it was stored in,
+-- with no penalty on either side, keeps its start, its previous count and its expiry (both
+-- follow from the start), so only its count is written. A penalty that ended is dropped
+-- by the next write.
 local function put(key, write, replaces, was)
   if write == nil then return end
   if not write then
@@ -145,13 +152,22 @@ local function put(key, write, replaces, was)
   local s = write
   if s.kind == 'g' then
     local value = str(s.t)
-    if s.r > 0 then value = value .. ':' .. str(s.r) end
+    if s.u then
+      value = value .. ':' .. str(s.r) .. ':' .. str(s.u)
+    elseif s.r > 0 then
+      value = value .. ':' .. str(s.r)
+    end
     redis.call('SET', key, value, 'PXAT', str(s.at))
-  elseif not replaces and was and was.kind == 'w' and was.s == s.s and was.p == s.p then
+  elseif not replaces and was and was.kind == 'w' and was.s == s.s and was.p == s.p and not was.u and not s.u then
     redis.call('HSET', key, 'c', str(s.c))
   else
     if replaces then redis.call('DEL', key) end
-    redis.call('HSET', key, 's', str(s.s), 'c', str(s.c), 'p', str(s.p))
+    if s.u then
+      redis.call('HSET', key, 's', str(s.s), 'c', str(s.c), 'p', str(s.p), 'u', str(s.u))
+    else
+      redis.call('HSET', key, 's', str(s.s), 'c', str(s.c), 'p', str(s.p))
+      if was and was.u then redis.call('HDEL', key, 'u') end
+    end
     redis.call('PEXPIREAT', key, str(s.at))
   end
 end
@@ -159,22 +175,3 @@ end
 -- Calls ---------------------------------------------------------------------------------
 
 local BAD_MODE = 'ERR tollgate: mode must be 0 (consume), 1 (peek) or 2 (refund)'
-
--- A single script's call (README.md, "Call"): EVALSHA <sha> 1 <key> <limit> <unit_us>
--- <burst> <mode> <n> [<now_us>]. Reads KEYS[1] as an algorithm of kind ('g' or 'w')
--- stores it, decides with run (an algorithm/ function), writes the decision, and returns
--- the reply.
-local function single(run, kind)
-  local key = KEYS[1]
-  local limit = int(ARGV[1])
-  local unit = math.max(int(ARGV[2]), 1)
-  local burst = int(ARGV[3])
-  local mode = int(ARGV[4])
-  local n = int(ARGV[5])
-  local now = clock(ARGV[6])
-  if mode > 2 then return redis.error_reply(BAD_MODE) end
-  local st = read_state(key, kind)
-  local allowed, remaining, reset, write = run(st, now, limit, unit, burst, mode, n)
-  put(key, write, false, st)
-  return {allowed, remaining, reset}
-end

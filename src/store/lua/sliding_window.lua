@@ -4,4 +4,4 @@
 -- State: KEYS[1] is a hash {s = window start µs, c = current count, p = previous count},
 -- expiring two windows after s. Reply: {allowed 0|1, remaining, reset_us}.
 
-return single(sliding, 'w')
+return single(sliding, 's')

@@ -35,16 +35,16 @@ pub(super) fn pick_victim(shard: &Shard, now: u64) -> Option<(usize, Standing)> 
         }
         let i = rng.random_range(0..len);
         let Some((_, entry)) = shard.map.get_index(i) else { continue };
-        let standing = if entry.expires_at <= now {
+        let standing = if entry.expires_at() <= now {
             Standing { at_limit: false, given_back: 0 }
         } else {
-            algorithm::standing(entry.state, now, &entry.params)
+            algorithm::standing(entry.state, now, &entry.params())
         };
         if standing.given_back == 0 && !standing.at_limit {
             return Some((i, standing));
         }
-        if victim.is_none_or(|(_, s, expires)| (standing, entry.expires_at) < (s, expires)) {
-            victim = Some((i, standing, entry.expires_at));
+        if victim.is_none_or(|(_, s, expires)| (standing, entry.expires_at()) < (s, expires)) {
+            victim = Some((i, standing, entry.expires_at()));
         }
     }
     victim.map(|(i, standing, _)| (i, standing))
@@ -53,8 +53,8 @@ pub(super) fn pick_victim(shard: &Shard, now: u64) -> Option<(usize, Standing)> 
 /// Drops every expired entry of a shard and makes `min_expiry` exact.
 pub(super) fn sweep(shard: &mut Shard, now: u64) -> usize {
     let before = shard.map.len();
-    shard.map.retain(|_, e| e.expires_at > now);
-    shard.min_expiry = shard.map.values().map(|e| e.expires_at).min().unwrap_or(u64::MAX);
+    shard.map.retain(|_, e| e.expires_at() > now);
+    shard.min_expiry = shard.map.values().map(|e| e.expires_at()).min().unwrap_or(u64::MAX);
     shard.last_sweep = now;
     before - shard.map.len()
 }

@@ -6,7 +6,7 @@ use std::collections::hash_map::RandomState;
 use indexmap::map::raw_entry_v1::RawEntryApiV1;
 use indexmap::IndexMap;
 
-use crate::algorithm::{Params, State};
+use crate::algorithm::{Algorithm, Params, State, MAX_VALUE};
 
 use super::stored_key::StoredKey;
 
@@ -28,14 +28,52 @@ impl Shard {
     /// The state of `key` (of hash `hash`) if it has not expired at `now`.
     pub(super) fn live(&self, hash: u64, key: &str, now: u64) -> Option<State> {
         let (_, entry) = self.map.raw_entry_v1().from_key_hashed_nocheck(hash, key)?;
-        (entry.expires_at > now).then_some(entry.state)
+        (entry.expires_at() > now).then_some(entry.state)
     }
 }
 
+/// A bucket as the table holds it: 72 bytes, so that with its hash and key a table entry is
+/// 128 (see `stored_key`).
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Entry {
     pub(super) state: State,
-    pub(super) expires_at: u64,
-    /// The limit the state was written under: eviction ranks the state by it.
-    pub(super) params: Params,
+    /// When the state carries no information (µs, clamped to `MAX_VALUE`: time stands
+    /// still there), with the algorithm of the limit in the top two bits.
+    packed: u64,
+    /// The limit the state was written under, but for its algorithm (in `packed`) and its
+    /// penalty (eviction reads a penalty from the state): eviction ranks the state by it.
+    limit: u64,
+    unit_us: u64,
+    burst: u64,
+}
+
+impl Entry {
+    pub(super) fn new(state: State, expires_at: u64, params: Params) -> Entry {
+        let algorithm: u64 = match params.algorithm {
+            Algorithm::Gcra => 0,
+            Algorithm::SlidingWindow => 1,
+            Algorithm::FixedWindow => 2,
+        };
+        Entry {
+            state,
+            packed: expires_at.min(MAX_VALUE) | algorithm << 62,
+            limit: params.limit,
+            unit_us: params.unit_us,
+            burst: params.burst,
+        }
+    }
+
+    pub(super) fn expires_at(&self) -> u64 {
+        self.packed & MAX_VALUE
+    }
+
+    /// The limit the state was written under (without its penalty).
+    pub(super) fn params(&self) -> Params {
+        let algorithm = match self.packed >> 62 {
+            0 => Algorithm::Gcra,
+            1 => Algorithm::SlidingWindow,
+            _ => Algorithm::FixedWindow,
+        };
+        Params { algorithm, limit: self.limit, unit_us: self.unit_us, burst: self.burst, penalty_us: 0 }
+    }
 }

@@ -35,16 +35,28 @@ macro_rules! lua {
     };
 }
 
-pub const GCRA_LUA: &str = lua!("algorithm/gcra.lua", "gcra.lua");
-pub const SLIDING_LUA: &str =
-    lua!("algorithm/window.lua", "algorithm/sliding_window.lua", "sliding_window.lua");
-pub const FIXED_LUA: &str = lua!("algorithm/window.lua", "algorithm/fixed_window.lua", "fixed_window.lua");
+pub const GCRA_LUA: &str = lua!("algorithm/gcra.lua", "algorithm/penalty.lua", "single.lua", "gcra.lua");
+pub const SLIDING_LUA: &str = lua!(
+    "algorithm/window.lua",
+    "algorithm/sliding_window.lua",
+    "algorithm/penalty.lua",
+    "single.lua",
+    "sliding_window.lua"
+);
+pub const FIXED_LUA: &str = lua!(
+    "algorithm/window.lua",
+    "algorithm/fixed_window.lua",
+    "algorithm/penalty.lua",
+    "single.lua",
+    "fixed_window.lua"
+);
 /// A group of charges decided together (see `store::Groups`, `lua/README.md`).
 pub const JOINT_LUA: &str = lua!(
     "algorithm/gcra.lua",
     "algorithm/window.lua",
     "algorithm/sliding_window.lua",
     "algorithm/fixed_window.lua",
+    "algorithm/penalty.lua",
     "joint.lua"
 );
 /// The charges of several requests for one server in one call (see `redis::batch`,
@@ -54,6 +66,7 @@ pub const BATCH_LUA: &str = lua!(
     "algorithm/window.lua",
     "algorithm/sliding_window.lua",
     "algorithm/fixed_window.lua",
+    "algorithm/penalty.lua",
     "batch.lua"
 );
 /// Approximate mode's sync of many buckets (see `approx::sync`, `lua/approx.lua`).
@@ -120,8 +133,9 @@ impl Scripts {
         }
     }
 
-    /// `EVALSHA <sha> 1 <key> <limit> <unit_us> <burst> <mode> <n>` (or `EVAL <source> …`).
-    /// The bucket key is the only key: a cluster client routes the command by it.
+    /// `EVALSHA <sha> 1 <key> <limit> <unit_us> <burst> <mode> <n>` (or `EVAL <source> …`),
+    /// then `'' <penalty_us>` for a limit with a penalty. The bucket key is the only key: a
+    /// cluster client routes the command by it.
     pub fn command(&self, charge: &Charge, call: Call) -> Cmd {
         let script = match charge.params.algorithm {
             Algorithm::Gcra => &self.gcra,
@@ -136,6 +150,10 @@ impl Scripts {
         let p = &charge.params;
         let mut cmd = redis::cmd(name);
         cmd.arg(body).arg(1).arg(&charge.key).arg(p.limit).arg(p.unit_us).arg(p.burst).arg(mode).arg(n);
+        if p.penalty_us > 0 {
+            // No test clock (`''`: the server's TIME), then the penalty.
+            cmd.arg("").arg(p.penalty_us);
+        }
         cmd
     }
 
@@ -157,7 +175,7 @@ impl Scripts {
     }
 
     /// `EVALSHA <sha> <k> <key>… <m> (<key index> <algorithm> <limit> <unit_us> <burst>
-    /// <mode> <n>)×m`: the distinct keys in order of first use, then each member.
+    /// <mode> <n> <penalty_us>)×m`: the distinct keys in order of first use, then each member.
     pub fn joint<'a>(&self, members: impl Iterator<Item = &'a Charge> + Clone, call: Call) -> Cmd {
         let (name, body) = match call {
             Call::Sha => ("EVALSHA", self.joint.sha.as_str()),
@@ -187,14 +205,15 @@ impl Scripts {
                 .arg(p.unit_us)
                 .arg(p.burst)
                 .arg(mode)
-                .arg(n);
+                .arg(n)
+                .arg(p.penalty_us);
         }
         cmd
     }
 }
 
 impl Scripts {
-    /// `EVALSHA <sha> <k> <key>… '' <r> (<algorithm> <limit> <unit_us> <burst>)×r
+    /// `EVALSHA <sha> <k> <key>… '' <r> (<algorithm> <limit> <unit_us> <burst> <penalty_us>)×r
     /// (<kind> <m> (<key index> <rule index> <mode> <n>)×m)…`: every group of every rider
     /// (a request's charges and how they are grouped), in order, as one `batch.lua` call;
     /// the keys and the rules (algorithm and numbers) once each, by first use. A rider's
@@ -252,7 +271,7 @@ impl Scripts {
         // No test clock: the server's TIME.
         cmd.arg("").arg(rules.len());
         for p in rules {
-            cmd.arg(p.algorithm.as_str()).arg(p.limit).arg(p.unit_us).arg(p.burst);
+            cmd.arg(p.algorithm.as_str()).arg(p.limit).arg(p.unit_us).arg(p.burst).arg(p.penalty_us);
         }
         let mut members = members.chunks_exact(4);
         for (kind, m) in layout {

@@ -5,7 +5,11 @@ use super::*;
 use crate::algorithm::Params;
 
 fn charge(algorithm: Algorithm, hits: Hits) -> Charge {
-    Charge { key: "tg:k".into(), params: Params { algorithm, limit: 10, unit_us: 1_000_000, burst: 4 }, hits }
+    Charge {
+        key: "tg:k".into(),
+        params: Params { algorithm, limit: 10, unit_us: 1_000_000, burst: 4, penalty_us: 0 },
+        hits,
+    }
 }
 
 fn args(cmd: &Cmd) -> Vec<String> {
@@ -27,6 +31,11 @@ fn commands_follow_the_script_contract() {
     let eval = self::args(&scripts.command(&charge(Algorithm::FixedWindow, Hits::Peek), Call::Source));
     assert_eq!((eval[0].as_str(), eval[1].as_str()), ("EVAL", FIXED_LUA));
     assert_eq!(&eval[2..], ["1", "tg:k", "10", "1000000", "4", "1", "0"]);
+    // A limit with a penalty: no test clock, then the penalty.
+    let mut penalized = charge(Algorithm::Gcra, Hits::Consume(1));
+    penalized.params.penalty_us = 600_000_000;
+    let args = self::args(&scripts.command(&penalized, Call::Sha));
+    assert_eq!(&args[2..], ["1", "tg:k", "10", "1000000", "4", "0", "1", "", "600000000"]);
 }
 
 #[test]
@@ -49,20 +58,23 @@ fn a_joint_call_names_each_key_once_and_every_member() {
         "1000000",
         "4",
         "0",
-        "1", //
+        "1",
+        "0", //
         "2",
         "sliding_window",
         "10",
         "1000000",
         "4",
         "0",
-        "2", //
+        "2",
+        "0", //
         "1",
         "gcra",
         "10",
         "1000000",
         "4",
         "1",
+        "0",
         "0",
     ];
     assert_eq!(&args[2..], expected);
