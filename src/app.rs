@@ -148,6 +148,8 @@ pub async fn spawn(settings: ServeSettings) -> anyhow::Result<Running> {
             shadow_mode: settings.shadow_mode,
             response_headers: settings.response_headers,
             limit_headers: settings.limit_headers.clone(),
+            ietf_headers: settings.ietf_headers,
+            retry_after_jitter: settings.retry_after_jitter,
             response_dynamic_metadata: settings.response_dynamic_metadata,
             bounds: settings.bounds,
             local_max_keys: settings.memory_max_keys,

@@ -57,6 +57,9 @@ fn describe_one(limit: &Limit) -> String {
     if let Some(penalty) = limit.penalty_text() {
         let _ = write!(s, " penalty {penalty}");
     }
+    if limit.response.is_some() {
+        s.push_str(" response");
+    }
     s
 }
 

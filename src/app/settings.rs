@@ -106,6 +106,10 @@ pub struct ServeSettings {
     pub response_headers: bool,
     /// Add the peer's RateLimit-* headers, under these names.
     pub limit_headers: Option<LimitHeaderNames>,
+    /// `--ratelimit-headers ietf`: the draft standard's RateLimit-Policy and RateLimit.
+    pub ietf_headers: bool,
+    /// `--retry-after-jitter`: up to this share of the wait added to retry-after at random.
+    pub retry_after_jitter: f64,
     /// Answer the request and the passed rules' `metadata` as dynamic metadata.
     pub response_dynamic_metadata: bool,
     /// Bounds on request size (past them: the domain's failure policy).
@@ -156,6 +160,8 @@ impl ServeSettings {
             near_limit_ratio: 0.8,
             shadow_mode: false,
             response_headers: false,
+            ietf_headers: false,
+            retry_after_jitter: 0.0,
             limit_headers: None,
             response_dynamic_metadata: false,
             bounds: Bounds::default(),

@@ -182,6 +182,16 @@ pub struct Serve {
         default_value = "RateLimit-Limit,RateLimit-Remaining,RateLimit-Reset"
     )]
     pub limit_header_names: LimitHeaderNames,
+    /// Add the header fields of an HTTP rate-limit standard to every answer with a limit:
+    /// `ietf` is RateLimit-Policy and RateLimit of draft-ietf-httpapi-ratelimit-headers-09
+    /// (names from the limits' `name`s, else the rules'), alone or beside the other sets.
+    #[arg(long, env = "TOLLGATE_RATELIMIT_HEADERS", value_enum)]
+    pub ratelimit_headers: Option<RateLimitHeaders>,
+    /// Add up to R × the wait to --response-headers' retry-after, drawn at random per answer
+    /// (0 to 10; 0: the exact wait), so that clients denied together do not all come back in
+    /// the same second. Never less than the wait.
+    #[arg(long, env = "TOLLGATE_RETRY_AFTER_JITTER", default_value_t = 0.0, value_parser = parse_jitter)]
+    pub retry_after_jitter: f64,
     /// Answer the request's descriptors and the merged `metadata` of the rules it passed as
     /// the response's dynamic metadata (envoyproxy/ratelimit's RESPONSE_DYNAMIC_METADATA).
     #[arg(long, env = "TOLLGATE_RESPONSE_DYNAMIC_METADATA")]
@@ -319,6 +329,8 @@ impl Serve {
             shadow_mode: self.shadow_mode,
             response_headers: self.response_headers,
             limit_headers: self.limit_headers.then(|| self.limit_header_names.clone()),
+            ietf_headers: self.ratelimit_headers == Some(RateLimitHeaders::Ietf),
+            retry_after_jitter: self.retry_after_jitter,
             response_dynamic_metadata: self.response_dynamic_metadata,
             bounds: Bounds {
                 max_descriptors: self.max_descriptors,
@@ -345,5 +357,21 @@ impl Serve {
             admin_allow_unauthenticated_reset: self.admin_allow_unauthenticated_reset,
             key_secret_file: self.key_secret_file.clone(),
         }
+    }
+}
+
+/// `--ratelimit-headers`: which standard's header fields to add.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum RateLimitHeaders {
+    /// `RateLimit-Policy` and `RateLimit` (draft-ietf-httpapi-ratelimit-headers-09).
+    Ietf,
+}
+
+/// `--retry-after-jitter`: a share of the wait, from 0 to 10.
+fn parse_jitter(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(r) if (0.0..=10.0).contains(&r) => Ok(r),
+        Ok(r) => Err(format!("{r} is outside 0 to 10 (a share of the wait: 0.5 adds up to half of it)")),
+        Err(_) => Err(format!("{s:?} is not a number (a share of the wait, such as 0.5)")),
     }
 }

@@ -21,7 +21,7 @@ use std::marker::PhantomData;
 use serde::de::{self, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 
-use super::raw::{RawDescriptor, RawFile, RawRateLimit, RawReplaces};
+use super::raw::{RawDescriptor, RawFile, RawRateLimit, RawReplaces, RawResponse};
 
 /// A field as written: `None` when absent, `Some(None)` when written as `null` (which
 /// still overrides a merged value), `Some(Some(_))` otherwise.
@@ -212,6 +212,8 @@ struct RateLimitLayer {
     rollout: Written<f64>,
     #[serde(default, deserialize_with = "present")]
     penalty: Written<String>,
+    #[serde(default, deserialize_with = "present")]
+    response: Written<ResponseLayer>,
     #[serde(rename = "<<", default)]
     merged: Merged<RateLimitLayer>,
 }
@@ -221,7 +223,7 @@ impl RateLimitLayer {
         for base in std::mem::take(&mut self.merged).0 {
             let base = base.flatten();
             fill!(self, base; unit, unit_multiplier, requests_per_unit, unlimited, name, replaces, algorithm,
-                burst, rollout, penalty);
+                burst, rollout, penalty, response);
         }
         self
     }
@@ -242,7 +244,39 @@ impl RateLimitLayer {
             burst: limit.burst.flatten(),
             rollout: limit.rollout.flatten(),
             penalty: limit.penalty.flatten(),
+            response: limit.response.flatten().map(ResponseLayer::resolve),
         }
+    }
+}
+
+/// A limit's `response`, as written (no merge keys inside: it is small and specific).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, expecting = "a mapping with `body`, `content_type` and `headers`")]
+struct ResponseLayer {
+    #[serde(default)]
+    body: Option<String>,
+    #[serde(default)]
+    content_type: Option<String>,
+    #[serde(default)]
+    headers: Option<serde_yaml::Mapping>,
+}
+
+impl ResponseLayer {
+    fn resolve(self) -> RawResponse {
+        let headers = self
+            .headers
+            .map(|map| map.into_iter().map(|(name, value)| (scalar(&name), scalar(&value))).collect());
+        RawResponse { body: self.body, content_type: self.content_type, headers }
+    }
+}
+
+/// A header name or value as written: a string as is, a number or bool as YAML prints it.
+fn scalar(value: &serde_yaml::Value) -> String {
+    match value {
+        serde_yaml::Value::String(s) => s.clone(),
+        serde_yaml::Value::Number(n) => n.to_string(),
+        serde_yaml::Value::Bool(b) => b.to_string(),
+        other => serde_yaml::to_string(other).unwrap_or_default().trim().to_owned(),
     }
 }
 

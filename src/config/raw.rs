@@ -84,6 +84,18 @@ pub struct RawRateLimit {
     /// How long a bucket is denied after a consume it denied: `30s`, `10m`, `1h`; at most a
     /// day.
     pub penalty: Option<String>,
+    /// The body and headers of the 429 a denial by this limit gets.
+    pub response: Option<RawResponse>,
+}
+
+/// A limit's `response`, as written: every field optional (checked by `compile`).
+#[derive(Debug, Default)]
+pub struct RawResponse {
+    /// A template: `{limit}`, `{window}` and `{reset}` stand for the denying limit's numbers.
+    pub body: Option<String>,
+    pub content_type: Option<String>,
+    /// Header name → value template, in file order.
+    pub headers: Option<Vec<(String, String)>>,
 }
 
 /// One entry of `rate_limit.replaces`.

@@ -44,6 +44,10 @@ pub struct Settings {
     pub response_headers: bool,
     /// Add the peer's `RateLimit-Limit/-Remaining/-Reset` under these names.
     pub limit_headers: Option<respond::LimitHeaderNames>,
+    /// `--ratelimit-headers ietf`: add the draft standard's `RateLimit-Policy` and `RateLimit`.
+    pub ietf_headers: bool,
+    /// `--retry-after-jitter`: up to this share of the wait added to `retry-after` at random.
+    pub retry_after_jitter: f64,
     /// Answer the request and the passed rules' `metadata` as `dynamic_metadata`.
     pub response_dynamic_metadata: bool,
     /// Bounds on request size; past them the failure policy answers.
@@ -64,6 +68,8 @@ impl Default for Settings {
             shadow_mode: false,
             response_headers: false,
             limit_headers: None,
+            ietf_headers: false,
+            retry_after_jitter: 0.0,
             response_dynamic_metadata: false,
             bounds: bounds::Bounds::default(),
             local_max_keys: 100_000,
@@ -131,7 +137,7 @@ impl RateLimiter {
     ) -> RateLimitResponse {
         // An incident override of the domain (or of all): one atomic load when there is none.
         let incident = self.overrides.mode(&request.domain);
-        let (mut response, metadata, windows) =
+        let (mut response, metadata, decided) =
             self.decide_codes(request, deadline, incident, observed.as_deref_mut()).await;
         // Global shadow mode (and a shadow override) covers every answer: charged,
         // failure-policy and oversized. Only a configured (so UTF-8) domain can be over its
@@ -146,11 +152,15 @@ impl RateLimiter {
             }
         }
         if self.settings.response_headers {
-            respond::add_headers(&mut response, &windows);
+            respond::add_headers(&mut response, &decided, self.settings.retry_after_jitter);
         }
         if let Some(names) = &self.settings.limit_headers {
             respond::add_limit_headers(&mut response, names);
         }
+        if self.settings.ietf_headers {
+            respond::add_ietf_headers(&mut response, &decided);
+        }
+        respond::add_denial_response(&mut response, &decided);
         if self.settings.response_dynamic_metadata {
             response.dynamic_metadata = Some(dynamic_metadata::build(request, metadata));
         }
@@ -166,7 +176,7 @@ impl RateLimiter {
         deadline: Instant,
         incident: Option<Mode>,
         mut observed: Option<&mut Observed>,
-    ) -> (RateLimitResponse, serde_json::Map<String, serde_json::Value>, Vec<Option<(u64, u64)>>) {
+    ) -> (RateLimitResponse, serde_json::Map<String, serde_json::Value>, Vec<Option<respond::Decided>>) {
         let active = self.live.load();
         if let Some(observed) = observed.as_deref_mut() {
             observed.config_version = active.snapshot.version.clone();
@@ -260,9 +270,14 @@ impl RateLimiter {
         } else {
             serde_json::Map::new()
         };
-        let windows =
-            if self.settings.response_headers { true_windows(&plans, &verdicts) } else { Vec::new() };
-        (response, metadata, windows)
+        // Also for an OVER_LIMIT answer: the denying limit's `response` fills its 429.
+        let over = response.overall_code == Code::OverLimit as i32;
+        let decided = if self.settings.response_headers || self.settings.ietf_headers || over {
+            decided(&plans, &verdicts, self.settings.ietf_headers)
+        } else {
+            Vec::new()
+        };
+        (response, metadata, decided)
     }
 
     async fn charge(
@@ -411,15 +426,30 @@ impl RateLimiter {
     }
 }
 
-/// Per descriptor, the count and window in seconds of the limit that decided it.
-fn true_windows(plans: &[plan::Plan<'_>], verdicts: &[Option<respond::Verdict>]) -> Vec<Option<(u64, u64)>> {
+/// Per descriptor, what the headers take from the limit that decided it (see
+/// `respond::Decided`); its policy name only when `named`.
+fn decided(
+    plans: &[plan::Plan<'_>],
+    verdicts: &[Option<respond::Verdict>],
+    named: bool,
+) -> Vec<Option<respond::Decided>> {
     plans
         .iter()
         .zip(verdicts)
         .map(|(plan, verdict)| match (plan, verdict) {
-            (plan::Plan::Limited(limit), Some(verdict)) => {
-                limit.limits().nth(verdict.limit).map(|one| (one.params.limit, one.window_seconds()))
-            }
+            (plan::Plan::Limited(limit), Some(verdict)) => limit.limits().nth(verdict.limit).map(|one| {
+                let policy = match (named, limit.name_of(one), limit.rule) {
+                    (false, _, _) => String::new(),
+                    (true, "", Some(rule)) => rule.label().to_string(),
+                    (true, name, _) => name.to_string(),
+                };
+                respond::Decided {
+                    count: one.params.limit,
+                    window: one.window_seconds(),
+                    policy,
+                    response: one.response.clone(),
+                }
+            }),
             _ => None,
         })
         .collect()

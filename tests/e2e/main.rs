@@ -2,6 +2,7 @@
 //! installed by `make deps`), plus static checks of every deployment file we ship.
 //!
 //! - `through_envoy`: limits, headers and buckets as an HTTP client of Envoy sees them.
+//! - `client_view`: a denial's own body and headers, the draft standard's fields, retry-after jitter.
 //! - `metadata`: rule metadata in Envoy's access log, the peer's `RateLimit-*` headers.
 //! - `failures`: Redis down (per-domain failure policy) and Tollgate down (Envoy's
 //!   `failure_mode_deny`).
@@ -27,6 +28,7 @@ mod redis_support;
 
 mod harness;
 
+mod client_view;
 mod demo;
 mod failures;
 mod istio;

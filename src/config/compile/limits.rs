@@ -6,12 +6,16 @@
 //! problem yields no rule. Pure.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use crate::algorithm::{gcra, Algorithm};
 
 use super::super::model::Consistency;
 use super::super::raw::{RawDescriptor, RawRateLimit};
-use super::super::rule::{self, Level, Limit, Rollout, Rule, RuleId, RuleLimit, Unit};
+use super::super::rule::{
+    self, DenialResponse, Level, Limit, Rollout, Rule, RuleId, RuleLimit, Template, Unit, MAX_RESPONSE_BODY,
+    MAX_RESPONSE_HEADERS, MAX_RESPONSE_VALUE,
+};
 use super::{metadata, Builder};
 
 /// Most entries a `rate_limits` list may hold. The service tracks a rule's limits in a
@@ -123,6 +127,9 @@ impl Builder<'_> {
         }
         if raw.penalty.is_some() {
             self.error(format!("{at}.penalty"), "penalty must not be set together with unlimited: true");
+        }
+        if raw.response.is_some() {
+            self.error(format!("{at}.response"), "response must not be set together with unlimited: true");
         }
     }
 
@@ -286,7 +293,8 @@ impl Builder<'_> {
             }
         };
         let rollout = rollout?;
-        let limit = Limit { name: None, params, unit, multiplier, rollout };
+        let response = self.response(raw, at)?;
+        let limit = Limit { name: None, params, unit, multiplier, rollout, response };
         (self.errors.len() == before).then_some(limit)
     }
 
@@ -313,6 +321,68 @@ impl Builder<'_> {
                 None
             }
         }
+    }
+
+    /// `response`: `Some(None)` when absent, `None` after an error. Every template parses,
+    /// and everything is bounded: the body, the number of headers, each value; header names
+    /// are HTTP tokens and none Envoy or HTTP owns.
+    fn response(&mut self, raw: &RawRateLimit, at: &str) -> Option<Option<Arc<DenialResponse>>> {
+        let Some(written) = raw.response.as_ref() else {
+            return Some(None);
+        };
+        let before = self.errors.len();
+        let at = format!("{at}.response");
+        if written.body.is_none() && written.headers.as_ref().is_none_or(Vec::is_empty) {
+            self.error(&at, "an empty response: give a body, headers, or both (or remove response)");
+        }
+        let body = written.body.as_deref().and_then(|body| {
+            if body.len() > MAX_RESPONSE_BODY {
+                self.error(
+                    format!("{at}.body"),
+                    format!("a body of {} bytes: at most {MAX_RESPONSE_BODY}", body.len()),
+                );
+                return None;
+            }
+            Template::parse(body).map_err(|why| self.error(format!("{at}.body"), why)).ok()
+        });
+        if let Some(content_type) = written.content_type.as_deref() {
+            if let Err(why) = header_value(content_type) {
+                self.error(format!("{at}.content_type"), why);
+            } else if !content_type.contains('/') {
+                self.error(
+                    format!("{at}.content_type"),
+                    format!("{content_type:?} is not a media type (such as application/json)"),
+                );
+            }
+        }
+        let written_headers = written.headers.as_deref().unwrap_or_default();
+        if written_headers.len() > MAX_RESPONSE_HEADERS {
+            self.error(
+                format!("{at}.headers"),
+                format!("{} headers: at most {MAX_RESPONSE_HEADERS}", written_headers.len()),
+            );
+        }
+        let mut headers = Vec::with_capacity(written_headers.len());
+        for (name, value) in written_headers {
+            let path = format!("{at}.headers.{name}");
+            let lower = name.to_ascii_lowercase();
+            if let Err(why) = header_name(&lower) {
+                self.error(&path, why);
+                continue;
+            }
+            if let Err(why) = header_value(value) {
+                self.error(&path, why);
+                continue;
+            }
+            match Template::parse(value) {
+                Ok(template) => headers.push((lower, template)),
+                Err(why) => self.error(&path, why),
+            }
+        }
+        (self.errors.len() == before).then(|| {
+            let content_type = written.content_type.clone();
+            Some(Arc::new(DenialResponse { body, content_type, headers }))
+        })
     }
 
     /// `algorithm` (default `--default-algorithm`, gcra with a `burst`) and the `burst` that
@@ -372,4 +442,45 @@ impl Builder<'_> {
         }
         (self.errors.len() == before).then_some(names)
     }
+}
+
+/// Headers a `response` may not set: HTTP's framing and connection headers, and those with
+/// a field of their own (`content_type`).
+const RESERVED_HEADERS: [&str; 10] = [
+    "connection",
+    "content-length",
+    "content-type",
+    "host",
+    "keep-alive",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+];
+
+/// A header name a `response` may set: an HTTP token (RFC 9110 §5.6.2) of 1 to 64
+/// characters, not a pseudo-header nor reserved.
+fn header_name(name: &str) -> Result<(), String> {
+    let token = |c: char| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c);
+    if name.is_empty() || name.len() > 64 || !name.chars().all(token) {
+        return Err(format!("{name:?} is not a header name (1 to 64 letters, digits and !#$%&'*+-.^_`|~)"));
+    }
+    if RESERVED_HEADERS.contains(&name) {
+        let why = if name == "content-type" { "use content_type" } else { "HTTP's own" };
+        return Err(format!("{name} may not be set here ({why})"));
+    }
+    Ok(())
+}
+
+/// A header value (or `content_type`) a `response` may send: at most
+/// [`MAX_RESPONSE_VALUE`] bytes of printable ASCII, spaces and tabs.
+fn header_value(value: &str) -> Result<(), String> {
+    if value.len() > MAX_RESPONSE_VALUE {
+        return Err(format!("a value of {} bytes: at most {MAX_RESPONSE_VALUE}", value.len()));
+    }
+    if let Some(c) = value.chars().find(|c| !matches!(c, ' '..='~' | '\t')) {
+        return Err(format!("{c:?} in a header value (printable ASCII, spaces and tabs only)"));
+    }
+    Ok(())
 }

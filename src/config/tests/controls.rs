@@ -106,3 +106,77 @@ fn a_bad_penalty_names_its_path_and_line() {
     let (path, _) = one_error(approximate, "consistency: approximate");
     assert_eq!(path, "descriptors[0].rate_limit.penalty");
 }
+
+#[test]
+fn templates_take_the_limits_numbers_and_nothing_else() {
+    use crate::config::rule::Template;
+    // JSON needs no escaping: only the three placeholders are replaced.
+    let t =
+        Template::parse(r#"{"limit": {limit}, "window": {window}, "reset": {reset}, "x": { }, "{": "}"}"#)
+            .expect("parses");
+    assert_eq!(t.render(5, 60, 12), r#"{"limit": 5, "window": 60, "reset": 12, "x": { }, "{": "}"}"#);
+    assert_eq!(Template::parse("{limit").expect("literal").render(1, 2, 3), "{limit");
+    for bad in ["{user}", "{limt}", "a {Reset} b", "{remote_address}"] {
+        let e = Template::parse(bad).expect_err(bad);
+        assert!(e.contains("unknown placeholder"), "{bad}: {e}");
+    }
+}
+
+#[test]
+fn a_response_loads_and_its_misuse_names_path_and_line() {
+    let yaml = limited(
+        "      response:\n        body: 'slow down: {limit} per {window} s'\n        \
+         content_type: text/plain; charset=utf-8\n        headers:\n          X-Quota: '{limit}'\n          \
+         x-retry-in: '{reset}'\n",
+    );
+    let snapshot = load(&yaml);
+    let limit = &matched(only_domain(&snapshot), &[("user", "a")]).limits()[0];
+    let response = limit.response.as_ref().expect("a response");
+    assert_eq!(
+        response.body.as_ref().map(|b| b.render(5, 3600, 1)).as_deref(),
+        Some("slow down: 5 per 3600 s")
+    );
+    let names: Vec<&str> = response.headers.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, ["x-quota", "x-retry-in"], "lower-cased, in file order");
+
+    for (extra, path, why) in [
+        ("      response: {}\n", "descriptors[0].rate_limit.response", "an empty response"),
+        (
+            "      response: { body: '{user}' }\n",
+            "descriptors[0].rate_limit.response.body",
+            "unknown placeholder",
+        ),
+        (
+            "      response: { body: x, content_type: json }\n",
+            "descriptors[0].rate_limit.response.content_type",
+            "not a media type",
+        ),
+        (
+            "      response: { headers: { content-length: '5' } }\n",
+            "descriptors[0].rate_limit.response.headers.content-length",
+            "may not be set",
+        ),
+        (
+            "      response: { headers: { 'bad name': x } }\n",
+            "descriptors[0].rate_limit.response.headers.bad name",
+            "not a header name",
+        ),
+        (
+            "      response: { headers: { x-a: \"line\\nbreak\" } }\n",
+            "descriptors[0].rate_limit.response.headers.x-a",
+            "printable ASCII",
+        ),
+        (
+            "      response: { body: x, colour: red }\n",
+            "descriptors[0].rate_limit.response.colour",
+            "unknown field",
+        ),
+    ] {
+        let (got, line) = one_error(&limited(extra), why);
+        assert_eq!(got, path, "{extra}");
+        assert_eq!(line, Some(7), "{extra}");
+    }
+    let long = format!("      response: {{ body: '{}' }}\n", "x".repeat(5000));
+    let (path, _) = one_error(&limited(&long), "at most 4096");
+    assert_eq!(path, "descriptors[0].rate_limit.response.body");
+}

@@ -141,7 +141,7 @@ fn headers_come_from_the_tightest_status_and_retry_after_from_the_longest_denial
         ],
         ..Default::default()
     };
-    respond::add_headers(&mut response, &[]);
+    respond::add_headers(&mut response, &[], 0.0);
     let headers: Vec<(String, String)> =
         response.response_headers_to_add.iter().map(|h| (h.key.clone(), h.value.clone())).collect();
     let get = |k: &str| headers.iter().find(|(key, _)| key == k).map(|(_, v)| v.as_str());
@@ -156,7 +156,7 @@ fn headers_come_from_the_tightest_status_and_retry_after_from_the_longest_denial
         statuses: vec![status(Code::Ok, 100, 40, 10)],
         ..Default::default()
     };
-    respond::add_headers(&mut ok, &[]);
+    respond::add_headers(&mut ok, &[], 0.0);
     assert_eq!(ok.response_headers_to_add.len(), 3, "no retry-after when allowed");
 
     // The peer's names, on the same status, after the x-ratelimit ones (both flags on).

@@ -33,6 +33,7 @@ fn snapshot() -> Snapshot {
             unit: Unit::Second,
             multiplier: 1,
             rollout: rule::Rollout::FULL,
+            response: None,
         },
         ConfigLimit {
             name: Some("daily".into()),
@@ -40,6 +41,7 @@ fn snapshot() -> Snapshot {
             unit: Unit::Day,
             multiplier: 7,
             rollout: rule::Rollout::FULL,
+            response: None,
         },
     ]);
     snapshot
@@ -143,6 +145,7 @@ fn a_single_limit_keeps_its_key_and_a_multiplier_makes_a_new_one() {
         unit: Unit::Minute,
         multiplier: 5,
         rollout: rule::Rollout::FULL,
+        response: None,
     }]);
     let domain = snapshot.domain("d").expect("d");
     let (_, charges, _) = plan(domain, &request, 0, "");
@@ -219,6 +222,7 @@ mod respond_with_several_limits {
             unit,
             multiplier,
             rollout: rule::Rollout::FULL,
+            response: None,
         }
     }
 
@@ -242,7 +246,8 @@ mod respond_with_several_limits {
         let (plans, _, _) = plan(domain, &[descriptor(&[("api_key", "k1")])], 0, "");
         let (mut response, _) = respond::respond(&plans, &[ok(19), ok(10)], FailureMode::Open, 0.8);
         // daily decides (10 of 50,000 left): 50,000 per 7 days, reported per... its own unit.
-        respond::add_headers(&mut response, &[Some((50_000, 7 * 86_400))]);
+        let daily = respond::Decided { count: 50_000, window: 7 * 86_400, ..Default::default() };
+        respond::add_headers(&mut response, &[Some(daily)], 0.0);
         let limit =
             response.response_headers_to_add.iter().find(|h| h.key == "x-ratelimit-limit").expect("header");
         assert_eq!(limit.value, "50000, 50000;w=604800");

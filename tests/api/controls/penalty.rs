@@ -29,7 +29,7 @@ fn client(id: &str) -> RateLimitRequest {
 
 /// `duration_until_reset` of the descriptor.
 fn reset(response: &RateLimitResponse) -> Duration {
-    let d = response.statuses[0].duration_until_reset.clone().expect("duration_until_reset");
+    let d = response.statuses[0].duration_until_reset.expect("duration_until_reset");
     Duration::new(u64::try_from(d.seconds).expect("positive"), u32::try_from(d.nanos).expect("positive"))
 }
 
