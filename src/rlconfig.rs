@@ -60,6 +60,9 @@ fn describe_one(limit: &Limit) -> String {
     if limit.response.is_some() {
         s.push_str(" response");
     }
+    if limit.overdraft {
+        s.push_str(" overdraft");
+    }
     s
 }
 

@@ -63,6 +63,7 @@ fn eval(
         Hits::Consume(n) => (0, n),
         Hits::Peek => (1, 0),
         Hits::Refund(n) => (2, n),
+        Hits::Overdraw(n) => (3, n),
     };
     let mut cmd = redis::cmd("EVALSHA");
     cmd.arg(sha).arg(1).arg(key);
@@ -163,8 +164,9 @@ fn arb_hits() -> impl Strategy<Value = Hits> {
     prop_oneof![
         6 => n.clone().prop_map(Hits::Consume),
         2 => Just(Hits::Peek),
-        1 => n.prop_map(Hits::Refund),
+        1 => n.clone().prop_map(Hits::Refund),
         1 => Just(Hits::Consume(0)),
+        2 => n.prop_map(Hits::Overdraw),
     ]
 }
 
@@ -197,7 +199,8 @@ fn arb_high_rate_case() -> impl Strategy<Value = (Params, u64, Vec<(Tick, Hits)>
     let hits = prop_oneof![
         6 => n.clone().prop_map(Hits::Consume),
         2 => Just(Hits::Peek),
-        1 => n.prop_map(Hits::Refund),
+        1 => n.clone().prop_map(Hits::Refund),
+        1 => n.prop_map(Hits::Overdraw),
     ];
     (params, 0..DAY_US, prop::collection::vec((tick, hits), 1..150))
 }
@@ -345,8 +348,8 @@ fn scripts_reject_an_unknown_mode() {
     for algorithm in [Algorithm::Gcra, Algorithm::SlidingWindow, Algorithm::FixedWindow] {
         let sha = load(&mut con, algorithm);
         let reply: redis::RedisResult<Vec<i64>> =
-            redis::cmd("EVALSHA").arg(&sha).arg(1).arg("k").arg(&[5u64, 1_000_000, 5, 3, 1]).query(&mut con);
-        let err = reply.expect_err("mode 3 is an error");
+            redis::cmd("EVALSHA").arg(&sha).arg(1).arg("k").arg(&[5u64, 1_000_000, 5, 4, 1]).query(&mut con);
+        let err = reply.expect_err("mode 4 is an error");
         assert!(err.to_string().contains("mode"), "{err}");
     }
 }

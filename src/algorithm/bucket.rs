@@ -53,6 +53,20 @@ pub enum Hits {
     Peek,
     /// `is_negative_hits`: give `n` back, never past a full bucket; always allowed.
     Refund(u64),
+    /// A consume on a limit with `overdraft: true` (usage reported after the fact, such as
+    /// an LLM's tokens): `n` is recorded whether or not it fits, and answered as a consume
+    /// would be — denied once past the limit, with the time until one hit fits again.
+    Overdraw(u64),
+}
+
+impl Hits {
+    /// These hits on a limit with `overdraft: true`: a consume becomes an overdraw.
+    pub fn overdrawn(self) -> Hits {
+        match self {
+            Hits::Consume(n) => Hits::Overdraw(n),
+            other => other,
+        }
+    }
 }
 
 /// The answer for one bucket.

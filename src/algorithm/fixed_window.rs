@@ -8,7 +8,7 @@
 //! at, [`MAX_VALUE`](super::MAX_VALUE) (2^53 − 1), exactly as the script does.
 
 use super::bucket::{Decision, Hits, Outcome, Params, State, Write};
-use super::saturating::clamp;
+use super::saturating::{add, clamp};
 
 /// Applies the fixed window to the stored `(start, count, _)` (`None` = never seen or
 /// expired; the third field is ignored and stored as 0).
@@ -39,6 +39,16 @@ pub fn apply(state: Option<(u64, u64, u64)>, now: u64, p: &Params, hits: Hits) -
         }
         Hits::Peek => window.denied(),
         Hits::Refund(n) => window.charged(window.count.saturating_sub(clamp(n))),
+        Hits::Overdraw(n) => {
+            // Recorded whether or not it fits; denied past the limit.
+            let count = add(window.count, clamp(n));
+            let charged = window.charged(count);
+            if count <= window.limit {
+                charged
+            } else {
+                Outcome { decision: window.denied().decision, write: charged.write }
+            }
+        }
     }
 }
 

@@ -79,6 +79,7 @@ pub fn apply(tat: Option<(u64, u64)>, now: u64, p: &Params, hits: Hits) -> Outco
         Hits::Consume(n) => bucket.consume(clamp(n)),
         Hits::Peek => bucket.peek(),
         Hits::Refund(n) => bucket.refund(clamp(n)),
+        Hits::Overdraw(n) => bucket.overdraw(clamp(n)),
     }
 }
 
@@ -104,7 +105,7 @@ pub(super) fn admissible(tat: (u64, u64), now: u64, p: &Params) -> (u64, u64) {
 fn blocked(unit: u64, hits: Hits) -> Outcome {
     let decision = match hits {
         Hits::Refund(_) => Decision { allowed: true, remaining: 0, reset_us: 0 },
-        Hits::Consume(_) | Hits::Peek => denied(unit).decision,
+        Hits::Consume(_) | Hits::Peek | Hits::Overdraw(_) => denied(unit).decision,
     };
     Outcome { decision, write: Write::Keep }
 }
@@ -203,6 +204,21 @@ impl Bucket {
         } else {
             denied(self.minus(new, self.tolerance).ceil_us())
         }
+    }
+
+    /// As `consume`, but a charge that does not fit is stored all the same (the TAT passes
+    /// the tolerance): denied, with the time until one hit fits again.
+    fn overdraw(&self, n: u64) -> Outcome {
+        let new = self.plus(self.ahead, self.span(n));
+        let stored = self.store(new);
+        if new <= self.tolerance {
+            return stored;
+        }
+        // One more hit passes once `new + emission - tolerance` has gone by. Only a TAT
+        // saturated at MAX_VALUE can make that sum not pass the tolerance: then 1 µs.
+        let next = self.plus(new, self.span(1));
+        let reset_us = if next > self.tolerance { self.minus(next, self.tolerance).ceil_us() } else { 1 };
+        Outcome { decision: Decision { allowed: false, remaining: 0, reset_us }, write: stored.write }
     }
 
     fn peek(&self) -> Outcome {

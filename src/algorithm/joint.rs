@@ -71,7 +71,8 @@ impl Joint {
 /// nothing (callers never build one).
 pub fn apply(stored: &[Option<State>], now: u64, members: &[Member]) -> Joint {
     let (mut decisions, writes, breached) = walk(stored, now, members);
-    if decisions.iter().all(|d| d.allowed) {
+    // An overdraw past its limit vetoes nothing: its usage counts whatever it answers.
+    if decisions.iter().zip(members).all(|(d, m)| d.allowed || matches!(m.hits, Hits::Overdraw(_))) {
         return Joint { decisions, writes: Some(writes), marks: Vec::new() };
     }
     let mut marks: Vec<KeyWrite> = Vec::new();

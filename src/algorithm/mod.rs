@@ -178,6 +178,32 @@ mod tests {
     }
 
     #[test]
+    fn an_overdraw_is_recorded_past_the_limit_and_answered_as_a_consume() {
+        for algorithm in [Algorithm::Gcra, Algorithm::SlidingWindow, Algorithm::FixedWindow] {
+            let p = params(algorithm, 1_000, HOUR, 1_000);
+            let start = NOW - NOW % HOUR;
+            let mut state = None;
+            let mut charge = |hits: Hits| {
+                let out = apply(state, start, &p, hits);
+                if let Write::Put { state: s, .. } = out.write {
+                    state = Some(s);
+                }
+                out.decision
+            };
+            assert!(charge(Hits::Overdraw(600)).allowed, "{algorithm:?}");
+            // 400 left: 600 more do not fit, are recorded all the same, and answered denied.
+            let over = charge(Hits::Overdraw(600));
+            assert!(!over.allowed && over.remaining == 0 && over.reset_us > 0, "{algorithm:?} {over:?}");
+            // 200 overdrawn: nothing passes, not even a peek, until it has refilled.
+            assert!(!charge(Hits::Peek).allowed, "{algorithm:?}");
+            assert!(!charge(Hits::Consume(1)).allowed, "{algorithm:?}");
+            // A plain consume of the same 600 would have been denied and recorded nothing.
+            let plain = apply(Some(charged(&p, 600, start)), start, &p, Hits::Consume(600));
+            assert_eq!(plain.write, Write::Keep, "{algorithm:?}");
+        }
+    }
+
+    #[test]
     fn a_state_of_another_algorithm_counts_nothing() {
         let gcra = params(Algorithm::Gcra, 5, HOUR, 5);
         let window = params(Algorithm::FixedWindow, 5, HOUR, 0);

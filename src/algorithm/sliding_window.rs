@@ -52,6 +52,17 @@ pub fn apply(state: Option<(u64, u64, u64)>, now: u64, p: &Params, hits: Hits) -
             Outcome { decision, write: Write::Keep }
         }
         Hits::Refund(n) => window.charged(window.current.saturating_sub(clamp(n))),
+        Hits::Overdraw(n) => {
+            let n = clamp(n);
+            if window.fits(n) {
+                return window.charged(window.current + n);
+            }
+            // Recorded all the same; denied, until one more hit fits.
+            let after = Window { current: add(window.current, n), ..window };
+            let reset_us = after.until_fits(1);
+            let write = window.charged(after.current).write;
+            Outcome { decision: Decision { allowed: false, remaining: 0, reset_us }, write }
+        }
     }
 }
 

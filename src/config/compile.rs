@@ -143,6 +143,7 @@ fn compile_domain(
         rules: Vec::new(),
         default_algorithm,
         consistency,
+        charge,
         prefix: String::new(),
     };
     let mut root = Branch::default();
@@ -185,6 +186,9 @@ struct Builder<'a> {
     /// The domain's `consistency`: an approximate domain refuses the limits it cannot
     /// serve (`compile::consistency`).
     consistency: Consistency,
+    /// The domain's `charge`: an `all_or_nothing` domain refuses `overdraft` (a usage that
+    /// always counts cannot stand or fall with the rest of a request).
+    charge: ChargeMode,
     /// Put before the rule paths of this file: its stem in a merged domain, else empty.
     prefix: String,
 }

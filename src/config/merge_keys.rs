@@ -214,6 +214,8 @@ struct RateLimitLayer {
     penalty: Written<String>,
     #[serde(default, deserialize_with = "present")]
     response: Written<ResponseLayer>,
+    #[serde(default, deserialize_with = "present")]
+    overdraft: Option<bool>,
     #[serde(rename = "<<", default)]
     merged: Merged<RateLimitLayer>,
 }
@@ -223,7 +225,7 @@ impl RateLimitLayer {
         for base in std::mem::take(&mut self.merged).0 {
             let base = base.flatten();
             fill!(self, base; unit, unit_multiplier, requests_per_unit, unlimited, name, replaces, algorithm,
-                burst, rollout, penalty, response);
+                burst, rollout, penalty, response, overdraft);
         }
         self
     }
@@ -245,6 +247,7 @@ impl RateLimitLayer {
             rollout: limit.rollout.flatten(),
             penalty: limit.penalty.flatten(),
             response: limit.response.flatten().map(ResponseLayer::resolve),
+            overdraft: limit.overdraft.unwrap_or_default(),
         }
     }
 }

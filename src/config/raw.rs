@@ -86,6 +86,8 @@ pub struct RawRateLimit {
     pub penalty: Option<String>,
     /// The body and headers of the 429 a denial by this limit gets.
     pub response: Option<RawResponse>,
+    /// Every consume is recorded, even past the limit (usage reported after the fact).
+    pub overdraft: bool,
 }
 
 /// A limit's `response`, as written: every field optional (checked by `compile`).

@@ -100,12 +100,22 @@ pub struct Limit {
     pub rollout: Rollout,
     /// `response`: the body and headers of the 429 when this limit denies.
     pub response: Option<Arc<DenialResponse>>,
+    /// `overdraft: true`: every consume is recorded, even past the limit (`Hits::Overdraw`).
+    pub overdraft: bool,
 }
 
 impl Limit {
     /// A limit of one unit, as `rate_limit` without `unit_multiplier` writes.
     pub fn single(params: Params, unit: Unit) -> Limit {
-        Limit { name: None, params, unit, multiplier: 1, rollout: Rollout::FULL, response: None }
+        Limit {
+            name: None,
+            params,
+            unit,
+            multiplier: 1,
+            rollout: Rollout::FULL,
+            response: None,
+            overdraft: false,
+        }
     }
 
     /// The window in words: `second`, `5 minutes` (see [`Unit::window`]).

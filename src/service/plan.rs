@@ -223,6 +223,7 @@ fn push_charges(
             Some(rule) => key::limit_key(key_prefix, domain, rule, one, entries),
             None => key::domain_override_key(key_prefix, domain, one.params.algorithm, one.unit, entries),
         };
+        let hits = if one.overdraft { hits.overdrawn() } else { hits };
         charges.push(Charge { key, params: one.params, hits });
     }
     limit.charges = start..charges.len();

@@ -111,7 +111,7 @@ pub(crate) fn hot_buckets<'a>(
 
 fn consumed(charge: &Charge) -> u64 {
     match charge.hits {
-        Hits::Consume(n) => n,
+        Hits::Consume(n) | Hits::Overdraw(n) => n,
         Hits::Peek | Hits::Refund(_) => 0,
     }
 }

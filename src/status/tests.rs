@@ -195,6 +195,7 @@ fn a_rule_with_several_limits_shows_the_first_and_lists_all() {
         multiplier: 2,
         rollout: crate::config::rule::Rollout::FULL,
         response: None,
+        overdraft: false,
     };
     rule.limit = RuleLimit::Limited(vec![burst, daily]);
     let status = rule_status(&rule, Minute::empty());

@@ -80,6 +80,7 @@ fn batch_cmd(sha: &str, keys: &[String], groups: &[(bool, Vec<Member>)], now: u6
                 Hits::Consume(n) => (0, n),
                 Hits::Peek => (1, 0),
                 Hits::Refund(n) => (2, n),
+                Hits::Overdraw(n) => (3, n),
             };
             let rule = rules.iter().position(|r| *r == m.params).expect("listed") + 1;
             cmd.arg(m.key + 1).arg(rule).arg(mode).arg(n);

@@ -82,6 +82,7 @@ fn eval_joint(
             Hits::Consume(n) => (0, n),
             Hits::Peek => (1, 0),
             Hits::Refund(n) => (2, n),
+            Hits::Overdraw(n) => (3, n),
         };
         let p = &m.params;
         cmd.arg(m.key + 1)
@@ -277,7 +278,7 @@ fn joint_on_the_server_clock_charges_all_or_nothing() {
         .arg(&sha)
         .arg(1)
         .arg("k")
-        .arg(&["1", "1", "gcra", "5", "1", "5", "3", "1", "0"])
+        .arg(&["1", "1", "gcra", "5", "1", "5", "4", "1", "0"])
         .query(&mut con);
-    assert!(bad.expect_err("mode 3").to_string().contains("mode"));
+    assert!(bad.expect_err("mode 4").to_string().contains("mode"));
 }

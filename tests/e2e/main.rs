@@ -10,6 +10,7 @@
 //! - `istio`: the manifests in `envoy/istio/`, without Kubernetes.
 //! - `xds`: policies only over xDS (an ADS server in the test), a new snapshot applied.
 //! - `demo`: `make demo` (`deploy/demo/run.sh`) through Envoy, then Ctrl-C.
+//! - `token_budgets`: a budget charged by usage reported after the response (`overdraft`).
 //! - `traces`: Envoy and Tollgate tracing to one OTLP collector in the test; trace ids in logs.
 //!
 //! Each end-to-end test starts its own redis-server, Tollgate, upstream and Envoy on free
@@ -38,5 +39,6 @@ mod raw_bytes;
 mod shipped;
 mod skipped_headers;
 mod through_envoy;
+mod token_budgets;
 mod traces;
 mod xds;

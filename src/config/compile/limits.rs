@@ -131,6 +131,9 @@ impl Builder<'_> {
         if raw.response.is_some() {
             self.error(format!("{at}.response"), "response must not be set together with unlimited: true");
         }
+        if raw.overdraft {
+            self.error(format!("{at}.overdraft"), "overdraft must not be set together with unlimited: true");
+        }
     }
 
     /// A `rate_limits` list: 1 to [`MAX_RATE_LIMITS`] limits, each named (unique within the
@@ -151,6 +154,16 @@ impl Builder<'_> {
             );
         }
         let own = self.names(list, at);
+        // A descriptor's limits stand or fall together: all record their usage always, or none.
+        if let Some(first) = list.first() {
+            if let Some(index) = list.iter().position(|entry| entry.overdraft != first.overdraft) {
+                self.error(
+                    format!("{at}[{index}].overdraft"),
+                    "overdraft on some limits of a descriptor but not others: its limits stand or \
+                     fall together, so set overdraft on all of them or none",
+                );
+            }
+        }
         let mut limits = Vec::with_capacity(list.len());
         let mut replaces: Vec<String> = Vec::new();
         for (index, entry) in list.iter().enumerate() {
@@ -294,7 +307,8 @@ impl Builder<'_> {
         };
         let rollout = rollout?;
         let response = self.response(raw, at)?;
-        let limit = Limit { name: None, params, unit, multiplier, rollout, response };
+        let overdraft = self.overdraft(raw, at)?;
+        let limit = Limit { name: None, params, unit, multiplier, rollout, response, overdraft };
         (self.errors.len() == before).then_some(limit)
     }
 
@@ -320,6 +334,37 @@ impl Builder<'_> {
                 self.error(format!("{at}.penalty"), format!("penalty {written:?}: {why}"));
                 None
             }
+        }
+    }
+
+    /// `overdraft`; `None` after an error: not with a `penalty` (an overdraw past the limit
+    /// is usage, not a breach), nor where charges are not exact (approximate mode) or stand
+    /// or fall together (`charge: all_or_nothing`).
+    fn overdraft(&mut self, raw: &RawRateLimit, at: &str) -> Option<bool> {
+        if !raw.overdraft {
+            return Some(false);
+        }
+        let why = if raw.penalty.is_some() {
+            Some("overdraft with a penalty: usage recorded past the limit is no breach; remove one")
+        } else if self.consistency == Consistency::Approximate {
+            Some(
+                "overdraft in a domain with consistency: approximate: usage that must always count \
+                 needs exact mode's one script call per charge; set consistency: exact",
+            )
+        } else if self.charge == super::ChargeMode::AllOrNothing {
+            Some(
+                "overdraft in a domain with charge: all_or_nothing: usage that always counts cannot \
+                 stand or fall with the rest of a request; use charge: per_descriptor",
+            )
+        } else {
+            None
+        };
+        match why {
+            Some(why) => {
+                self.error(format!("{at}.overdraft"), why);
+                None
+            }
+            None => Some(true),
         }
     }
 

@@ -180,3 +180,25 @@ fn a_response_loads_and_its_misuse_names_path_and_line() {
     let (path, _) = one_error(&limited(&long), "at most 4096");
     assert_eq!(path, "descriptors[0].rate_limit.response.body");
 }
+
+#[test]
+fn overdraft_loads_and_refuses_what_would_not_count_it() {
+    let snapshot = load(&limited("      overdraft: true\n"));
+    assert!(matched(only_domain(&snapshot), &[("user", "a")]).limits()[0].overdraft);
+    let snapshot = load(&limited(""));
+    assert!(!matched(only_domain(&snapshot), &[("user", "a")]).limits()[0].overdraft);
+    let (path, line) = one_error(&limited("      overdraft: true\n      penalty: 1m\n"), "with a penalty");
+    assert_eq!((path.as_str(), line), ("descriptors[0].rate_limit.overdraft", Some(7)));
+    let all_or_nothing = format!("charge: all_or_nothing\n{}", limited("      overdraft: true\n"));
+    let (path, _) = one_error(&all_or_nothing, "all_or_nothing");
+    assert_eq!(path, "descriptors[0].rate_limit.overdraft");
+    let mixed = "domain: d\ndescriptors:\n  - key: k\n    rate_limits:\n      \
+                 - { name: tokens, unit: minute, requests_per_unit: 1000, overdraft: true }\n      \
+                 - { name: requests, unit: minute, requests_per_unit: 60 }\n";
+    let (path, _) = one_error(mixed, "some limits of a descriptor");
+    assert_eq!(path, "descriptors[0].rate_limits[1].overdraft");
+    let unlimited =
+        "domain: d\ndescriptors:\n  - key: k\n    rate_limit: { unlimited: true, overdraft: true }\n";
+    let (path, _) = one_error(unlimited, "together with unlimited");
+    assert_eq!(path, "descriptors[0].rate_limit.overdraft");
+}

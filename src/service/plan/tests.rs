@@ -34,6 +34,7 @@ fn snapshot() -> Snapshot {
             multiplier: 1,
             rollout: rule::Rollout::FULL,
             response: None,
+            overdraft: false,
         },
         ConfigLimit {
             name: Some("daily".into()),
@@ -42,6 +43,7 @@ fn snapshot() -> Snapshot {
             multiplier: 7,
             rollout: rule::Rollout::FULL,
             response: None,
+            overdraft: false,
         },
     ]);
     snapshot
@@ -146,6 +148,7 @@ fn a_single_limit_keeps_its_key_and_a_multiplier_makes_a_new_one() {
         multiplier: 5,
         rollout: rule::Rollout::FULL,
         response: None,
+        overdraft: false,
     }]);
     let domain = snapshot.domain("d").expect("d");
     let (_, charges, _) = plan(domain, &request, 0, "");
@@ -223,6 +226,7 @@ mod respond_with_several_limits {
             multiplier,
             rollout: rule::Rollout::FULL,
             response: None,
+            overdraft: false,
         }
     }
 

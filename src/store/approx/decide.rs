@@ -61,7 +61,7 @@ impl Approx {
         }
         if decision.allowed {
             match charge.hits {
-                Hits::Consume(n) => bucket.admit(n, redis_now, now),
+                Hits::Consume(n) | Hits::Overdraw(n) => bucket.admit(n, redis_now, now),
                 Hits::Refund(n) => bucket.refund(n, redis_now, now),
                 Hits::Peek => {}
             }
@@ -143,7 +143,7 @@ impl Approx {
             let Some((_, key, bucket)) = map.get_full_mut(&*charge.key) else { continue };
             if all_allowed {
                 match charge.hits {
-                    Hits::Consume(n) => bucket.admit(n, redis_now, now),
+                    Hits::Consume(n) | Hits::Overdraw(n) => bucket.admit(n, redis_now, now),
                     Hits::Refund(n) => bucket.refund(n, redis_now, now),
                     Hits::Peek => {}
                 }

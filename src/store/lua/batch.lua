@@ -21,7 +21,7 @@
 local ALGORITHMS = {gcra = gcra, sliding_window = sliding, fixed_window = fixed}
 local KINDS = {gcra = 'g', sliding_window = 'w', fixed_window = 'w'}
 local CODES = {gcra = 'g', sliding_window = 's', fixed_window = 'f'}
-local MODES = {['0'] = 0, ['1'] = 1, ['2'] = 2}
+local MODES = {['0'] = 0, ['1'] = 1, ['2'] = 2, ['3'] = 3}
 -- The scratch value of a key read and found empty (nil means not read yet).
 local NONE = false
 
@@ -67,7 +67,7 @@ local function prepare(a, m, first)
     local k, rule, mode = tonumber(ARGV[b]), tonumber(ARGV[b + 1]), MODES[ARGV[b + 2]]
     if not k or k < 1 or k > #KEYS or k % 1 ~= 0 then return 'key index out of range' end
     if not rule or not runs[rule] or rule % 1 ~= 0 then return 'unknown rule or algorithm' end
-    if not mode then return 'mode must be 0 (consume), 1 (peek) or 2 (refund)' end
+    if not mode then return 'mode must be 0 (consume), 1 (peek), 2 (refund) or 3 (overdraw)' end
     local e = read(k, kinds_of[rule])
     if e then return e end
     local slot = first + i
@@ -118,7 +118,7 @@ local function joint(first, last)
       gwrites[k] = write
       view[k] = write or NONE
     end
-    if allowed == 0 then passed = false end
+    if allowed == 0 and modes_at[slot] ~= 3 then passed = false end
     local o = 3 * slot
     out[o - 2], out[o - 1], out[o] = allowed, remaining, reset
   end

@@ -39,7 +39,7 @@ for i = 1, m do
   if not member.algorithm then
     return redis.error_reply('ERR tollgate: joint: unknown algorithm')
   end
-  if member.mode > 2 then
+  if member.mode > 3 then
     return redis.error_reply(BAD_MODE)
   end
   members[i] = member
@@ -81,7 +81,8 @@ for i, member in ipairs(members) do
     writes[k] = write
     scratch[k] = write or nil
   end
-  if allowed == 0 then passed = false end
+  -- An overdraw past its limit vetoes nothing: its usage counts whatever it answers.
+  if allowed == 0 and member.mode ~= 3 then passed = false end
   replies[i] = {allowed, remaining, reset}
 end
 

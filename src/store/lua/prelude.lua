@@ -174,4 +174,4 @@ end
 
 -- Calls ---------------------------------------------------------------------------------
 
-local BAD_MODE = 'ERR tollgate: mode must be 0 (consume), 1 (peek) or 2 (refund)'
+local BAD_MODE = 'ERR tollgate: mode must be 0 (consume), 1 (peek), 2 (refund) or 3 (overdraw)'

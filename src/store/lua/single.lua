@@ -15,7 +15,7 @@ local function single(run, algo)
   local n = int(ARGV[5])
   local now = clock(ARGV[6])
   local penalty = int(ARGV[7])
-  if mode > 2 then return redis.error_reply(BAD_MODE) end
+  if mode > 3 then return redis.error_reply(BAD_MODE) end
   local kind = 'w'
   if algo == 'g' then kind = 'g' end
   local st = read_state(key, kind)

@@ -317,6 +317,7 @@ fn mode(hits: Hits) -> (u8, u64) {
     match hits {
         Hits::Consume(n) => (0, n),
         Hits::Peek => (1, 0),
+        Hits::Overdraw(n) => (3, n),
         Hits::Refund(n) => (2, n),
     }
 }

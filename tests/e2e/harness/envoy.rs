@@ -165,6 +165,24 @@ pub fn add_tracing(config: &mut Value, collector: SocketAddr) {
     config["layered_runtime"] = serde_yaml::to_value(runtime).expect("runtime as YAML");
 }
 
+/// Inserts `filters` (a YAML list of HTTP filters) into the edge listener's chain, before
+/// its router.
+pub fn insert_http_filters(config: &mut Value, filters: Value) {
+    let listeners = seq_mut(config, "static_resources.listeners");
+    let chain = at_mut(find_mut(listeners, "name", "edge"), "filter_chains.0.filters");
+    let hcm = find_mut(chain.as_sequence_mut().expect("filters"), "name", HCM);
+    let list = at_mut(hcm, "typed_config.http_filters").as_sequence_mut().expect("http_filters");
+    let router = list.len() - 1;
+    for (i, filter) in filters.as_sequence().expect("a list of filters").iter().enumerate() {
+        list.insert(router + i, filter.clone());
+    }
+}
+
+/// Sets the ratelimit filter's own `rate_limits` (Envoy then ignores the route table's).
+pub fn set_filter_rate_limits(config: &mut Value, rate_limits: Value) {
+    ratelimit_filter_mut(config)["rate_limits"] = rate_limits;
+}
+
 /// Replaces the edge virtual host's `rate_limits` (the actions that build descriptors).
 pub fn set_vhost_rate_limits(config: &mut Value, rate_limits: Value) {
     let listeners = seq_mut(config, "static_resources.listeners");

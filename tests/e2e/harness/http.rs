@@ -76,7 +76,8 @@ fn parse_response(raw: &[u8]) -> Option<Response> {
     Some(Response { status, headers, body: body.to_string() })
 }
 
-/// An upstream on a loopback port: `200 ok` with `x-upstream: hit` for every request.
+/// An upstream on a loopback port: `200 ok` with `x-upstream: hit` for every request (and
+/// `x-tokens-used: N` for one that sent `x-tokens: N`).
 pub struct Upstream {
     addr: SocketAddr,
     hits: Arc<AtomicUsize>,
@@ -121,17 +122,29 @@ fn serve_connection(stream: TcpStream, hits: &AtomicUsize) {
     let mut reader = BufReader::new(stream);
     loop {
         let mut saw_request = false;
+        // `x-tokens: N` in the request: the answer reports `x-tokens-used: N` (an LLM
+        // upstream's usage, known only with its response).
+        let mut tokens: Option<String> = None;
         loop {
             // Bytes, not `read_line`: forwarded headers may hold bytes that are not UTF-8.
             let mut line = Vec::new();
             match reader.read_until(b'\n', &mut line) {
                 Ok(0) | Err(_) => return,
                 Ok(_) if line == b"\r\n" && saw_request => break,
-                Ok(_) => saw_request = true,
+                Ok(_) => {
+                    saw_request = true;
+                    let text = String::from_utf8_lossy(&line);
+                    if let Some((name, value)) = text.split_once(':') {
+                        if name.trim().eq_ignore_ascii_case("x-tokens") {
+                            tokens = Some(value.trim().to_string());
+                        }
+                    }
+                }
             }
         }
         hits.fetch_add(1, Ordering::SeqCst);
-        let reply = "HTTP/1.1 200 OK\r\ncontent-length: 3\r\nx-upstream: hit\r\n\r\nok\n";
+        let used = tokens.map(|n| format!("x-tokens-used: {n}\r\n")).unwrap_or_default();
+        let reply = format!("HTTP/1.1 200 OK\r\ncontent-length: 3\r\nx-upstream: hit\r\n{used}\r\nok\n");
         if writer.write_all(reply.as_bytes()).is_err() {
             return;
         }

@@ -33,6 +33,12 @@ pub struct Changes<'a> {
     pub access_log: Option<&'a str>,
     /// YAML of the edge virtual host's `rate_limits`, replacing the shipped actions.
     pub vhost_rate_limits: Option<&'a str>,
+    /// YAML of HTTP filters inserted before the edge listener's router (after the
+    /// ratelimit filter).
+    pub http_filters: Option<&'a str>,
+    /// YAML of the ratelimit filter's own `rate_limits` (which Envoy then uses instead of
+    /// the route table's).
+    pub filter_rate_limits: Option<&'a str>,
     /// Policies from this xDS server instead of files (`--config` is dropped).
     pub xds: Option<XdsSource>,
     /// An OTLP/gRPC collector both Envoy (its OpenTelemetry tracer, every request sampled)
@@ -78,7 +84,17 @@ impl Topology {
 
     /// The demo with any of the `Changes`.
     pub fn start_changed(changes: Changes<'_>) -> Topology {
-        let Changes { mut filter, policies, env, access_log, vhost_rate_limits, xds, tracing } = changes;
+        let Changes {
+            mut filter,
+            policies,
+            env,
+            access_log,
+            vhost_rate_limits,
+            http_filters,
+            filter_rate_limits,
+            xds,
+            tracing,
+        } = changes;
         let mut env: Vec<(String, String)> =
             env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         if let Some(collector) = tracing {
@@ -118,6 +134,18 @@ impl Topology {
             envoy::set_vhost_rate_limits(
                 &mut config,
                 serde_yaml::from_str(rate_limits).expect("rate_limits YAML"),
+            );
+        }
+        if let Some(rate_limits) = filter_rate_limits {
+            envoy::set_filter_rate_limits(
+                &mut config,
+                serde_yaml::from_str(rate_limits).expect("rate_limits YAML"),
+            );
+        }
+        if let Some(filters) = http_filters {
+            envoy::insert_http_filters(
+                &mut config,
+                serde_yaml::from_str(filters).expect("http_filters YAML"),
             );
         }
         let envoy = Envoy::start(&config, &wiring, dir.path());

@@ -4,7 +4,7 @@
 -- src/algorithm/fixed_window.rs, kept equal by tests/differential.rs. (st, now, limit,
 -- unit, burst, mode, n) -> allowed, remaining, reset_us, write: st is a decoded state
 -- (prelude.lua, read_state); allowed is 0|1; write is as put takes it (a denial writes
--- nothing). mode is 0 (consume n), 1 (peek) or 2 (refund n), checked by the caller; unit
+-- nothing). mode is 0 (consume n), 1 (peek), 2 (refund n) or 3 (overdraw n), checked by the caller; unit
 -- >= 1.
 
 -- Fixed window, epoch-aligned as envoyproxy/ratelimit, but a denial consumes nothing
@@ -15,6 +15,10 @@ local function fixed(st, now, limit, unit, burst, mode, n)
   if mode == 0 then
     if count + n > limit then return 0, 0, left end
     c = count + n
+  elseif mode == 3 then
+    -- Overdraw: recorded whether or not it fits; denied past the limit.
+    c = add(count, n)
+    if c > limit then return 0, 0, left, {kind = 'w', s = ws, c = c, p = 0, at = window_expiry(ws, unit, false)} end
   elseif mode == 1 then
     if count >= limit then return 0, 0, left end
     local reset = 0

@@ -4,7 +4,7 @@
 -- src/algorithm/gcra.rs, kept equal by tests/differential.rs. (st, now, limit, unit,
 -- burst, mode, n) -> allowed, remaining, reset_us, write: st is a decoded state
 -- (prelude.lua, read_state); allowed is 0|1; write is as put takes it (a denial writes
--- nothing). Several results rather than a reply table: a table is an allocation per call. mode is 0 (consume n), 1 (peek) or 2 (refund n), checked by the caller; unit
+-- nothing). Several results rather than a reply table: a table is an allocation per call. mode is 0 (consume n), 1 (peek), 2 (refund n) or 3 (overdraw n), checked by the caller; unit
 -- >= 1.
 
 -- GCRA (src/algorithm/gcra.rs). Durations are pairs (us, frac): us + frac / limit µs,
@@ -71,6 +71,17 @@ local function gcra(st, now, limit, unit, burst, mode, n)
     local nu, nf = gcra_plus(ahead_u, ahead_f, eu, ef, limit)
     if nu < tol_u or (nu == tol_u and nf <= tol_f) then return gcra_store(now, nu, nf, limit, unit, burst) end
     return 0, 0, gcra_ceil(gcra_minus(nu, nf, tol_u, tol_f, limit))
+  elseif mode == 3 then
+    -- Overdraw: stored whether or not it fits; past the tolerance, denied until one hit fits.
+    local eu, ef = muldiv(n, unit, limit)
+    local nu, nf = gcra_plus(ahead_u, ahead_f, eu, ef, limit)
+    local allowed, remaining, reset, write = gcra_store(now, nu, nf, limit, unit, burst)
+    if nu < tol_u or (nu == tol_u and nf <= tol_f) then return allowed, remaining, reset, write end
+    local ou, of = muldiv(1, unit, limit)
+    local pu, pf = gcra_plus(nu, nf, ou, of, limit)
+    -- Only a TAT saturated at MAX can make that sum not pass the tolerance: then 1 µs.
+    if pu < tol_u or (pu == tol_u and pf <= tol_f) then return 0, 0, 1, write end
+    return 0, 0, gcra_ceil(gcra_minus(pu, pf, tol_u, tol_f, limit)), write
   elseif mode == 1 then
     local eu, ef = muldiv(1, unit, limit)
     local nu, nf = gcra_plus(ahead_u, ahead_f, eu, ef, limit)

@@ -4,8 +4,8 @@
 -- function as src/algorithm/sliding_window.rs, kept equal by tests/differential.rs. (st,
 -- now, limit, unit, burst, mode, n) -> allowed, remaining, reset_us, write: st is a decoded
 -- state (prelude.lua, read_state); allowed is 0|1; write is as put takes it (a denial
--- writes nothing). mode is 0 (consume n), 1 (peek) or 2 (refund n), checked by the
--- caller; unit >= 1.
+-- writes nothing). mode is 0 (consume n), 1 (peek), 2 (refund n) or 3 (overdraw n),
+-- checked by the caller; unit >= 1.
 
 -- Sliding window, two-epoch weighted counter (src/algorithm/sliding_window.rs). No closure
 -- is built per call: the helpers take what they need as arguments.
@@ -48,6 +48,14 @@ local function sliding(st, now, limit, unit, burst, mode, n)
   if mode == 0 then
     if weighted + current + n > limit then
       return 0, 0, sliding_until_fits(n, limit, current, previous, left, unit)
+    end
+    c = current + n
+  elseif mode == 3 then
+    -- Overdraw: recorded whether or not it fits; denied until one more hit fits.
+    if weighted + current + n > limit then
+      local over = add(current, n)
+      local reset = sliding_until_fits(1, limit, over, previous, left, unit)
+      return 0, 0, reset, {kind = 'w', s = ws, c = over, p = previous, at = window_expiry(ws, unit, true)}
     end
     c = current + n
   else
