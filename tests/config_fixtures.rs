@@ -111,6 +111,12 @@ const INVALID: &[(&str, &str, &str, Option<usize>)] = &[
         Some(9),
     ),
     (
+        "response_unknown_placeholder.yaml",
+        "descriptors[0].rate_limit.response.body",
+        "unknown placeholder {retry_after} (expected {limit}, {window} or {reset})",
+        Some(8),
+    ),
+    (
         "rollout_out_of_range.yaml",
         "descriptors[0].rate_limits[1].rollout",
         "rollout 1.5 is outside (0, 1]",
