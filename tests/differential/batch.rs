@@ -11,25 +11,16 @@ use tollgate::algorithm::joint::{apply, apply_each, Member};
 use tollgate::algorithm::{Algorithm, Hits, Params, State, Write, MAX_VALUE};
 use tollgate::store::scripts::{parse_batch, BATCH_LUA};
 
-use super::joint::{arb_algorithm, run_against, stored_in_redis};
+use super::joint::{arb_algorithm, arb_small_params, run_against, stored_in_redis};
 use super::redis_support::RedisServer;
-use super::{arb_hits, arb_params, arb_penalty, arb_tick, as_i64, real_now_us, Tick, DAY_US};
+use super::{arb_hits, arb_params, arb_tick, as_i64, real_now_us, Tick, DAY_US};
 
 /// A group: joint (all or nothing) or independent, and its members (key index, hits).
 type Group = (bool, Vec<(usize, Hits)>);
 type Case = (Vec<Params>, u64, Vec<(Tick, Vec<Group>)>);
 
 fn arb_batch_case() -> impl Strategy<Value = Case> {
-    let small =
-        (arb_algorithm(), 0u64..6, prop::sample::select(vec![1_000_000u64, 60_000_000, DAY_US]), 0u64..6)
-            .prop_map(|(algorithm, limit, unit_us, burst)| Params {
-                algorithm,
-                limit,
-                unit_us,
-                burst,
-                penalty_us: 0,
-            });
-    let small = (small, arb_penalty()).prop_map(|(p, penalty_us)| Params { penalty_us, ..p });
+    let small = arb_small_params(6);
     let params = prop_oneof![2 => small, 1 => arb_algorithm().prop_flat_map(arb_params)];
     let group = (any::<bool>(), prop::collection::vec((0usize..5, arb_hits()), 1..5));
     let steps = prop::collection::vec((arb_tick(), prop::collection::vec(group, 1..7)), 1..25);

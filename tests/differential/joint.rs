@@ -25,19 +25,25 @@ pub(crate) fn arb_algorithm() -> impl Strategy<Value = Algorithm> {
     prop_oneof![Just(Algorithm::Gcra), Just(Algorithm::SlidingWindow), Just(Algorithm::FixedWindow)]
 }
 
+/// Limits and bursts below `below` over a second, a minute or a day, with a penalty half of
+/// the time: small enough that charges get denied.
+pub(crate) fn arb_small_params(below: u64) -> impl Strategy<Value = Params> {
+    let unit = prop::sample::select(vec![1_000_000u64, 60_000_000, DAY_US]);
+    (arb_algorithm(), 0..below, unit, 0..below, arb_penalty()).prop_map(
+        |(algorithm, limit, unit_us, burst, penalty_us)| Params {
+            algorithm,
+            limit,
+            unit_us,
+            burst,
+            penalty_us,
+        },
+    )
+}
+
 /// Keys with their parameters (small limits half of the time, so groups get denied),
 /// then steps: a tick and a group of members (key index, hits).
 fn arb_joint_case() -> impl Strategy<Value = Case> {
-    let small =
-        (arb_algorithm(), 0u64..6, prop::sample::select(vec![1_000_000u64, 60_000_000, DAY_US]), 0u64..6)
-            .prop_map(|(algorithm, limit, unit_us, burst)| Params {
-                algorithm,
-                limit,
-                unit_us,
-                burst,
-                penalty_us: 0,
-            });
-    let small = (small, arb_penalty()).prop_map(|(p, penalty_us)| Params { penalty_us, ..p });
+    let small = arb_small_params(6);
     let params = prop_oneof![1 => small, 1 => arb_algorithm().prop_flat_map(arb_params)];
     let member = (0usize..4, arb_hits());
     let steps = prop::collection::vec((arb_tick(), prop::collection::vec(member, 1..7)), 1..40);
@@ -47,16 +53,7 @@ fn arb_joint_case() -> impl Strategy<Value = Case> {
 /// As [`arb_joint_case`], for coalesced batches: one key (two now and then), 1 to 12
 /// members, small limits most of the time so that members get denied mid-batch.
 fn arb_each_case() -> impl Strategy<Value = Case> {
-    let small =
-        (arb_algorithm(), 0u64..8, prop::sample::select(vec![1_000_000u64, 60_000_000, DAY_US]), 0u64..8)
-            .prop_map(|(algorithm, limit, unit_us, burst)| Params {
-                algorithm,
-                limit,
-                unit_us,
-                burst,
-                penalty_us: 0,
-            });
-    let small = (small, arb_penalty()).prop_map(|(p, penalty_us)| Params { penalty_us, ..p });
+    let small = arb_small_params(8);
     let params = prop_oneof![3 => small, 1 => arb_algorithm().prop_flat_map(arb_params)];
     let member = (prop_oneof![4 => Just(0usize), 1 => Just(1usize)], arb_hits());
     let steps = prop::collection::vec((arb_tick(), prop::collection::vec(member, 1..13)), 1..30);
