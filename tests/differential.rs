@@ -24,6 +24,9 @@ mod joint;
 #[path = "differential/batch.rs"]
 mod batch;
 
+#[path = "differential/legacy.rs"]
+mod legacy;
+
 use std::cell::{Cell, RefCell};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -167,7 +170,14 @@ fn arb_hits() -> impl Strategy<Value = Hits> {
         1 => n.clone().prop_map(Hits::Refund),
         1 => Just(Hits::Consume(0)),
         2 => n.prop_map(Hits::Overdraw),
+        1 => arb_huge().prop_map(Hits::Overdraw),
     ]
+}
+
+/// A reported usage far past any limit (an LLM's 10^12 tokens, a garbled report): the
+/// overdraft's cap at one unit of debt must be the same on both sides.
+fn arb_huge() -> impl Strategy<Value = u64> {
+    prop_oneof![Just(1_000_000_000_000u64), (1u64 << 32)..(1 << 53), Just(MAX_VALUE), Just(u64::MAX),]
 }
 
 /// A random sequence (parameters, start offset, steps) for one bucket.
@@ -201,9 +211,13 @@ fn arb_high_rate_case() -> impl Strategy<Value = (Params, u64, Vec<(Tick, Hits)>
         2 => Just(Hits::Peek),
         1 => n.clone().prop_map(Hits::Refund),
         1 => n.prop_map(Hits::Overdraw),
+        1 => arb_huge().prop_map(Hits::Overdraw),
     ];
     (params, 0..DAY_US, prop::collection::vec((tick, hits), 1..150))
 }
+
+/// A state as both sides keep it: the state and when it expires (µs).
+type Kept = Option<(State, u64)>;
 
 /// Runs one sequence through `apply` (keeping state like the memory store) and the
 /// script (on its own key) and requires identical answers at every step.
@@ -211,10 +225,22 @@ fn run_case(
     con: &mut redis::Connection,
     sha: &str,
     key: &str,
+    case: (Params, u64, Vec<(Tick, Hits)>),
+) -> Result<(), TestCaseError> {
+    run_case_from(con, sha, key, |_, _| Ok(None), case)
+}
+
+/// As [`run_case`], from the state `plant` put under `key` at the start instant (and
+/// returns, as Rust keeps it).
+fn run_case_from(
+    con: &mut redis::Connection,
+    sha: &str,
+    key: &str,
+    plant: impl FnOnce(&mut redis::Connection, u64) -> Result<Kept, TestCaseError>,
     (p, offset, steps): (Params, u64, Vec<(Tick, Hits)>),
 ) -> Result<(), TestCaseError> {
     let mut now = real_now_us() + 365 * DAY_US + offset;
-    let mut stored: Option<(State, u64)> = None;
+    let mut stored = plant(con, now)?;
     for (i, (tick, hits)) in steps.into_iter().enumerate() {
         // Beyond MAX_VALUE (the year 2255) time stands still on both sides.
         now = now.saturating_add(tick.resolve(now, p.unit_us)).min(MAX_VALUE);

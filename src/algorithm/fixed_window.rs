@@ -23,6 +23,8 @@ use super::saturating::{add, clamp};
 /// Peek: allowed iff one hit would pass; `remaining = limit - count`; `reset_us` = time to
 /// the window's end, or 0 when nothing is counted; a denied peek reports the window's end.
 /// Refund: `count - n` (never below 0), always allowed, `Delete` once the count is 0.
+/// Overdraw: as a consume when it fits; otherwise recorded all the same, the count capped
+/// at the limit (the window spent to its end, where the debt ends), and denied.
 pub fn apply(state: Option<(u64, u64, u64)>, now: u64, p: &Params, hits: Hits) -> Outcome {
     let window = Window::observe(state, now, p);
     match hits {
@@ -40,13 +42,14 @@ pub fn apply(state: Option<(u64, u64, u64)>, now: u64, p: &Params, hits: Hits) -
         Hits::Peek => window.denied(),
         Hits::Refund(n) => window.charged(window.count.saturating_sub(clamp(n))),
         Hits::Overdraw(n) => {
-            // Recorded whether or not it fits; denied past the limit.
+            // Recorded whether or not it fits, up to the limit (as the sliding window: the
+            // window is spent to its end, where the debt ends); denied past the limit.
             let count = add(window.count, clamp(n));
-            let charged = window.charged(count);
             if count <= window.limit {
-                charged
+                window.charged(count)
             } else {
-                Outcome { decision: window.denied().decision, write: charged.write }
+                let write = window.charged(window.limit).write;
+                Outcome { decision: window.denied().decision, write }
             }
         }
     }

@@ -21,9 +21,13 @@
 //! (up, so that retrying then passes) and the expiry (up, so that state only expires once
 //! it carries no information).
 //!
-//! The TAT runs at most `tolerance` ahead of now; [`MAX_TOLERANCE_US`] keeps
-//! `now + 2 * tolerance` below 2^53 until 2112, so no sum that can decide an admission
-//! ever saturates. The config rejects a rule past it ([`tolerance_fits`]).
+//! An admitted charge leaves the TAT at most `tolerance` ahead of now, an overdraw at most
+//! `tolerance + unit` (its debt is capped at one unit of the limit: `limit` emissions are
+//! exactly `unit`), so a 1,000/hour budget with the default burst is full again within 2 h
+//! of any report, however large.
+//! [`MAX_TOLERANCE_US`] keeps `now + 2 * tolerance` below 2^53 until 2112, so no sum that
+//! can admit ever saturates (one past the tolerance may, and is denied all the same). The
+//! config rejects a rule past it ([`tolerance_fits`]).
 
 use super::bucket::{Decision, Hits, Outcome, Params, State, Write};
 use super::saturating::{add, clamp, mul_div_rem, MAX_VALUE};
@@ -54,6 +58,9 @@ pub fn tolerance_fits(p: &Params) -> bool {
 /// (only `burst == 0` makes that longer than the time until full).
 /// Refund: moves the TAT back by `n` emissions, never before `now`; always allowed;
 /// `Delete` once the bucket is full.
+/// Overdraw: as a consume when it fits; otherwise stored all the same, the TAT capped at
+/// `now + tolerance + unit` (also one stored further ahead, under another limit or before
+/// the cap), and denied with the time until one hit fits again.
 /// `remaining` is `burst - ceil(ahead * limit / unit)` where `ahead = tat - now`: hits
 /// admissible at once, exactly.
 /// A stored remainder is in units of `1 / limit` µs; if the limit changed since (a reload)
@@ -67,14 +74,7 @@ pub fn apply(tat: Option<(u64, u64)>, now: u64, p: &Params, hits: Hits) -> Outco
     if limit == 0 {
         return blocked(unit, hits);
     }
-    let mut bucket =
-        Bucket { now, limit, unit, burst: clamp(p.burst), tolerance: Span::ZERO, ahead: Span::ZERO };
-    bucket.tolerance = bucket.span(bucket.burst);
-    if let Some((us, rem)) = tat.map(|(us, rem)| (clamp(us), clamp(rem).min(limit - 1))) {
-        if us >= now {
-            bucket.ahead = Span { us: us - now, frac: rem };
-        }
-    }
+    let bucket = Bucket::at(tat, now, limit, unit, clamp(p.burst));
     match hits {
         Hits::Consume(n) => bucket.consume(clamp(n)),
         Hits::Peek => bucket.peek(),
@@ -92,13 +92,8 @@ pub(super) fn admissible(tat: (u64, u64), now: u64, p: &Params) -> (u64, u64) {
     if limit == 0 {
         return (0, 0);
     }
-    let unit = clamp(p.unit_us).max(1);
-    let mut bucket =
-        Bucket { now, limit, unit, burst: clamp(p.burst), tolerance: Span::ZERO, ahead: Span::ZERO };
-    bucket.tolerance = bucket.span(bucket.burst);
-    let (us, rem) = (clamp(tat.0), clamp(tat.1).min(limit - 1));
-    let ahead = if us >= now { Span { us: us - now, frac: rem } } else { Span::ZERO };
-    (bucket.allowed_at(Span::ZERO).remaining, bucket.allowed_at(ahead).remaining)
+    let bucket = Bucket::at(Some(tat), now, limit, clamp(p.unit_us).max(1), clamp(p.burst));
+    (bucket.allowed_at(Span::ZERO).remaining, bucket.allowed_at(bucket.ahead).remaining)
 }
 
 /// `limit == 0`: nothing is ever admitted, and nothing is stored that could be refunded.
@@ -137,13 +132,34 @@ struct Bucket {
     limit: u64,
     unit: u64,
     burst: u64,
-    /// `burst` emissions: how far ahead of `now` the TAT may run.
+    /// `burst` emissions: how far ahead of `now` an admitted charge may move the TAT.
     tolerance: Span,
+    /// `tolerance + unit`: how far ahead of `now` an overdraw may move the TAT (a debt of
+    /// one unit of the limit).
+    ceiling: Span,
     /// `max(tat, now) - now`.
     ahead: Span,
 }
 
 impl Bucket {
+    /// The bucket of the stored TAT `(µs, remainder)` at `now`; every argument <= MAX_VALUE,
+    /// `limit, unit >= 1`. A remainder stored under another limit (before a reload) is
+    /// clamped below this one (< 1 µs). A TAT past the ceiling is read as it is: clamping
+    /// it on read would hold the bucket at the ceiling for as long as that TAT lasts.
+    fn at(tat: Option<(u64, u64)>, now: u64, limit: u64, unit: u64, burst: u64) -> Bucket {
+        let zero = Span::ZERO;
+        let mut bucket = Bucket { now, limit, unit, burst, tolerance: zero, ceiling: zero, ahead: zero };
+        bucket.tolerance = bucket.span(burst);
+        // `limit` emissions are exactly `unit` µs.
+        bucket.ceiling = bucket.plus(bucket.tolerance, Span { us: unit, frac: 0 });
+        if let Some((us, rem)) = tat.map(|(us, rem)| (clamp(us), clamp(rem).min(limit - 1))) {
+            if us >= now {
+                bucket.ahead = Span { us: us - now, frac: rem };
+            }
+        }
+        bucket
+    }
+
     /// `n` emissions: `n * unit / limit` µs, exactly.
     fn span(&self, n: u64) -> Span {
         let (us, frac) = mul_div_rem(n, self.unit, self.limit);
@@ -207,9 +223,11 @@ impl Bucket {
     }
 
     /// As `consume`, but a charge that does not fit is stored all the same (the TAT passes
-    /// the tolerance): denied, with the time until one hit fits again.
+    /// the tolerance), up to the ceiling — a debt of at most one unit of the limit, so that
+    /// no report, however large, keeps the bucket more than `tolerance + unit` from full:
+    /// denied, with the time until one hit fits again.
     fn overdraw(&self, n: u64) -> Outcome {
-        let new = self.plus(self.ahead, self.span(n));
+        let new = self.plus(self.ahead, self.span(n)).min(self.ceiling);
         let stored = self.store(new);
         if new <= self.tolerance {
             return stored;

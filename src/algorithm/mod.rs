@@ -121,6 +121,9 @@ fn window(state: Option<State>) -> Option<(u64, u64, u64)> {
 }
 
 #[cfg(test)]
+mod overdraft_tests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;

@@ -31,6 +31,10 @@ use super::saturating::{add, clamp, mul_div, mul_div_ceil};
 /// is; when denied the reset is at least the time until one hit passes.
 /// Refund: takes `n` off `current` only (never below 0; `previous` is left alone), always
 /// allowed, `Delete` once both counters are 0.
+/// Overdraw: as a consume when it fits; otherwise recorded all the same, `current` capped
+/// at the limit, and denied until one hit fits again. The cap is what ends the debt with
+/// its window: the window is spent to its end, and the next one weighs it as a window that
+/// admitted exactly its limit (one hit fits `unit / limit` into it), never as the report.
 pub fn apply(state: Option<(u64, u64, u64)>, now: u64, p: &Params, hits: Hits) -> Outcome {
     let window = Window::observe(state, now, p);
     match hits {
@@ -57,8 +61,10 @@ pub fn apply(state: Option<(u64, u64, u64)>, now: u64, p: &Params, hits: Hits) -
             if window.fits(n) {
                 return window.charged(window.current + n);
             }
-            // Recorded all the same; denied, until one more hit fits.
-            let after = Window { current: add(window.current, n), ..window };
+            // Recorded all the same, up to the limit: the debt ends with its window (a
+            // larger count would weigh on the next one as its previous count). Denied,
+            // until one more hit fits.
+            let after = Window { current: add(window.current, n).min(window.limit), ..window };
             let reset_us = after.until_fits(1);
             let write = window.charged(after.current).write;
             Outcome { decision: Decision { allowed: false, remaining: 0, reset_us }, write }

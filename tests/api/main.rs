@@ -18,6 +18,7 @@ mod migration;
 mod new_limits;
 mod ops;
 mod options;
+mod overdraft;
 mod redis_store;
 mod scenarios;
 #[allow(dead_code)]

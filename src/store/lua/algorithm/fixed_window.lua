@@ -16,9 +16,13 @@ local function fixed(st, now, limit, unit, burst, mode, n)
     if count + n > limit then return 0, 0, left end
     c = count + n
   elseif mode == 3 then
-    -- Overdraw: recorded whether or not it fits; denied past the limit.
+    -- Overdraw: recorded whether or not it fits, up to the limit (the window spent to its
+    -- end, where the debt ends); denied past the limit.
     c = add(count, n)
-    if c > limit then return 0, 0, left, {kind = 'w', s = ws, c = c, p = 0, at = window_expiry(ws, unit, false)} end
+    if c > limit then
+      if limit == 0 then return 0, 0, left, false end
+      return 0, 0, left, {kind = 'w', s = ws, c = limit, p = 0, at = window_expiry(ws, unit, false)}
+    end
   elseif mode == 1 then
     if count >= limit then return 0, 0, left end
     local reset = 0

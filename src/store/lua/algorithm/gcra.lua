@@ -72,9 +72,14 @@ local function gcra(st, now, limit, unit, burst, mode, n)
     if nu < tol_u or (nu == tol_u and nf <= tol_f) then return gcra_store(now, nu, nf, limit, unit, burst) end
     return 0, 0, gcra_ceil(gcra_minus(nu, nf, tol_u, tol_f, limit))
   elseif mode == 3 then
-    -- Overdraw: stored whether or not it fits; past the tolerance, denied until one hit fits.
+    -- Overdraw: stored whether or not it fits, the TAT at most at the ceiling; past the
+    -- tolerance, denied until one hit fits.
     local eu, ef = muldiv(n, unit, limit)
     local nu, nf = gcra_plus(ahead_u, ahead_f, eu, ef, limit)
+    -- The ceiling, tolerance + unit (limit emissions are exactly unit): a debt of at most
+    -- one unit of the limit.
+    local cap_u, cap_f = gcra_plus(tol_u, tol_f, unit, 0, limit)
+    if nu > cap_u or (nu == cap_u and nf > cap_f) then nu, nf = cap_u, cap_f end
     local allowed, remaining, reset, write = gcra_store(now, nu, nf, limit, unit, burst)
     if nu < tol_u or (nu == tol_u and nf <= tol_f) then return allowed, remaining, reset, write end
     local ou, of = muldiv(1, unit, limit)

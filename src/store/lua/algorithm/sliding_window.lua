@@ -51,10 +51,13 @@ local function sliding(st, now, limit, unit, burst, mode, n)
     end
     c = current + n
   elseif mode == 3 then
-    -- Overdraw: recorded whether or not it fits; denied until one more hit fits.
+    -- Overdraw: recorded whether or not it fits, up to the limit (the debt ends with its
+    -- window: a larger count would weigh on the next one); denied until one hit fits.
     if weighted + current + n > limit then
-      local over = add(current, n)
+      local over = math.min(add(current, n), limit)
       local reset = sliding_until_fits(1, limit, over, previous, left, unit)
+      -- Only a limit of 0 can leave nothing to store.
+      if over == 0 and previous == 0 then return 0, 0, reset, false end
       return 0, 0, reset, {kind = 'w', s = ws, c = over, p = previous, at = window_expiry(ws, unit, true)}
     end
     c = current + n
