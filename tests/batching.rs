@@ -198,6 +198,45 @@ async fn a_group_that_fails_in_redis_fails_alone_in_its_call() {
     }
 }
 
+/// Issue 37, hole 10, with the keys a misconfigured neighbour or an operator's `SET` leaves:
+/// a window's key holding a string where a hash is expected, and a GCRA key holding a hash
+/// where a string is expected. Each fails its own rider with `WRONGTYPE` (read through
+/// `redis.pcall` before its group is decided); the riders around them are answered and
+/// charged, and the broken keys are left as they were.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_of_the_wrong_type_fail_only_their_riders() {
+    let redis = RedisServer::start();
+    redis.cli(&["SET", "tg:f:batch-test:string", "not a window"]);
+    redis.cli(&["HSET", "tg:f:batch-test:hash", "s", "1", "c", "2"]);
+    let gcra = Params { algorithm: Algorithm::Gcra, burst: 5, limit: 5, ..PARAMS };
+    let hash = Charge { key: "tg:f:batch-test:hash".into(), params: gcra, hits: Hits::Consume(1) };
+    let (_front, store) = held_store(&redis, Duration::from_secs(1), 4096);
+    let lead = charge(&store, vec![consume("lead")], far());
+    assert!(eventually(Duration::from_secs(5), || async { store.lanes_in_use() == 1 }).await);
+    let mut queued = 0;
+    let before = ride(&store, &mut queued, vec![consume("before")], far()).await;
+    let string = ride(&store, &mut queued, vec![consume("string")], far()).await;
+    let between = ride(&store, &mut queued, vec![consume("between")], far()).await;
+    let hash = ride(&store, &mut queued, vec![hash], far()).await;
+    let after = ride(&store, &mut queued, vec![consume("after-1"), consume("after-2")], far()).await;
+    assert!(allowed(&lead.await.expect("task")));
+    for broken in [string.await.expect("task"), hash.await.expect("task")] {
+        let wrong_type =
+            matches!(&broken.results[..], [Err(StoreError::Server(e))] if e.contains("WRONGTYPE"));
+        assert!(wrong_type, "{broken:?}");
+    }
+    for rider in [before, between, after] {
+        let answer = rider.await.expect("task");
+        assert!(allowed(&answer), "{answer:?}");
+    }
+    assert_eq!(evalsha_calls(&redis), 2, "the riders went in one call");
+    for key in ["before", "between", "after-1", "after-2"] {
+        assert_eq!(charged(&redis, key), 1, "{key}");
+    }
+    assert_eq!(redis.cli(&["GET", "tg:f:batch-test:string"]).trim(), "not a window");
+    assert_eq!(redis.cli(&["HGET", "tg:f:batch-test:hash", "c"]).trim(), "2");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_carries_at_most_max_inflight_charges() {
     let redis = RedisServer::start();

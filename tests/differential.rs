@@ -27,6 +27,9 @@ mod batch;
 #[path = "differential/legacy.rs"]
 mod legacy;
 
+#[path = "differential/junk.rs"]
+mod junk;
+
 use std::cell::{Cell, RefCell};
 use std::time::{SystemTime, UNIX_EPOCH};
 

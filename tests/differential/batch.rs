@@ -40,14 +40,14 @@ fn eval_batch(
 
 /// The reply as the store reads it (`send_packed_commands`): a member's error stays an
 /// entry of the array, instead of failing the whole reply as `query` makes it.
-fn eval_raw(con: &mut redis::Connection, cmd: redis::Cmd) -> redis::Value {
+pub(crate) fn eval_raw(con: &mut redis::Connection, cmd: redis::Cmd) -> redis::Value {
     use redis::ConnectionLike;
     let mut values =
         con.req_packed_commands(&cmd.get_packed_command(), 0, 1).expect("the call itself succeeds");
     values.pop().expect("one reply")
 }
 
-fn batch_cmd(sha: &str, keys: &[String], groups: &[(bool, Vec<Member>)], now: u64) -> redis::Cmd {
+pub(crate) fn batch_cmd(sha: &str, keys: &[String], groups: &[(bool, Vec<Member>)], now: u64) -> redis::Cmd {
     // The rules once each, by first use, as the store sends them.
     let mut rules: Vec<Params> = Vec::new();
     for m in groups.iter().flat_map(|(_, members)| members) {

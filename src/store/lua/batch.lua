@@ -17,6 +17,10 @@
 -- Flat, not a table per member: each nested table costs the call an allocation and Redis
 -- a nested reply. A write Redis refuses (out of memory,
 -- when every write fails) is the error of every group that wrote.
+-- No pcall per group: what Redis can fail (a read of the wrong type) is read with
+-- redis.pcall before the group is decided, and deciding raises no error on anything a key
+-- can hold (unreadable state is no state, every number clamped; tests/differential/junk.rs).
+-- A Lua error past the reads would be a bug here, and fail the whole call.
 
 local ALGORITHMS = {gcra = gcra, sliding_window = sliding, fixed_window = fixed}
 local KINDS = {gcra = 'g', sliding_window = 'w', fixed_window = 'w'}

@@ -22,9 +22,17 @@
 //! - **A rider past its own deadline is withdrawn before the write**, as is one whose
 //!   request is gone (its receiver dropped): it is not charged and answers `Timeout` by
 //!   itself. **Each rider waits only to its own deadline**; the call runs to the latest.
-//! - **A Lua error in one group fails that group only**: `batch.lua` runs each group under
-//!   `pcall` and answers an error entry per member of a failed group. A call that failed or
-//!   timed out is every rider's error: each "may have run", and nothing is re-sent.
+//! - **What fails in Redis fails its group only**, for every failure Redis can cause:
+//!   `batch.lua` checks each group's arguments and reads its keys (`redis.pcall`: a key of
+//!   the wrong type is an error returned, not raised) before anything of the group is
+//!   decided, and answers an error entry per member of a group that failed there, which
+//!   changes nothing; the other groups are decided and written. There is no `pcall` per
+//!   group: deciding raises no error on anything a key can hold — unreadable state is no
+//!   state, every number is clamped (`tests/differential/junk.rs`) — so a Lua error past
+//!   the reads would be a bug in the script, and would fail the whole call.
+//!   A write Redis refuses at the end (out of memory: then every write fails) is the error
+//!   of every group that wrote. A call that failed or timed out is every rider's error:
+//!   each "may have run", and nothing is re-sent.
 //! - **Bounded**: at most `max_charges` charges per call (`MAX_CHARGES`, and never past
 //!   `--redis-max-inflight`), counted as that many commands against
 //!   `--redis-max-inflight` (`Link::send_weighted`), since a stalled Redis may run them
