@@ -65,7 +65,7 @@ fn arb_junk_case() -> impl Strategy<Value = Case> {
 }
 
 fn plant(con: &mut redis::Connection, key: &str, junk: &Junk) -> Result<(), TestCaseError> {
-    let mut cmd = match junk {
+    let cmd = match junk {
         Junk::Absent => return Ok(()),
         Junk::Hash(fields) if fields.is_empty() => return Ok(()),
         Junk::Text(text) => {
