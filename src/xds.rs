@@ -5,8 +5,9 @@
 //! variables or Tollgate's flags), `channel` (dialling, TLS and mTLS), `backoff` (the
 //! peer's jittered reconnect waits), `stream` (one ADS stream: requests, responses, ACK and
 //! NACK). The task started by [`spawn`] owns the stream and its state; nothing depends on a
-//! request future. Each response is compiled per resource (`config::xds`) and swapped in
-//! through `Live::apply_xds`.
+//! request future. Each response is decoded whole — one resource that does not decode
+//! rejects it all, every last good version kept — then compiled per resource
+//! (`config::xds`) and swapped in through `Live::apply_xds`.
 
 use std::sync::Arc;
 

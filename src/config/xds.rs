@@ -1,14 +1,21 @@
 //! Policies from xDS: `RateLimitConfig` resources (`proto`) turned into policy files
 //! (`convert`) and compiled, one resource at a time, by the same compiler as files.
 //!
-//! Per resource, better than envoyproxy/ratelimit's all-or-nothing: a resource that does not
-//! decode or does not compile is rejected on its own, with errors naming it (its `name`),
-//! the rule path and the field; it keeps its last good version (or stays absent), and every
-//! good resource applies. A resource missing from a response is removed (state of the world).
-//! Pure: no network, no clock but the snapshot's load time; the client (`crate::xds`) owns
-//! the stream and decides what to ACK.
+//! Two steps. [`decode`] reads every resource of a response; one that does not decode, or
+//! is of another type, rejects the **whole** response (`Undecodable`, naming each such slot
+//! by index and type URL): without its bytes nothing says which domain the slot held, so no
+//! last good version could be kept for it, and applying the rest would silently drop that
+//! domain. [`Resources::apply`] then compiles the decoded resources per resource, better than
+//! envoyproxy/ratelimit's all-or-nothing: one that does not compile is rejected on its own,
+//! with errors naming it (its `name`), the rule path and the field; it keeps its last good
+//! version (or stays absent), and every good resource applies. A resource missing from a
+//! response is removed (state of the world).
+//! Pure: no network, no clock but the snapshot's load time; `apply` returns the next state
+//! and never changes the current one, so a caller that fails midway still has it. The client
+//! (`crate::xds`) owns the stream and decides what to ACK.
 
 use std::collections::BTreeMap;
+use std::fmt;
 use std::path::PathBuf;
 
 use prost::Message;
@@ -29,10 +36,69 @@ pub struct Resources {
     good: BTreeMap<String, String>,
 }
 
+/// One slot of a response that cannot be read as a `RateLimitConfig`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BadSlot {
+    /// Its index in the response's `resources`.
+    pub index: usize,
+    /// The slot's `type_url`, as sent.
+    pub type_url: String,
+    /// Why it cannot be read (a foreign type, or the decoder's error).
+    pub problem: String,
+}
+
+/// A response that cannot apply at all: some of its resources do not decode as a
+/// `RateLimitConfig` or are of another type. Its text is the `error_detail` of the answer:
+/// a first line saying the whole response was rejected, then `resources[i] (type_url):
+/// problem` per bad slot.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub struct Undecodable {
+    /// Every bad slot, in response order (never empty).
+    pub slots: Vec<BadSlot>,
+}
+
+impl fmt::Display for Undecodable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "response rejected as a whole, nothing of it applied (every last good version serves):")?;
+        for slot in &self.slots {
+            write!(f, "\nresources[{}] ({}): {}", slot.index, slot.type_url, slot.problem)?;
+        }
+        Ok(())
+    }
+}
+
+/// Decodes every resource of a response, `(type_url, bytes)` each, in order; any slot that
+/// is of another type or does not decode rejects the whole response, every such slot named.
+pub fn decode<'a>(
+    resources: impl IntoIterator<Item = (&'a str, &'a [u8])>,
+) -> Result<Vec<proto::RateLimitConfig>, Undecodable> {
+    let mut configs = Vec::new();
+    let mut slots = Vec::new();
+    for (index, (type_url, bytes)) in resources.into_iter().enumerate() {
+        let problem = if type_url != TYPE_URL {
+            format!("unexpected resource type (expected {TYPE_URL})")
+        } else {
+            match proto::RateLimitConfig::decode(bytes) {
+                Ok(config) => {
+                    configs.push(config);
+                    continue;
+                }
+                Err(e) => format!("cannot decode RateLimitConfig: {e}"),
+            }
+        };
+        slots.push(BadSlot { index, type_url: type_url.to_owned(), problem });
+    }
+    if slots.is_empty() {
+        Ok(configs)
+    } else {
+        Err(Undecodable { slots })
+    }
+}
+
 /// One resource of a response that was not applied.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rejected {
-    /// The resource's name (`resources[i]` when it has none or does not decode).
+    /// The resource's name (`resources[i]` when it has none).
     pub name: String,
     /// True when its last good version keeps serving; false when it is absent.
     pub kept_previous: bool,
@@ -43,6 +109,8 @@ pub struct Rejected {
 /// What one response made of the resources.
 #[derive(Debug)]
 pub struct Applied {
+    /// The state after this response, to keep once the snapshot is swapped in.
+    pub resources: Resources,
     /// The snapshot to serve: every good resource, and the last good version of rejected ones.
     pub snapshot: Snapshot,
     /// The resources not applied, by name.
@@ -65,18 +133,20 @@ impl Resources {
         self.good.keys().map(String::as_str)
     }
 
-    /// Applies one state-of-the-world response: `(type_url, bytes)` of every resource.
-    /// Never fails: what cannot apply is rejected and reported in `Applied::rejected`.
-    pub fn apply<'a>(
-        &mut self,
-        resources: impl IntoIterator<Item = (&'a str, &'a [u8])>,
+    /// Applies one state-of-the-world response, every resource decoded ([`decode`]), on top
+    /// of these last good versions. Never fails: a resource that cannot compile is rejected
+    /// and reported in `Applied::rejected`. `self` is left as it was: the next state is
+    /// `Applied::resources`.
+    pub fn apply(
+        &self,
+        configs: impl IntoIterator<Item = proto::RateLimitConfig>,
         options: &LoadOptions,
     ) -> Applied {
         let mut rejected = Vec::new();
         let mut candidates: BTreeMap<String, String> = BTreeMap::new();
-        for (index, (type_url, bytes)) in resources.into_iter().enumerate() {
+        for (index, config) in configs.into_iter().enumerate() {
             let unnamed = format!("resources[{index}]");
-            match self.one(&unnamed, type_url, bytes, &candidates, options) {
+            match one(&unnamed, &config, &candidates, options) {
                 Ok((name, text)) => {
                     candidates.insert(name, text);
                 }
@@ -90,37 +160,7 @@ impl Resources {
             }
         }
         let snapshot = self.settle(&mut candidates, &mut rejected, options);
-        self.good = candidates;
-        Applied { snapshot, rejected }
-    }
-
-    /// Decodes and compiles one resource alone: `(name, policy text)`, or its errors.
-    fn one(
-        &self,
-        unnamed: &str,
-        type_url: &str,
-        bytes: &[u8],
-        seen: &BTreeMap<String, String>,
-        options: &LoadOptions,
-    ) -> Result<(String, String), (String, Vec<ConfigError>)> {
-        let fail =
-            |name: &str, message: String| Err((name.to_owned(), vec![ConfigError::new(name, "", message)]));
-        if type_url != TYPE_URL {
-            return fail(unnamed, format!("unexpected resource type {type_url:?} (expected {TYPE_URL})"));
-        }
-        let config = match proto::RateLimitConfig::decode(bytes) {
-            Ok(config) => config,
-            Err(e) => return fail(unnamed, format!("cannot decode RateLimitConfig: {e}")),
-        };
-        let name = if config.name.is_empty() { unnamed.to_owned() } else { config.name.clone() };
-        if seen.contains_key(&name) {
-            return fail(&name, "duplicate resource name in one response".to_owned());
-        }
-        let text = convert::to_yaml(&config);
-        match compile_sources_with(&[(PathBuf::from(&name), text.clone())], options) {
-            Ok(_) => Ok((name, text)),
-            Err(errors) => Err((name, without_lines(errors.0))),
-        }
+        Applied { resources: Resources { good: candidates }, snapshot, rejected }
     }
 
     /// Compiles the candidates together. Errors only a set can have (a domain in two
@@ -170,6 +210,25 @@ impl Resources {
                 candidates.clear();
             }
         }
+    }
+}
+
+/// Compiles one decoded resource alone: `(name, policy text)`, or its errors.
+fn one(
+    unnamed: &str,
+    config: &proto::RateLimitConfig,
+    seen: &BTreeMap<String, String>,
+    options: &LoadOptions,
+) -> Result<(String, String), (String, Vec<ConfigError>)> {
+    let name = if config.name.is_empty() { unnamed.to_owned() } else { config.name.clone() };
+    if seen.contains_key(&name) {
+        let error = ConfigError::new(&name, "", "duplicate resource name in one response");
+        return Err((name, vec![error]));
+    }
+    let text = convert::to_yaml(config);
+    match compile_sources_with(&[(PathBuf::from(&name), text.clone())], options) {
+        Ok(_) => Ok((name, text)),
+        Err(errors) => Err((name, without_lines(errors.0))),
     }
 }
 

@@ -40,7 +40,9 @@ pub enum XdsResult {
     /// Some resources rejected: the good ones applied, the request carries the new version
     /// and an `error_detail` naming the rejected ones.
     Partial,
-    /// Nothing applied (a response of another type): the previous version is repeated.
+    /// Nothing applied: a resource did not decode or was of another type, the compile step
+    /// failed, or the response was of another type. The version acknowledged stays the
+    /// previous one.
     Nack,
 }
 

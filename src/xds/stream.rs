@@ -1,14 +1,24 @@
 //! One ADS stream at a time, state of the world, wildcard: the first request subscribes to
-//! every `RateLimitConfig`; each response is applied per resource and answered.
+//! every `RateLimitConfig`; each response is decoded whole, applied per resource and answered.
 //!
-//! Every request carries the node (id and metadata), the type URL, no resource names, the
-//! `version_info` last acknowledged and the `response_nonce` of the response it answers.
-//! The answer to a response of our type always carries that response's `version_info`:
-//! what serves is built from it (every resource that compiled; for a rejected one its last
-//! good version, or nothing). When some resources were rejected the request also carries an
-//! `error_detail` (code INVALID_ARGUMENT) naming each, with its rule path and field: a NACK
-//! for a server that reads it, and no resend loop with go-control-plane, which compares only
-//! versions. A response of another type is NACKed with the previous version.
+//! Every request carries the node (id and metadata), the type URL and no resource names; the
+//! subscription carries the `version_info` last acknowledged, each answer the
+//! `response_nonce` of the response it answers. The answer to a response of our type always
+//! carries that response's `version_info`, so that go-control-plane, which compares only
+//! versions, does not resend it in a loop; an `error_detail` (code INVALID_ARGUMENT) says
+//! what of it was not applied:
+//! - every resource decodes: what serves is built from it (every resource that compiled;
+//!   for a rejected one its last good version, or nothing), and the detail names each
+//!   rejected resource with its rule path and field (a partial ACK);
+//! - some resource does not decode or is of another type, or the compile step failed (it
+//!   panicked): nothing of it applies, every last good version keeps serving, and the
+//!   detail names each bad slot by index and type URL (a NACK; the version acknowledged
+//!   stays the previous one in the state, the metrics and the next subscription).
+//!
+//! The last good versions are never moved out of the client: the compile step reads them
+//! through an `Arc` and returns the next state, so a compile that panics (or an answer that
+//! is cancelled) leaves them whole. A response of another type is NACKed with the previous
+//! version.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -16,12 +26,13 @@ use std::time::{Duration, SystemTime};
 use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
 use envoy_types::pb::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
-use envoy_types::pb::google::protobuf::{value::Kind, Struct, Value};
+use envoy_types::pb::google::protobuf::{value::Kind, Any, Struct, Value};
 use envoy_types::pb::google::rpc::Status;
 use tokio::sync::{mpsc, watch};
 use tonic::metadata::{MetadataKey, MetadataValue};
 
-use crate::config::xds::{Resources, TYPE_URL};
+use crate::config::xds::{decode, Applied, Resources, Undecodable, TYPE_URL};
+use crate::config::LoadOptions;
 use crate::live::{Live, Nack};
 use crate::metrics::xds::XdsResult;
 
@@ -45,10 +56,25 @@ enum Ended {
 struct Client {
     settings: XdsSettings,
     live: Arc<Live>,
-    resources: Resources,
+    /// The last good version of every resource. Shared with the compile task, never moved
+    /// into it: replaced only once a compile has returned.
+    resources: Arc<Resources>,
     /// `version_info` last acknowledged ("" before the first).
     acked: String,
     received: watch::Sender<bool>,
+    /// The compile step ([`compile`]); a field only so that a test can make it panic.
+    compile: Compile,
+}
+
+/// Compiles one response's resources against the last good versions, leaving them as they
+/// are: the next state is `Applied::resources`.
+type Compile = fn(&Resources, &[Any], &LoadOptions) -> Result<Applied, Undecodable>;
+
+/// The compile step: every resource decoded (any slot that does not decode rejects the
+/// response whole), then compiled per resource.
+fn compile(state: &Resources, resources: &[Any], options: &LoadOptions) -> Result<Applied, Undecodable> {
+    let configs = decode(resources.iter().map(|r| (r.type_url.as_str(), r.value.as_slice())))?;
+    Ok(state.apply(configs, options))
 }
 
 /// Connects, serves streams and reconnects until `stop` flips to true.
@@ -60,7 +86,7 @@ pub async fn run(
 ) {
     let mut backoff = Backoff::new(settings.backoff);
     let mut client =
-        Client { settings, live, resources: Resources::default(), acked: String::new(), received };
+        Client { settings, live, resources: Arc::default(), acked: String::new(), received, compile };
     loop {
         let ended = tokio::select! {
             _ = stop.wait_for(|s| *s) => return,
@@ -147,23 +173,33 @@ impl Client {
             self.rejected(XdsResult::Nack, &version, &nonce, &message, Vec::new());
             return self.request(self.acked.clone(), nonce, Some(message));
         }
-        let options = *self.live.options();
-        let mut state = std::mem::take(&mut self.resources);
+        let (state, compile, options) = (Arc::clone(&self.resources), self.compile, *self.live.options());
         // Compiling is CPU work: off the async workers.
-        let job = tokio::task::spawn_blocking(move || {
-            let applied =
-                state.apply(resources.iter().map(|r| (r.type_url.as_str(), r.value.as_slice())), &options);
-            (state, applied)
-        });
-        let (state, applied) = match job.await {
-            Ok(done) => done,
+        let job = tokio::task::spawn_blocking(move || compile(&state, &resources, &options));
+        let applied = match job.await {
+            Ok(Ok(applied)) => applied,
+            Ok(Err(undecodable)) => return self.refuse(version, nonce, undecodable.to_string()),
             Err(e) => {
-                let message = format!("applying the response failed: {e}");
-                self.rejected(XdsResult::Nack, &version, &nonce, &message, Vec::new());
-                return self.request(self.acked.clone(), nonce, Some(message));
+                let message = format!(
+                    "response rejected as a whole, nothing of it applied (every last good version serves): \
+                     compiling it failed: {e}"
+                );
+                return self.refuse(version, nonce, message);
             }
         };
-        self.resources = state;
+        self.apply(version, nonce, applied)
+    }
+
+    /// Applies nothing of a response: answers it with its version and `message` (a NACK),
+    /// the last good versions and the version acknowledged unchanged.
+    fn refuse(&self, version: String, nonce: String, message: String) -> DiscoveryRequest {
+        self.rejected(XdsResult::Nack, &version, &nonce, &message, Vec::new());
+        self.request(version, nonce, Some(message))
+    }
+
+    /// Serves what `applied` built, keeps its state, and makes the ACK (or partial ACK).
+    fn apply(&mut self, version: String, nonce: String, mut applied: Applied) -> DiscoveryRequest {
+        self.resources = Arc::new(std::mem::take(&mut applied.resources));
         let names: Vec<String> = applied.rejected.iter().map(|r| r.name.clone()).collect();
         let rejection = applied.rejection_text();
         let domains = applied.snapshot.domains.len();
@@ -241,3 +277,6 @@ impl Client {
 fn status_text(status: &tonic::Status) -> String {
     format!("{:?}: {}", status.code(), status.message())
 }
+
+#[cfg(test)]
+mod tests;

@@ -16,6 +16,9 @@ use crate::support::{eventually, is_ok, metric, request, TestApp};
 use crate::ads::certs::Certs;
 use crate::ads::server::ManagementServer;
 
+/// A response that cannot be read whole: rejected whole, every last good version kept.
+mod rejections;
+
 /// Long enough for a loaded CI machine; every wait polls a condition.
 const PATIENCE: Duration = Duration::from_secs(20);
 

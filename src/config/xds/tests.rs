@@ -1,7 +1,7 @@
 use prost::Message;
 
 use super::proto::{RateLimitConfig, RateLimitDescriptor, RateLimitPolicy, RateLimitReplace, RateLimitUnit};
-use super::{Resources, TYPE_URL};
+use super::{decode, Resources, TYPE_URL};
 use crate::config::LoadOptions;
 
 fn limit(unit: RateLimitUnit, requests: u32) -> Option<RateLimitPolicy> {
@@ -24,9 +24,13 @@ fn bad_unit(name: &str, domain: &str) -> RateLimitConfig {
     config(name, domain, vec![node("user", "", limit(RateLimitUnit::Unknown, 5))])
 }
 
+/// `configs` through the wire and applied on top of `resources`, which then holds the next state.
 fn apply(resources: &mut Resources, configs: &[RateLimitConfig]) -> super::Applied {
     let encoded: Vec<Vec<u8>> = configs.iter().map(Message::encode_to_vec).collect();
-    resources.apply(encoded.iter().map(|bytes| (TYPE_URL, bytes.as_slice())), &LoadOptions::default())
+    let decoded = decode(encoded.iter().map(|bytes| (TYPE_URL, bytes.as_slice()))).expect("decodes");
+    let mut applied = resources.apply(decoded, &LoadOptions::default());
+    *resources = std::mem::take(&mut applied.resources);
+    applied
 }
 
 fn requests(applied: &super::Applied, domain: &str) -> Option<u64> {
@@ -124,14 +128,34 @@ fn a_domain_taken_by_another_resource_is_blamed_on_the_newcomer() {
 }
 
 #[test]
-fn undecodable_and_foreign_resources_are_named_by_position() {
-    let mut resources = Resources::default();
+fn undecodable_and_foreign_resources_reject_the_whole_response_naming_each_slot() {
     let good = good("a", "a", 1).encode_to_vec();
-    let applied = resources.apply(
-        [(TYPE_URL, &b"\xff\xff"[..]), ("type.googleapis.com/other", &good[..]), (TYPE_URL, &good[..])],
-        &LoadOptions::default(),
+    let other = "type.googleapis.com/other";
+    let error = decode([(TYPE_URL, &b"\xff\xff"[..]), (other, &good[..]), (TYPE_URL, &good[..])])
+        .expect_err("rejected whole");
+    let slots: Vec<(usize, &str)> = error.slots.iter().map(|s| (s.index, s.type_url.as_str())).collect();
+    assert_eq!(slots, [(0, TYPE_URL), (1, other)]);
+    let text = error.to_string();
+    assert!(text.starts_with("response rejected as a whole"), "{text}");
+    assert!(
+        text.contains(&format!("\nresources[0] ({TYPE_URL}): cannot decode RateLimitConfig: ")),
+        "{text}"
     );
-    let names: Vec<&str> = applied.rejected.iter().map(|r| r.name.as_str()).collect();
-    assert_eq!(names, ["resources[0]", "resources[1]"]);
-    assert!(applied.snapshot.domain("a").is_some());
+    assert!(
+        text.contains(&format!("\nresources[1] ({other}): unexpected resource type (expected {TYPE_URL})"))
+    );
+    assert!(matches!(decode([(TYPE_URL, &good[..])]).as_deref(), Ok([config]) if config.domain == "a"));
+    let empty = decode([]).map(|configs| configs.len());
+    assert_eq!(empty, Ok(0), "an empty response decodes: a valid empty config");
+}
+
+#[test]
+fn applying_leaves_the_last_good_versions_as_they_were() {
+    let mut resources = Resources::default();
+    apply(&mut resources, &[good("a", "a", 10)]);
+    let before: Vec<String> = resources.names().map(str::to_owned).collect();
+    let configs = decode([(TYPE_URL, &good("b", "b", 1).encode_to_vec()[..])]).expect("decodes");
+    let applied = resources.apply(configs, &LoadOptions::default());
+    assert_eq!(applied.resources.names().collect::<Vec<_>>(), ["b"]);
+    assert_eq!(resources.names().collect::<Vec<_>>(), before, "the current state is untouched");
 }

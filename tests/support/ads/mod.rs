@@ -27,3 +27,17 @@ pub fn resource(domain: &str, key: &str, requests: u32, unit: RateLimitUnit) -> 
     };
     Any { type_url: tollgate::config::xds::TYPE_URL.into(), value: config.encode_to_vec() }
 }
+
+/// `bytes` sent as they are in a resource slot with `type_url`: the server never checks what
+/// it sends, so a test can send what no encoder would (bytes that do not decode, a foreign
+/// type).
+pub fn raw(type_url: &str, bytes: &[u8]) -> Any {
+    Any { type_url: type_url.into(), value: bytes.to_vec() }
+}
+
+/// `resource` cut one byte short: its last field's length then runs past the end, so the
+/// bytes do not decode as a `RateLimitConfig` (a truncated write in the control plane).
+pub fn cut_short(mut resource: Any) -> Any {
+    resource.value.pop();
+    resource
+}
