@@ -26,6 +26,7 @@ use crate::live::Live;
 use crate::metrics::Metrics;
 use crate::service::{RateLimitServer, RateLimiter, Settings};
 use crate::store::approx::sync::SyncTarget;
+use crate::store::syncing::SyncTask;
 use crate::store::Store;
 
 mod settings;
@@ -54,15 +55,23 @@ pub struct Running {
     drain: Duration,
     shutdown: watch::Sender<bool>,
     tasks: Vec<JoinHandle<anyhow::Result<()>>>,
-    /// Approximate mode's sync, stopped after the servers (it writes what they admitted
-    /// last), and its stop signal.
-    sync: Option<(watch::Sender<bool>, JoinHandle<anyhow::Result<()>>)>,
+    /// Approximate mode's sync (supervised: restarted if it ends or panics), stopped after
+    /// the servers (it writes what they admitted last).
+    sync: Option<SyncTask>,
     /// Span export, when tracing is on: its queue is sent last.
     tracing: Option<Arc<crate::trace::Tracing>>,
     _watcher: Option<notify::RecommendedWatcher>,
 }
 
 impl Running {
+    /// Ends approximate mode's running sync task at once, as a panic in it would; its
+    /// supervisor starts it again. For tests of that supervision only, not a contract.
+    /// Whether a task was running.
+    #[doc(hidden)]
+    pub fn end_approximate_sync_task(&self) -> bool {
+        self.sync.as_ref().is_some_and(SyncTask::end_running_task)
+    }
+
     /// Graceful stop: readiness and gRPC health go NOT_SERVING, requests are still served
     /// for the drain period, then the listeners close and in-flight requests finish
     /// (bounded by the drain period again).
@@ -87,11 +96,10 @@ impl Running {
         };
         // Every request is answered: the last increments are written and this instance
         // leaves the heartbeat set (the task bounds that to 1 s).
-        if let Some((stop, task)) = self.sync {
-            let _ = stop.send(true);
-            match tokio::time::timeout(Duration::from_secs(2), task).await {
-                Ok(joined) => joined.context("sync task panicked")??,
-                Err(_) => tracing::warn!("the approximate sync's last write did not finish"),
+        if let Some(sync) = self.sync {
+            match sync.stop(Duration::from_secs(2)).await {
+                Some(joined) => joined.context("the approximate sync's supervisor panicked")?,
+                None => tracing::warn!("the approximate sync's last write did not finish"),
             }
         }
         // The last requests' spans, within 2 s (what is left is counted as dropped).
@@ -250,22 +258,14 @@ pub async fn spawn(settings: ServeSettings) -> anyhow::Result<Running> {
             Ok(())
         }));
     }
-    let mut sync = None;
-    if let Some(approx) = store_for_sync.approx().cloned() {
-        let live_for_sync = live.clone();
+    let sync = store_for_sync.approx().cloned().and_then(|approx| {
+        // The heartbeat only where an approximate domain is configured (or buckets are
+        // held): exact-only deployments send Redis nothing more.
+        let live = live.clone();
+        let configured = move || live.load().snapshot.has_approximate();
         let target = SyncTarget::new(&settings.redis_key_prefix);
-        let (sync_stop, sync_signal) = watch::channel(false);
-        let stop = stopped(sync_signal);
-        let task = tokio::spawn(async move {
-            // The heartbeat only where an approximate domain is configured (or buckets
-            // are held): exact-only deployments send Redis nothing more.
-            let live = live_for_sync;
-            let configured = move || live.load().snapshot.has_approximate();
-            crate::store::syncing::run(approx, store_for_sync, target, configured, stop).await;
-            Ok(())
-        });
-        sync = Some((sync_stop, task));
-    }
+        SyncTask::spawn(approx, store_for_sync, target, configured)
+    });
     #[cfg(unix)]
     tokio::spawn(crate::reload::reload_on_sighup(live.clone(), signal.clone()));
     let watcher = if settings.watch_config && settings.xds.is_none() {

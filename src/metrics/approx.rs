@@ -40,6 +40,7 @@ pub struct ApproxMetrics {
     share_denials: Counter,
     dropped: Counter,
     evictions: Counter,
+    sync_restarts: Counter,
     first_reads: Family<ResultLabel, Counter>,
     live: Gauge,
     ready: Gauge,
@@ -60,6 +61,7 @@ impl ApproxMetrics {
             share_denials: Counter::default(),
             dropped: Counter::default(),
             evictions: Counter::default(),
+            sync_restarts: Counter::default(),
             first_reads: Family::default(),
             live: Gauge::default(),
             ready: Gauge::default(),
@@ -136,6 +138,11 @@ impl ApproxMetrics {
             "Approximate buckets dropped to make room (their unsent increments are kept)",
             metrics.evictions.clone(),
         );
+        registry.register(
+            "tollgate_approximate_sync_restarts",
+            "Times approximate mode's sync task (which beats the heartbeat) ended or panicked and was started again; approximate domains are decided exactly until its heartbeat answers again",
+            metrics.sync_restarts.clone(),
+        );
         metrics
     }
 
@@ -151,6 +158,7 @@ impl ApproxMetrics {
         set_counter(&self.share_denials, get(&c.share_denials));
         set_counter(&self.dropped, get(&c.dropped_increments));
         set_counter(&self.evictions, get(&c.evictions));
+        set_counter(&self.sync_restarts, get(&c.sync_restarts));
         set_counter(&self.first_reads.get_or_create(&ResultLabel { result: "ok" }), get(&c.first_reads_ok));
         set_counter(
             &self.first_reads.get_or_create(&ResultLabel { result: "failed" }),

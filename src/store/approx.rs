@@ -37,7 +37,8 @@
 //! - `sync`: the background sync and the first reads (its own files in its comment);
 //! - `decide`: a charge or a group decided on the estimates, and the share rule;
 //! - `evict`: room made in a full shard; `health`: what is known of Redis (clock offset,
-//!   `N`, warm-up, staleness);
+//!   `N`, warm-up, staleness, a sync task lost), over `peak` (`N`'s samples of the last
+//!   30 s);
 //! - `table`: the sharded table of buckets, its counters and views;
 //! - `bucket`: one bucket's estimate; below it `tier` (how often it is written) and
 //!   `window` (window counts and unsent increments); `settings`.
@@ -46,6 +47,7 @@ pub mod bucket;
 mod decide;
 mod evict;
 mod health;
+mod peak;
 mod settings;
 pub mod sync;
 mod table;

@@ -33,7 +33,13 @@
 //! the `N` of the share rule (on a cluster, on the master of that key's slot). Plain
 //! commands, sent as a call of their own, only where an approximate domain is configured
 //! or buckets are held: an exact-only deployment sends Redis nothing more. The first beat
-//! goes at start (after a `TIME`, so its score is Redis's clock too).
+//! goes at start. A beat is scored in Redis's clock as last measured, after a `TIME` when no
+//! call measured it within the last interval (by the monotonic clock): a local wall clock
+//! that steps scores at most one beat wrong, and a call's duration never comes from two
+//! wall-clock readings (`health::sent_before`).
+//!
+//! The task runs under a supervisor (`store::syncing`): ended or panicked, it is started
+//! again and the instance decides approximate domains exactly until it beats again.
 //!
 //! **First reads.** A bucket this instance has never read is read on the request's path
 //! before it is decided (`read_unread`): a new instance, or a new key, cannot spend

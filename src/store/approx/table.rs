@@ -8,6 +8,7 @@ use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
+use std::time::Instant;
 
 use indexmap::IndexMap;
 
@@ -16,6 +17,7 @@ use crate::store::charge::Charge;
 use crate::store::memory::now_us;
 
 use super::bucket::Bucket;
+use super::peak::Peaks;
 use super::settings::ApproxSettings;
 use super::tier::Tier;
 use super::window::Unsent;
@@ -29,15 +31,23 @@ pub struct Approx {
     pub(super) hasher: RandomState,
     /// Redis's clock minus ours (µs), from the last call answered; new buckets start with it.
     pub(super) offset: AtomicI64,
-    /// Whether `offset` was measured (before: the heartbeat asks `TIME` first).
-    pub(super) offset_known: AtomicBool,
+    /// When `offset` was last measured, in µs of the monotonic clock since `epoch`; 0:
+    /// never (the heartbeat asks `TIME` first when it is older than an interval).
+    pub(super) clock_read_at: AtomicU64,
+    /// The origin of the monotonic clock the table keeps durations in (a wall clock that
+    /// steps must not make a measurement look fresh or old).
+    pub(super) epoch: Instant,
     /// Instances the last heartbeat counted (≥ 1).
     pub(super) live: AtomicU64,
     /// The `N` of the share rule: the largest count of the last [`PEAK_SPAN_US`] (≥ 1).
+    ///
+    /// [`PEAK_SPAN_US`]: super::PEAK_SPAN_US
     pub(super) instances: AtomicU64,
-    /// The largest count recently answered, and local µs when it was last answered.
-    pub(super) peak: AtomicU64,
-    pub(super) peak_at: AtomicU64,
+    /// The counts heartbeats answered in the last [`PEAK_SPAN_US`] (only the sync task
+    /// records; no other lock is taken under it).
+    ///
+    /// [`PEAK_SPAN_US`]: super::PEAK_SPAN_US
+    pub(super) peaks: Mutex<Peaks>,
     /// Local µs of the first heartbeat answered; 0: none yet.
     pub(super) first_beat: AtomicU64,
     /// A heartbeat answered at least one interval after the first: every instance that
@@ -78,6 +88,8 @@ pub struct Counters {
     /// Increments dropped because the store of evicted buckets' increments was full.
     pub dropped_increments: AtomicU64,
     pub evictions: AtomicU64,
+    /// Times the sync task ended or panicked and was restarted (`store::syncing`).
+    pub sync_restarts: AtomicU64,
 }
 
 #[derive(Debug, Default)]
@@ -122,11 +134,11 @@ impl Approx {
             shard_cap,
             hasher: RandomState::new(),
             offset: AtomicI64::new(0),
-            offset_known: AtomicBool::new(false),
+            clock_read_at: AtomicU64::new(0),
+            epoch: Instant::now(),
             live: AtomicU64::new(1),
             instances: AtomicU64::new(1),
-            peak: AtomicU64::new(1),
-            peak_at: AtomicU64::new(0),
+            peaks: Mutex::new(Peaks::default()),
             first_beat: AtomicU64::new(0),
             ready: AtomicBool::new(false),
             warmed: tokio::sync::Notify::new(),
@@ -173,6 +185,11 @@ impl Approx {
 
     pub(super) fn offset(&self) -> i64 {
         self.offset.load(Ordering::Relaxed)
+    }
+
+    /// µs of the monotonic clock since the table was made.
+    pub(super) fn monotonic_us(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_micros()).unwrap_or(u64::MAX)
     }
 
     pub(super) fn redis_now(&self, local: u64) -> u64 {

@@ -3,6 +3,7 @@
 
 use std::sync::atomic::Ordering;
 
+use super::super::health::midpoint;
 use super::super::table::{lock, queue, Approx, Orphan};
 use super::super::window::Counts;
 use super::call::Item;
@@ -18,7 +19,7 @@ impl Approx {
         sent: u64,
         answered: u64,
     ) {
-        let offset = self.clock(redis_now, sent + answered.saturating_sub(sent) / 2);
+        let offset = self.clock(redis_now, midpoint(sent, answered));
         for (item, counts) in items.iter().zip(counts) {
             if item.orphan {
                 continue;

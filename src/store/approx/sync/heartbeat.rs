@@ -11,6 +11,7 @@ use crate::store::memory::now_us;
 use crate::store::redis::cluster::key_slot;
 use crate::store::redis::scripts::Call;
 
+use super::super::health::{midpoint, sent_before};
 use super::super::table::Approx;
 use super::via::Via;
 
@@ -61,16 +62,20 @@ impl Approx {
         }
     }
 
-    /// Asks Redis's clock (`TIME`), so that the first heartbeat is scored in it too.
+    /// Asks Redis's clock (`TIME`), so that the heartbeat is scored in it too (before the
+    /// first beat, and before any beat when no call measured it within the last interval).
     pub(super) async fn learn_clock(&self, via: Via<'_>, target: &SyncTarget, deadline: Instant) {
         let slot = key_slot(target.instances_key.as_bytes());
-        let sent = now_us();
+        let started = Instant::now();
         let replies = via
             .send(1, slot, deadline, |pipe, _, _| {
                 pipe.add_command(redis::cmd("TIME"));
             })
             .await;
         let answered = now_us();
+        // Sent `took` before, by the monotonic clock: two wall-clock readings across a step
+        // back would underflow, across a step forward put the midpoint in neither clock.
+        let sent = sent_before(answered, started.elapsed());
         if let Some(Ok(Value::Array(parts))) = replies.first() {
             let number = |v: Option<&Value>| match v {
                 Some(Value::BulkString(b)) => std::str::from_utf8(b).ok().and_then(|s| s.parse::<u64>().ok()),
@@ -78,10 +83,7 @@ impl Approx {
                 _ => None,
             };
             if let (Some(secs), Some(micros)) = (number(parts.first()), number(parts.get(1))) {
-                self.clock(
-                    secs.saturating_mul(1_000_000).saturating_add(micros),
-                    sent + (answered - sent) / 2,
-                );
+                self.clock(secs.saturating_mul(1_000_000).saturating_add(micros), midpoint(sent, answered));
             }
         }
     }
@@ -107,7 +109,7 @@ fn beat_command(target: &SyncTarget, i: usize, now: u64, liveness: u64) -> redis
     cmd.arg(&target.instances_key);
     match i {
         0 => cmd.arg(now).arg(&target.id),
-        1 => cmd.arg("-inf").arg(now.saturating_sub(liveness + 1)),
+        1 => cmd.arg("-inf").arg(now.saturating_sub(liveness.saturating_add(1))),
         2 => cmd.arg(liveness.div_ceil(1000).saturating_mul(2)),
         _ => &mut cmd,
     };

@@ -12,6 +12,7 @@ use crate::store::charge::StoreError;
 use crate::store::memory::now_us;
 use crate::store::redis::cluster::key_slot;
 
+use super::super::health::sent_before;
 use super::super::table::Approx;
 use super::call::command;
 use super::heartbeat::SyncTarget;
@@ -39,7 +40,10 @@ impl Approx {
     ) -> usize {
         let beat = wake == Wake::Full && (heartbeat || !self.is_empty());
         let deadline = sync_deadline(self.settings.interval);
-        if beat && !self.offset_known.load(Ordering::Relaxed) {
+        // The beat is scored in Redis's clock: asked again when no call measured it within
+        // the last interval (`Approx::clock_is_fresh`), so a wall clock that stepped
+        // since scores at most that one beat wrong.
+        if beat && !self.clock_is_fresh() {
             self.learn_clock(via, target, Instant::now() + deadline).await;
         }
         let mut items = self.collect(now_us(), wake, budget);
@@ -58,13 +62,16 @@ impl Approx {
                 self.settle_failed(chunk.to_vec(), now_us());
                 return;
             }
-            let sent = now_us();
+            let started = Instant::now();
             let slot = key_slot(chunk[0].key.as_bytes());
             let mut replies =
                 via.send(1, slot, Instant::now() + deadline, |pipe, _, call| {
                 pipe.add_command(command(chunk, call));
             }).await;
             let answered = now_us();
+            // Sent `took` before, by the monotonic clock: a wall clock stepped meanwhile
+            // moves neither reading apart.
+            let sent = sent_before(answered, started.elapsed());
             let reply = replies.pop().unwrap_or(Err(StoreError::Server("no reply for a sync call".into())));
             match reply.and_then(|value| parse(value, chunk.len())) {
                 Ok((redis_now, counts)) => self.settle_ok(chunk, &counts, redis_now, sent, answered),
