@@ -26,6 +26,14 @@ pub(super) fn build_store(settings: &ServeSettings) -> anyhow::Result<Store> {
 }
 
 fn build_redis(settings: &ServeSettings) -> anyhow::Result<Store> {
+    let store = build_topology(settings)?;
+    if let Some(approx) = store.approx() {
+        approx.name_reset_log(&settings.redis_key_prefix);
+    }
+    Ok(store)
+}
+
+fn build_topology(settings: &ServeSettings) -> anyhow::Result<Store> {
     let link = settings.redis.link(settings.store_timeout);
     let ca_file = settings.redis.ca_file.clone();
     // Always a table: a reload may give any rule `lease: true`.

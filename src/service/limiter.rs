@@ -236,17 +236,15 @@ impl RateLimiter {
             // default of `--default-algorithm`) sends the request to the store exactly.
             // Until its heartbeat has counted the other instances (`Approx::is_ready`), an
             // instance decides approximate domains exactly. A bucket it has never read is
-            // read first, on this request's path.
+            // read first, on this request's path, and a group with a consume larger than a
+            // share is decided against Redis (`Store::charge_approximate`).
             Some(approx)
                 if domain.consistency == Consistency::Approximate
                     && approx.is_ready()
                     && charges.iter().all(Approx::serves) =>
             {
-                if let Some(via) = self.store.read_via() {
-                    approx.read_unread(via, &charges, deadline).await;
-                }
                 approximate = true;
-                approx.charge_groups(&charges, &groups)
+                self.store.charge_approximate(approx, &charges, &groups, deadline).await
             }
             _ => {
                 let leasable = self.leasable(&plans, charges.len());

@@ -44,16 +44,19 @@
 //!   `window` (window counts and unsent increments); `settings`.
 
 pub mod bucket;
+mod claim;
 mod decide;
 mod evict;
 mod health;
 mod peak;
+mod resets;
 mod settings;
 pub mod sync;
 mod table;
 pub mod tier;
 pub mod window;
 
+pub use claim::{Claim, Local, Read};
 pub use health::PEAK_SPAN_US;
 pub use settings::ApproxSettings;
 pub use table::{Approx, BucketView, Counters};

@@ -12,9 +12,10 @@
 //! (`lease`: blocks of tokens taken in one charge and spent locally).
 //!
 //! The layers of `store/`, top to bottom; a file imports only from layers below its own:
-//! 1. `leasing`, `syncing`, `reset`, `shared`: what runs over the whole store (charging
-//!    through leases and the lease sweeper, approximate mode's sync task, an operator's
-//!    reset, the state an operator shares with the fleet);
+//! 1. `leasing`, `approximating`, `syncing`, `reset`, `shared`: what runs over the whole
+//!    store (charging through leases and the lease sweeper, an approximate domain's
+//!    request and approximate mode's sync task, an operator's reset, the state an operator
+//!    shares with the fleet);
 //! 2. this file: `Store`, the dispatch over the memory store and the guarded topologies;
 //! 3. `guarded`: the guards in front of a Redis client, in the order a charge meets them;
 //! 4. the guards: `approx`, `coalesce`, `breaker`, `lease`, `overlimit`;
@@ -26,6 +27,7 @@
 //!    `deadline`, `probe` (what the store did for a traced request).
 
 pub mod approx;
+pub mod approximating;
 pub mod breaker;
 pub mod charge;
 pub mod coalesce;

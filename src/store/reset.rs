@@ -1,4 +1,8 @@
 //! Resetting buckets: an operator's `POST /v1/reset` deletes bucket keys in the store.
+//! On Redis the keys are then appended to approximate mode's reset log, which every
+//! instance reads once per wake (`approx::resets`): an instance holding one of the buckets
+//! reads it again before its next decision. `Ok` only once both are done (a retry is
+//! harmless: deleting twice is deleting once).
 //!
 //! A deleted bucket is a full one: every algorithm treats a missing key as a fresh bucket.
 //! Memory: the keys are removed from this process (one instance only: other instances
@@ -33,11 +37,17 @@ impl Store {
                 for key in keys {
                     memory.remove(key);
                 }
-                Ok(())
+                return Ok(());
             }
-            Store::Redis(redis) => redis.reset(keys, deadline).await,
-            Store::Cluster(cluster) => cluster.reset(keys, deadline).await,
-            Store::Sentinel(sentinel) => sentinel.reset(keys, deadline).await,
+            Store::Redis(redis) => redis.reset(keys, deadline).await?,
+            Store::Cluster(cluster) => cluster.reset(keys, deadline).await?,
+            Store::Sentinel(sentinel) => sentinel.reset(keys, deadline).await?,
+        }
+        // Approximate mode's other instances read the log once per wake: a bucket any of
+        // them holds is read again before its next decision (`approx::resets`).
+        match (self.approx(), self.read_via()) {
+            (Some(approx), Some(via)) => approx.log_resets(via, keys, deadline).await,
+            _ => Ok(()),
         }
     }
 }

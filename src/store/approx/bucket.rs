@@ -44,6 +44,14 @@ pub struct Bucket {
     /// Its key is in its shard's list of buckets with something to send.
     pub queued: bool,
     pub tier: Tier,
+    /// A request holds it for a charge decided against Redis (`claim`): the sync leaves it
+    /// alone, and only that request folds its answer.
+    pub claimed: bool,
+    /// Redis µs of the answer folded into `base`; 0: never.
+    pub base_at: u64,
+    /// Redis µs from which an answer is known to follow an operator's reset of this bucket
+    /// (`resets`): an earlier one is not folded; 0: no reset seen.
+    pub reset_at: u64,
 }
 
 impl Bucket {
@@ -62,6 +70,9 @@ impl Bucket {
             dirty_since: 0,
             queued: false,
             tier: Tier::Idle,
+            claimed: false,
+            base_at: 0,
+            reset_at: 0,
         }
     }
 
@@ -95,6 +106,19 @@ impl Bucket {
         self.dirtied(local);
     }
 
+    /// Puts increments taken for a call back into `pending` (the call did not write them).
+    pub fn put_back(&mut self, unsent: Unsent, local: u64) {
+        let params = self.params;
+        self.pending.merge(unsent, &params);
+        self.dirtied(local);
+    }
+
+    /// Whether a call for this bucket is in flight (a sync's, or a claim's): it cannot be
+    /// claimed until that call settles.
+    pub fn is_busy(&self) -> bool {
+        self.claimed || !self.inflight.is_empty()
+    }
+
     fn dirtied(&mut self, local: u64) {
         if self.dirty_since == 0 {
             self.dirty_since = local.max(1);
@@ -119,15 +143,38 @@ impl Bucket {
     /// Folds a sync's or a read's answer taken at `now_redis` (`now_local` ours, `offset`
     /// the call's clock offset): Redis's counts (which include `inflight`) become the base,
     /// what was admitted during the call becomes `own`, and the tier is set from the level
-    /// (a read may demote).
+    /// (a read may demote). An answer from before a reset this instance has seen
+    /// (`reset_at`) only settles what it carried: the bucket stays to be read again.
     pub fn fold(&mut self, counts: Counts, now_redis: u64, now_local: u64, offset: i64) {
+        if now_redis < self.reset_at {
+            self.own = self.pending.as_counts(now_redis, &self.params);
+            self.inflight = Unsent::default();
+            return;
+        }
         self.base = counts;
+        self.base_at = now_redis;
         self.own = self.pending.as_counts(now_redis, &self.params);
         self.inflight = Unsent::default();
         self.read_at = now_local.max(1);
         self.offset = offset;
         self.failing_since = 0;
         self.tier = Tier::of(self.estimate(now_redis).level(now_redis, &self.params), self.params.limit);
+    }
+
+    /// An operator reset this bucket in Redis, visible from `at` (Redis µs): unless its base
+    /// was read after that, what it held is gone — the base is emptied and the bucket is
+    /// read again before its next decision (a first read). Increments not yet written stay
+    /// (they are written into the new bucket: an error toward denying, never one toward
+    /// admitting). `now_redis`: Redis's clock now.
+    pub fn reset(&mut self, at: u64, now_redis: u64) {
+        if self.base_at >= at {
+            return;
+        }
+        self.reset_at = self.reset_at.max(at);
+        self.base = Counts::default();
+        self.own = self.pending.as_counts(now_redis, &self.params);
+        self.read_at = 0;
+        self.tier = Tier::Idle;
     }
 
     /// Puts a failed send back (`sent`: what the call carried; it is this bucket's

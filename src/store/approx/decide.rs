@@ -1,6 +1,8 @@
 //! Deciding on the estimates: a charge alone or a group all or nothing, by its window
 //! algorithm (`joint` for groups), then the share rule — between two syncs of a bucket an
-//! instance admits at most its share of the headroom the last sync showed.
+//! instance admits at most its share of the headroom the last sync showed. A consume larger
+//! than a whole share, on an estimate with room for it, is not denied for good: the group
+//! is claimed (`claim`) and decided against Redis by the caller.
 
 use std::sync::atomic::Ordering;
 use std::sync::MutexGuard;
@@ -11,17 +13,19 @@ use crate::store::charge::{Charge, Groups, StoreError};
 use crate::store::memory::now_us;
 
 use super::bucket::Bucket;
+use super::claim::{Claim, Held, Local};
 use super::table::{lock, queue, Approx, Shard};
 
 impl Approx {
     /// Decides a batch whose `groups` stand or fall together (see [`Groups`]), locally.
     /// Every charge must be [`served`](Self::serves). Answers a store error only for a
-    /// bucket whose estimate is stale (see the module doc).
+    /// bucket whose estimate is stale (see the module doc). A consume larger than a share
+    /// is denied here (`Store::charge_approximate` claims it instead, see
+    /// [`decide_group_at`]).
+    ///
+    /// [`decide_group_at`]: Self::decide_group_at
     pub fn charge_groups(&self, batch: &[Charge], groups: &Groups) -> Vec<Result<Decision, StoreError>> {
         let now = now_us();
-        if groups.is_each() {
-            return batch.iter().map(|charge| self.charge_one(charge, now)).collect();
-        }
         let mut results = Vec::with_capacity(batch.len());
         for range in groups.ranges(batch.len()) {
             results.extend(self.charge_group_at(&batch[range], now));
@@ -29,12 +33,33 @@ impl Approx {
         results
     }
 
+    /// One group decided locally at local time `now` (µs), its consumes larger than a share
+    /// denied by the share rule: [`decide_group_at`](Self::decide_group_at) without claims.
+    pub fn charge_group_at(&self, group: &[Charge], now: u64) -> Vec<Result<Decision, StoreError>> {
+        match self.decide_group_at(group, now, false) {
+            Local::Decided(results) => results,
+            // Not answered without claims; never reached.
+            Local::Exact(_) | Local::Busy => vec![Ok(self.share_denial()); group.len()],
+        }
+    }
+
+    /// One group at local time `now` (µs), decided on the estimates — or, with `claims`,
+    /// when a consume is larger than its bucket's whole share and the estimates have room
+    /// for the group, claimed for a decision against Redis ([`Local::Exact`]; a bucket
+    /// another call holds: [`Local::Busy`]). Stale estimates answer a store error.
+    pub fn decide_group_at(&self, group: &[Charge], now: u64, claims: bool) -> Local<'_> {
+        match group {
+            [charge] => self.charge_one(charge, now, claims),
+            _ => self.charge_several(group, now, claims),
+        }
+    }
+
     /// A charge decided alone, at local time `now`: one shard lock, no allocation but a
     /// new bucket's key (and its key again when it first has something to send). What
-    /// [`charge_group_at`] does for a group of one.
+    /// [`charge_several`] does for a group of one.
     ///
-    /// [`charge_group_at`]: Self::charge_group_at
-    pub(super) fn charge_one(&self, charge: &Charge, now: u64) -> Result<Decision, StoreError> {
+    /// [`charge_several`]: Self::charge_several
+    fn charge_one(&self, charge: &Charge, now: u64, claims: bool) -> Local<'_> {
         let mut shard = lock(&self.shards[self.shard_of(&charge.key)]);
         let index = match shard.map.get_index_of(&*charge.key) {
             Some(index) => index,
@@ -46,10 +71,11 @@ impl Approx {
         };
         let Shard { map, dirty, .. } = &mut *shard;
         let Some((key, bucket)) = map.get_index_mut(index) else {
-            return Err(StoreError::Server("approximate bucket vanished under its lock".into()));
+            let vanished = StoreError::Server("approximate bucket vanished under its lock".into());
+            return Local::Decided(vec![Err(vanished)]);
         };
         if self.bucket_stale(bucket, now) {
-            return Err(self.stale(1));
+            return Local::Decided(vec![Err(self.stale(1))]);
         }
         // A reload may change the limit: the estimate is read under the new one.
         bucket.params = charge.params;
@@ -57,6 +83,12 @@ impl Approx {
         let state = Some(bucket.estimate(redis_now).state());
         let mut decision = algorithm::apply(state, redis_now, &charge.params, charge.hits).decision;
         if decision.allowed && self.over_share(bucket, charge.hits, 0, redis_now) {
+            if claims && self.beyond_share(bucket, charge.hits, redis_now) {
+                if bucket.is_busy() {
+                    return Local::Busy;
+                }
+                return Local::Exact(Claim::new(self, vec![Held::take(key, bucket, charge.hits, redis_now)]));
+            }
             decision = self.share_denial();
         }
         if decision.allowed {
@@ -68,7 +100,7 @@ impl Approx {
         }
         queue(key, bucket, dirty);
         bucket.promote(redis_now);
-        Ok(decision)
+        Local::Decided(vec![Ok(decision)])
     }
 
     /// Counts `charges` answered stale; the error they answer.
@@ -86,6 +118,13 @@ impl Approx {
         !within_share(bucket, n.saturating_add(earlier), now, self.instances())
     }
 
+    /// Whether `hits` is more than this instance's whole share of `bucket` (nothing of
+    /// its own spent): a consume the share rule alone would deny until the bucket empties.
+    pub(super) fn beyond_share(&self, bucket: &Bucket, hits: Hits, now: u64) -> bool {
+        let Hits::Consume(n) = hits else { return false };
+        n > share(bucket, now, self.instances())
+    }
+
     /// The answer of a charge the share rule denies (counted): retry after half an
     /// interval, when the bucket's next sync may widen the share.
     pub(super) fn share_denial(&self) -> Decision {
@@ -93,13 +132,13 @@ impl Approx {
         Decision { allowed: false, remaining: 0, reset_us: self.settings.interval_us() / 2 }
     }
 
-    /// One group at local time `now` (µs): its shards locked in ascending order (the
-    /// memory store's rule, so groups cannot deadlock), decided on the estimates, charged
-    /// all or nothing. Making room for a new member never evicts another member.
-    pub fn charge_group_at(&self, group: &[Charge], now: u64) -> Vec<Result<Decision, StoreError>> {
-        if let [charge] = group {
-            return vec![self.charge_one(charge, now)];
-        }
+    /// A group of two or more at local time `now` (µs): its shards locked in ascending
+    /// order (the memory store's rule, so groups cannot deadlock), decided on the
+    /// estimates, charged all or nothing — or claimed whole (see [`decide_group_at`]).
+    /// Making room for a new member never evicts another member.
+    ///
+    /// [`decide_group_at`]: Self::decide_group_at
+    fn charge_several(&self, group: &[Charge], now: u64, claims: bool) -> Local<'_> {
         let mut order: Vec<usize> = group.iter().map(|c| self.shard_of(&c.key)).collect();
         let shard_of = order.clone();
         order.sort_unstable();
@@ -119,7 +158,7 @@ impl Approx {
             locked[guard(i)].map.get(&*c.key).is_none_or(|bucket| self.bucket_stale(bucket, now))
         });
         if stale {
-            return vec![Err(self.stale(group.len())); group.len()];
+            return Local::Decided(vec![Err(self.stale(group.len())); group.len()]);
         }
         for (i, charge) in group.iter().enumerate() {
             if let Some(bucket) = locked[guard(i)].map.get_mut(&*charge.key) {
@@ -136,7 +175,11 @@ impl Approx {
             .collect();
         // One instant for the group, in the clock of its first member's master.
         let redis_now = buckets.first().map_or(self.redis_now(now), |b| b.redis_now(now));
-        let mut decisions = self.decide(group, &buckets, redis_now);
+        let (mut decisions, beyond) = self.decide(group, &buckets, redis_now);
+        if claims && beyond {
+            // A member larger than its share, on estimates with room for the whole group.
+            return self.claim_group(group, &mut locked, guard, redis_now);
+        }
         let all_allowed = decisions.iter().all(|d| d.allowed);
         for (i, charge) in group.iter().enumerate() {
             let Shard { map, dirty, .. } = &mut *locked[guard(i)];
@@ -161,13 +204,44 @@ impl Approx {
                 }
             }
         }
-        decisions.into_iter().map(Ok).collect()
+        Local::Decided(decisions.into_iter().map(Ok).collect())
+    }
+
+    /// Claims every bucket of `group` (see `claim`; `slot(i)`: the index in `locked` of
+    /// member `i`'s shard) at `now` (Redis clock), or answers [`Local::Busy`] if one of
+    /// them has a call in flight.
+    fn claim_group(
+        &self,
+        group: &[Charge],
+        locked: &mut [MutexGuard<'_, Shard>],
+        slot: impl Fn(usize) -> usize,
+        now: u64,
+    ) -> Local<'_> {
+        let busy = group
+            .iter()
+            .enumerate()
+            .any(|(i, c)| locked[slot(i)].map.get(&*c.key).is_some_and(Bucket::is_busy));
+        if busy {
+            return Local::Busy;
+        }
+        let mut held: Vec<Held> = Vec::with_capacity(group.len());
+        for (i, charge) in group.iter().enumerate() {
+            if let Some((_, key, bucket)) = locked[slot(i)].map.get_full_mut(&*charge.key) {
+                match held.iter_mut().find(|h| *h.key == **key) {
+                    Some(h) => h.reserve(bucket, charge.hits, now),
+                    None => held.push(Held::take(key, bucket, charge.hits, now)),
+                }
+            }
+        }
+        Local::Exact(Claim::new(self, held))
     }
 
     /// The decisions of a group of two or more on the buckets' estimates at `now` (Redis
     /// clock): `joint::apply`'s answers, then the share rule for every consuming member —
-    /// a bucket met twice spends its share once for both.
-    pub(super) fn decide(&self, group: &[Charge], buckets: &[Bucket], now: u64) -> Vec<Decision> {
+    /// a bucket met twice spends its share once for both. And whether the estimates have
+    /// room for the whole group but a member (with the earlier ones on its bucket) is
+    /// larger than its bucket's whole share: a group to decide against Redis.
+    pub(super) fn decide(&self, group: &[Charge], buckets: &[Bucket], now: u64) -> (Vec<Decision>, bool) {
         let mut keys: Vec<&str> = Vec::with_capacity(group.len());
         let mut stored = Vec::with_capacity(group.len());
         let members: Vec<Member> = group
@@ -183,18 +257,23 @@ impl Approx {
             })
             .collect();
         let mut decisions = joint::apply(&stored, now, &members).decisions;
+        let room = decisions.iter().all(|d| d.allowed);
+        let mut beyond = false;
         let mut spent = vec![0u64; keys.len()];
         for ((decision, member), bucket) in decisions.iter_mut().zip(&members).zip(buckets) {
             if !decision.allowed {
                 continue;
             }
-            if self.over_share(bucket, member.hits, spent[member.key], now) {
+            let earlier = spent[member.key];
+            if let Hits::Consume(n) = member.hits {
+                spent[member.key] = earlier.saturating_add(n);
+            }
+            if self.over_share(bucket, member.hits, earlier, now) {
+                beyond |= room && self.beyond_share(bucket, Hits::Consume(spent[member.key]), now);
                 *decision = self.share_denial();
-            } else if let Hits::Consume(n) = member.hits {
-                spent[member.key] = spent[member.key].saturating_add(n);
             }
         }
-        decisions
+        (decisions, beyond)
     }
 }
 
@@ -205,8 +284,13 @@ impl Approx {
 /// (README, "Approximate mode").
 pub(super) fn within_share(bucket: &Bucket, n: u64, now: u64, instances: u64) -> bool {
     let p = &bucket.params;
-    let base = bucket.base.at(now, p).level(now, p);
     let own = bucket.own.at(now, p).level(now, p);
-    let share = p.limit.saturating_sub(base).div_ceil(instances.saturating_mul(2));
-    own.saturating_add(n) <= share
+    own.saturating_add(n) <= share(bucket, now, instances)
+}
+
+/// This instance's share of `bucket` between two syncs: `⌈(limit − base level) / 2N⌉`.
+fn share(bucket: &Bucket, now: u64, instances: u64) -> u64 {
+    let p = &bucket.params;
+    let base = bucket.base.at(now, p).level(now, p);
+    p.limit.saturating_sub(base).div_ceil(instances.saturating_mul(2))
 }

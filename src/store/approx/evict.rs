@@ -18,7 +18,8 @@ const SWEEP_INTERVAL_US: u64 = 100_000;
 impl Approx {
     /// Frees a slot in a full shard: spent buckets first, else the lowest level of a
     /// sample; a dropped bucket's unsent increments are kept for the next sync. Never
-    /// drops one of `keep` (the members of the group being decided).
+    /// drops one of `keep` (the members of the group being decided), nor a bucket a
+    /// request holds for a charge decided against Redis (`claim`).
     pub(super) fn make_room(&self, shard: &mut Shard, now: u64, keep: &[&str]) {
         if shard.map.len() < self.shard_cap {
             return;
@@ -28,7 +29,7 @@ impl Approx {
         if now >= shard.last_sweep.saturating_add(SWEEP_INTERVAL_US) {
             shard.last_sweep = now;
             let before = shard.map.len();
-            shard.map.retain(|k, b| !b.is_spent(now) || keep.contains(&&**k));
+            shard.map.retain(|k, b| !b.is_spent(now) || b.claimed || keep.contains(&&**k));
             if shard.map.len() < before {
                 return;
             }
@@ -37,7 +38,7 @@ impl Approx {
         let len = shard.map.len();
         let victim = (0..EVICTION_SAMPLE.min(len))
             .map(|_| rng.random_range(0..len))
-            .filter(|&i| shard.map.get_index(i).is_some_and(|(k, _)| !keep.contains(&&**k)))
+            .filter(|&i| shard.map.get_index(i).is_some_and(|(k, b)| !keep.contains(&&**k) && !b.claimed))
             .min_by_key(|&i| {
                 shard.map.get_index(i).map_or(u64::MAX, |(_, b)| {
                     let t = b.redis_now(now_us());

@@ -49,16 +49,26 @@
 //! The task owns everything in flight: no request waits for it, and stopping it sends the
 //! increments still waiting once and takes this instance out of the heartbeat set.
 //!
-//! The files, top to bottom (each imports only from those below it): `tick` (one wake)
-//! and `first_read`; `heartbeat`; `fold` (an answer folded, a failure put back) and
+//! **Claims.** A group with a consume larger than a share is decided against Redis
+//! (`approx::claim`): its buckets' increments written, the exact charge, its buckets read
+//! back — the writes and reads are `approx.lua` calls on the request path (`claimed`).
+//!
+//! **Resets.** Every wake (while buckets are held) reads the operators' reset log from where
+//! it left off: a bucket reset through any instance is read again before its next decision
+//! here (`approx::resets`).
+//!
+//! The files, top to bottom (each imports only from those below it): `tick` (one wake),
+//! `first_read` and `claimed`; `heartbeat`; `fold` (an answer folded, a failure put back) and
 //! `wake` (what a wake sends); `via` (where calls go); `call` (one call's buckets and
 //! command) and `reply` (what it answers).
 
 mod call;
+mod claimed;
 mod first_read;
 mod fold;
 mod heartbeat;
 mod reply;
+mod reset_log;
 mod tick;
 mod via;
 mod wake;

@@ -37,6 +37,9 @@ pub struct Approx {
     /// The origin of the monotonic clock the table keeps durations in (a wall clock that
     /// steps must not make a measurement look fresh or old).
     pub(super) epoch: Instant,
+    /// Whether the scripts a request's calls use were loaded (`SCRIPT LOAD`, once, with
+    /// the first heartbeat: before the instance is ready).
+    pub(super) scripts_loaded: AtomicBool,
     /// Instances the last heartbeat counted (≥ 1).
     pub(super) live: AtomicU64,
     /// The `N` of the share rule: the largest count of the last [`PEAK_SPAN_US`] (≥ 1).
@@ -56,6 +59,11 @@ pub struct Approx {
     pub(super) ready: AtomicBool,
     /// Woken when `ready` turns true (`Approx::warmed_up`).
     pub(super) warmed: tokio::sync::Notify,
+    /// Woken when a call that held buckets settles (a sync call, a claim): a request that
+    /// found its bucket busy decides again (`claim`).
+    pub(crate) settled: tokio::sync::Notify,
+    /// The log of operators' resets this instance follows (`resets`).
+    pub(super) resets: super::resets::ResetLog,
     /// Local µs of the last sync call Redis answered; 0: none yet.
     pub(super) last_sync: AtomicU64,
     /// Local µs of the first failed call since the last answered one; 0: not failing.
@@ -136,12 +144,15 @@ impl Approx {
             offset: AtomicI64::new(0),
             clock_read_at: AtomicU64::new(0),
             epoch: Instant::now(),
+            scripts_loaded: AtomicBool::new(false),
             live: AtomicU64::new(1),
             instances: AtomicU64::new(1),
             peaks: Mutex::new(Peaks::default()),
             first_beat: AtomicU64::new(0),
             ready: AtomicBool::new(false),
             warmed: tokio::sync::Notify::new(),
+            settled: tokio::sync::Notify::new(),
+            resets: super::resets::ResetLog::default(),
             last_sync: AtomicU64::new(0),
             failing_since: AtomicU64::new(0),
             next_shard: AtomicUsize::new(0),

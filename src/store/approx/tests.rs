@@ -321,5 +321,6 @@ fn a_refund_waiting_across_a_window_edge_frees_nothing_in_the_next_window() {
     assert_eq!(items[0].unsent, Unsent { start: now + 60_000_000, delta: 1, carry: 2 });
 }
 
+mod claims;
 mod heartbeat;
 mod wakes;

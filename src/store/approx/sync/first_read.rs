@@ -21,12 +21,17 @@ use super::reply::parse;
 use super::via::Via;
 
 impl Approx {
-    /// The indexes of `batch` whose bucket this instance has never read (not held, or
-    /// never synced): `sync::read_unread` reads them before they are decided.
+    /// The indexes of `batch` whose bucket this instance has never read (not held, never
+    /// synced, or reset since): `sync::read_unread` reads them before they are decided.
+    /// Peeks too: a peek answers what the bucket holds, so it must not answer an empty
+    /// estimate of a bucket the other instances spent. Not a consume larger than any share
+    /// of its bucket (`⌈limit / 2N⌉`): it is decided against Redis, whose call reads the
+    /// bucket (`claim`), or denied without Redis when it is past the limit.
     pub fn unread(&self, batch: &[Charge]) -> Vec<usize> {
         let mut unread = Vec::new();
+        let largest_share = |p: &Params| p.limit.div_ceil(self.instances().saturating_mul(2));
         for (i, charge) in batch.iter().enumerate() {
-            if matches!(charge.hits, Hits::Peek) {
+            if matches!(charge.hits, Hits::Consume(n) if n > largest_share(&charge.params)) {
                 continue;
             }
             let shard = lock(&self.shards[self.shard_of(&charge.key)]);
@@ -39,7 +44,8 @@ impl Approx {
 
     /// Folds a first read of `key` (Redis's `counts` at `redis_now`, local `now`, the
     /// call's clock `offset`) into its bucket, made if needed — unless a sync answered for
-    /// it meanwhile, or a call carrying its increments is in flight (its answer folds).
+    /// it meanwhile, or a call carrying its increments is in flight (its answer folds), or
+    /// a request holds it for a charge decided against Redis (its own read folds).
     pub(crate) fn seed(
         &self,
         key: &str,
@@ -55,7 +61,7 @@ impl Approx {
             shard.map.insert(key.into(), Bucket::new(params, offset));
         }
         if let Some(bucket) = shard.map.get_mut(key) {
-            if bucket.read_at == 0 && bucket.inflight.is_empty() {
+            if bucket.read_at == 0 && bucket.inflight.is_empty() && !bucket.claimed {
                 bucket.params = params;
                 bucket.fold(counts, redis_now, now, offset);
             }

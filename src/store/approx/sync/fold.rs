@@ -31,6 +31,8 @@ impl Approx {
         }
         self.answered(answered);
         self.counters.syncs_ok.fetch_add(1, Ordering::Relaxed);
+        // Requests waiting to claim one of these buckets (`claim`) decide again.
+        self.settled.notify_waiters();
     }
 
     /// Puts a failed call's increments back, for the next wake: into the bucket (the one
@@ -50,5 +52,6 @@ impl Approx {
             }
         }
         self.failed(now);
+        self.settled.notify_waiters();
     }
 }

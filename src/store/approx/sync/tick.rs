@@ -1,10 +1,11 @@
 //! One wake of the sync task: collect, send the calls (at most so many outstanding, each
-//! by its own deadline), fold each answer as it comes; on full wakes the heartbeat too.
+//! by its own deadline), fold each answer as it comes; on full wakes the heartbeat too, and
+//! while buckets are held the reset log (`approx::resets`).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use futures_util::future::{join, join_all};
+use futures_util::future::{join3, join_all};
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
@@ -46,8 +47,13 @@ impl Approx {
         if beat && !self.clock_is_fresh() {
             self.learn_clock(via, target, Instant::now() + deadline).await;
         }
+        if beat && !self.scripts_loaded.load(Ordering::Relaxed) {
+            self.load_scripts(via, target, Instant::now() + deadline).await;
+        }
         let mut items = self.collect(now_us(), wake, budget);
-        if items.is_empty() && !beat {
+        // The reset log, once per wake while buckets are held (`approx::resets`).
+        let follow = wake != Wake::Last && !self.is_empty();
+        if items.is_empty() && !beat && !follow {
             return 0;
         }
         let writes = items.iter().filter(|i| !i.unsent.is_empty()).count() as u64;
@@ -91,8 +97,13 @@ impl Approx {
                 self.beat(via, target, Instant::now() + deadline).await;
             }
         };
+        let resets = async {
+            if follow {
+                self.follow_resets(via, Instant::now() + deadline).await;
+            }
+        };
         let started = Instant::now();
-        join(heartbeat, join_all(calls)).await;
+        join3(heartbeat, join_all(calls), resets).await;
         tracing::trace!(
             buckets = items.len(),
             elapsed_ms = started.elapsed().as_millis() as u64,

@@ -58,6 +58,7 @@ impl Approx {
                 shard.map.retain(|_, b| {
                     !b.is_spent(b.redis_now(now))
                         || b.queued
+                        || b.claimed
                         || now.saturating_sub(b.read_at) < FORGET_AFTER_US
                 });
             }
@@ -72,6 +73,11 @@ impl Approx {
             let mut keep = Vec::new();
             for key in dirty {
                 let Some(bucket) = shard.map.get_mut(&*key) else { continue };
+                if bucket.claimed {
+                    // A request's call writes and reads it now; its increments wait.
+                    keep.push(key);
+                    continue;
+                }
                 if bucket.pending.is_empty() {
                     bucket.queued = false;
                     continue;
