@@ -379,6 +379,12 @@ impl Metrics {
         self.overrides.request(domain, mode);
     }
 
+    /// One override change (`set` or `end`) made while Redis was unreachable, refused when
+    /// it was sent again: another instance had changed the scope since.
+    pub fn override_replay_refused(&self, change: &'static str) {
+        self.overrides.replay_refused(change);
+    }
+
     /// Span export (`crate::trace`).
     pub fn trace(&self) -> &trace::TraceMetrics {
         &self.trace

@@ -6,18 +6,28 @@
 //! checked on every request against the wall clock (no timer), or early by `DELETE`.
 //!
 //! Sharing. On a Redis store the overrides live in one hash (`<prefix>tollgate:overrides`,
-//! one field per scope, the override as JSON), which every instance reads every
-//! [`SYNC_INTERVAL`]: another instance sees a change within that interval plus one round
-//! trip ([`VISIBLE_WITHIN`] states the bound the tests hold). The instance that takes the
-//! `POST` applies it at once, before it writes Redis, so the switch works on that instance
-//! even when Redis is what the incident is about; a write Redis did not take is retried at
-//! each sync until it lands or its override ends. A failed read keeps the overrides known
-//! (an outage of Redis never ends an override early). The memory store keeps them in
-//! process. Expiry uses each instance's wall clock: keep clocks synchronised (NTP).
+//! one field per scope, see `stored`), which every instance reads every [`SYNC_INTERVAL`]:
+//! another instance sees a change within that interval plus one round trip
+//! ([`VISIBLE_WITHIN`] states the bound the tests hold). The instance that takes the `POST`
+//! or `DELETE` applies it at once, before it writes Redis, so the switch works on that
+//! instance even when Redis is what the incident is about; a write Redis did not take is
+//! retried at each sync until it lands, its override ends, or Redis refuses it.
+//!
+//! Ended stays ended. Each change carries the version of its scope this instance last read,
+//! and Redis takes it only over that version (`change.lua`, versions from the server's
+//! clock): a change that waited out a partition is dropped (logged, counted in
+//! `tollgate_override_replays_refused_total`) once another instance changed the scope, so
+//! it never brings back an override ended elsewhere nor ends or replaces a newer one. An
+//! operator's call answered now is the newest change: it applies over whatever Redis holds.
+//!
+//! A failed read keeps the overrides known (an outage of Redis never ends an override
+//! early). Overrides read back are capped at [`MAX_TTL_SECONDS`]. The memory store keeps
+//! them in process. Expiry uses each instance's wall clock: keep clocks synchronised (NTP).
 //!
 //! The request path reads an `ArcSwap` of the active list: one atomic load, and a clock
 //! read only while some override exists.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -28,6 +38,10 @@ use tokio::time::Instant;
 
 use crate::metrics::Metrics;
 use crate::store::{Store, StoreError};
+
+mod stored;
+
+use stored::{Change, Taken};
 
 /// `ttl_seconds` when the `POST` names none: an hour.
 pub const DEFAULT_TTL_SECONDS: u64 = 3_600;
@@ -92,21 +106,19 @@ impl Override {
     }
 }
 
-/// A change this instance made that Redis has not taken yet.
-#[derive(Debug, Clone)]
-enum Pending {
-    Set(Override),
-    End(String),
-}
-
 /// The overrides this instance honours, and their sharing through the store.
 #[derive(Debug)]
 pub struct Overrides {
     key: String,
     table: ArcSwap<Vec<Override>>,
-    /// Bumped by every local change: a read of Redis begun before it is not installed.
+    /// Bumped by every local change, and again once its write is done: a read of Redis
+    /// begun before is not installed.
     generation: AtomicU64,
-    pending: Mutex<Vec<Pending>>,
+    /// What Redis has not taken yet, at most one change per scope, oldest first.
+    pending: Mutex<Vec<Change>>,
+    /// Each scope's version in Redis as this instance last read or wrote it: the base of
+    /// its next change of that scope.
+    versions: Mutex<HashMap<String, u64>>,
     metrics: Arc<Metrics>,
 }
 
@@ -123,6 +135,7 @@ impl Overrides {
             table: ArcSwap::from_pointee(Vec::new()),
             generation: AtomicU64::new(0),
             pending: Mutex::new(Vec::new()),
+            versions: Mutex::new(HashMap::new()),
             metrics,
         }
     }
@@ -150,25 +163,21 @@ impl Overrides {
 
     /// Sets `wanted` here at once (replacing its scope's), then in the store. `Ok(true)`:
     /// the fleet has it; `Ok(false)`: the memory store (this instance only); `Err`: Redis
-    /// did not take it yet — this instance honours it and retries at each sync.
+    /// did not take it yet — this instance honours it and retries at each sync, where it
+    /// lands only if no other instance changed the scope in Redis meanwhile.
     pub async fn set(&self, store: &Store, wanted: Override) -> Result<bool, StoreError> {
         self.change(|table| {
             table.retain(|o| o.scope != wanted.scope);
             table.push(wanted.clone());
         });
-        self.forget_pending(&wanted.scope);
-        match self.write(store, &Pending::Set(wanted.clone())).await {
-            Some(Ok(())) => Ok(true),
-            None => Ok(false),
-            Some(Err(e)) => {
-                self.pend(Pending::Set(wanted));
-                Err(e)
-            }
-        }
+        let scope = wanted.scope.clone();
+        let change = self.prepare(&scope, Some(wanted));
+        self.send_now(store, change).await
     }
 
     /// Ends `scope`'s override here at once, then in the store; the ended one (`None`: no
-    /// active override had that scope) and how the store took it (as `set`).
+    /// active override had that scope) and how the store took it (as `set`). The end lasts
+    /// in Redis: no older change of the scope, replayed later by any instance, undoes it.
     pub async fn end(&self, store: &Store, scope: &str) -> (Option<Override>, Result<bool, StoreError>) {
         let now = now_ms();
         let mut ended = None;
@@ -180,42 +189,19 @@ impl Overrides {
                 }
             }
         });
-        self.forget_pending(scope);
-        let stored = match self.write(store, &Pending::End(scope.to_string())).await {
-            Some(Ok(())) => Ok(true),
-            None => Ok(false),
-            Some(Err(e)) => {
-                self.pend(Pending::End(scope.to_string()));
-                Err(e)
-            }
-        };
-        (ended, stored)
+        let change = self.prepare(scope, None);
+        (ended, self.send_now(store, change).await)
     }
 
-    /// One sync with Redis: sends what it has not taken yet, then reads the fleet's
+    /// One sync with Redis: sends what it has not taken yet (each change is refused if its
+    /// scope changed in Redis since this instance read it), then reads the fleet's
     /// overrides and installs them (unless this instance changed its own meanwhile). A
     /// failure keeps what is known. Nothing on the memory store.
     pub async fn sync(&self, store: &Store) -> Result<(), StoreError> {
         if !store.is_shared() {
             return Ok(());
         }
-        let pending = std::mem::take(&mut *self.pending.lock().unwrap_or_else(PoisonError::into_inner));
-        let now = now_ms();
-        for (at, change) in pending.iter().enumerate() {
-            if let Pending::Set(o) = change {
-                if !o.is_active(now) {
-                    continue;
-                }
-            }
-            if let Some(Err(e)) = self.write(store, change).await {
-                // Keep this one and the rest, in order, for the next sync.
-                let mut kept = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
-                let newer = std::mem::take(&mut *kept);
-                kept.extend(pending[at..].iter().cloned());
-                kept.extend(newer);
-                return Err(e);
-            }
-        }
+        self.replay(store).await?;
         let generation = self.generation.load(Ordering::Acquire);
         let deadline = Instant::now() + STORE_DEADLINE;
         let command = ::redis::cmd("HGETALL").arg(&self.key).to_owned();
@@ -225,24 +211,21 @@ impl Overrides {
             None => return Ok(()),
         };
         let now = now_ms();
-        let mut read: Vec<Override> = fields(value)
-            .into_iter()
-            .filter_map(|(_, json)| serde_json::from_str::<Override>(&json).ok())
-            .filter(|o| o.is_active(now))
-            .collect();
-        // What this instance set and Redis has not taken yet stays honoured here.
+        let stored::Read { overrides, versions } = stored::read(value, now);
+        let mut read: Vec<Override> = overrides.into_iter().filter(|o| o.is_active(now)).collect();
+        // What this instance changed and Redis has not taken yet stays honoured here.
         for change in self.pending.lock().unwrap_or_else(PoisonError::into_inner).iter() {
-            match change {
-                Pending::Set(o) => {
-                    read.retain(|r| r.scope != o.scope);
-                    read.push(o.clone());
-                }
-                Pending::End(scope) => read.retain(|r| &r.scope != scope),
+            read.retain(|r| r.scope != change.scope);
+            if let Some(o) = &change.set {
+                read.push(o.clone());
             }
         }
         // A local change since the read began wins until the next sync.
-        if self.generation.load(Ordering::Acquire) == generation && **self.table.load() != read {
-            self.table.store(Arc::new(read));
+        if self.generation.load(Ordering::Acquire) == generation {
+            *self.versions.lock().unwrap_or_else(PoisonError::into_inner) = versions;
+            if **self.table.load() != read {
+                self.table.store(Arc::new(read));
+            }
         }
         Ok(())
     }
@@ -265,83 +248,113 @@ impl Overrides {
         self.table.store(Arc::new(table));
     }
 
-    fn pend(&self, change: Pending) {
-        self.pending.lock().unwrap_or_else(PoisonError::into_inner).push(change);
+    /// A change of `scope` over the version last read; it replaces a pending one.
+    fn prepare(&self, scope: &str, set: Option<Override>) -> Change {
+        self.pending.lock().unwrap_or_else(PoisonError::into_inner).retain(|p| p.scope != scope);
+        let base = self.versions.lock().unwrap_or_else(PoisonError::into_inner).get(scope).copied();
+        Change::new(scope, set, base.unwrap_or(0))
     }
 
-    fn forget_pending(&self, scope: &str) {
-        self.pending.lock().unwrap_or_else(PoisonError::into_inner).retain(|p| match p {
-            Pending::Set(o) => o.scope != scope,
-            Pending::End(s) => s != scope,
-        });
-    }
-
-    /// Writes one change to the store; `None` on the memory store.
-    async fn write(&self, store: &Store, change: &Pending) -> Option<Result<(), StoreError>> {
-        let command = match change {
-            Pending::Set(o) => {
-                let json = serde_json::to_string(o).unwrap_or_default();
-                ::redis::cmd("EVAL")
-                    .arg(SET_SCRIPT)
-                    .arg(1)
-                    .arg(&self.key)
-                    .arg(&o.scope)
-                    .arg(json)
-                    .arg(now_ms())
-                    .to_owned()
-            }
-            Pending::End(scope) => ::redis::cmd("HDEL").arg(&self.key).arg(scope).to_owned(),
-        };
+    /// Writes an operator's change now. Refused because another instance changed the scope
+    /// since the last read, it is sent again over that version: the operator's call is the
+    /// newer one (only changes that waited are refused for good). Not taken by the
+    /// deadline, or this call cancelled, it is pending over the last version seen.
+    async fn send_now(&self, store: &Store, change: Change) -> Result<bool, StoreError> {
+        let mut unsent = Unsent { overrides: self, change: Some(change) };
         let deadline = Instant::now() + STORE_DEADLINE;
-        let result = store.command(&self.key, command, deadline).await?;
-        Some(result.map(|_| ()))
+        while let Some(change) = &unsent.change {
+            match stored::write(store, &self.key, change, deadline).await {
+                None => unsent.change = None,
+                Some(Ok(Taken::Applied(version))) => {
+                    self.note(&change.scope, version);
+                    unsent.change = None;
+                    return Ok(true);
+                }
+                Some(Ok(Taken::Refused(version))) => {
+                    if let Some(change) = &mut unsent.change {
+                        change.base = version;
+                    }
+                }
+                Some(Err(e)) => return Err(e),
+            }
+        }
+        Ok(false)
+    }
+
+    /// Sends the pending changes in order; the first that fails stays, with those after it.
+    async fn replay(&self, store: &Store) -> Result<(), StoreError> {
+        let pending = std::mem::take(&mut *self.pending.lock().unwrap_or_else(PoisonError::into_inner));
+        let now = now_ms();
+        for (at, change) in pending.iter().enumerate() {
+            if change.lapsed(now) {
+                continue;
+            }
+            let deadline = Instant::now() + STORE_DEADLINE;
+            match stored::write(store, &self.key, change, deadline).await {
+                None => {}
+                Some(Ok(Taken::Applied(version))) => {
+                    self.note(&change.scope, version);
+                    // A change made here since, over the same version, follows this one.
+                    for newer in self.pending.lock().unwrap_or_else(PoisonError::into_inner).iter_mut() {
+                        if newer.scope == change.scope && newer.base == change.base {
+                            newer.base = version;
+                        }
+                    }
+                }
+                Some(Ok(Taken::Refused(version))) => self.refused(change, version),
+                Some(Err(e)) => {
+                    // Keep this one and the rest, in order, unless this instance changed
+                    // their scope since.
+                    let mut kept = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
+                    let newer = std::mem::take(&mut *kept);
+                    kept.extend(
+                        pending[at..].iter().filter(|p| newer.iter().all(|n| n.scope != p.scope)).cloned(),
+                    );
+                    kept.extend(newer);
+                    return Err(e);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn note(&self, scope: &str, version: u64) {
+        self.versions.lock().unwrap_or_else(PoisonError::into_inner).insert(scope.to_string(), version);
+    }
+
+    /// A pending change Redis refused: another instance changed the scope after this one
+    /// last read it. Dropped; the next read installs what the fleet has.
+    fn refused(&self, change: &Change, version: u64) {
+        tracing::warn!(
+            scope = %crate::escape::escape(change.scope.as_bytes()),
+            change = change.kind(),
+            set_by = change.set.as_ref().map_or("", |o| o.set_by.as_str()),
+            base_version = change.base,
+            version,
+            "overrides: a change made while Redis was unreachable is dropped: another instance \
+             changed that scope since"
+        );
+        self.metrics.override_replay_refused(change.kind());
     }
 }
 
-/// Sets one field, drops the fields that ended, and lets the hash expire with the last
-/// override (so an abandoned hash does not outlive what it holds).
-/// KEYS[1]: the hash. ARGV: scope, the override's JSON, now (Unix ms).
-const SET_SCRIPT: &str = r"
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
-local now = tonumber(ARGV[3])
-local last = 0
-local all = redis.call('HGETALL', KEYS[1])
-for i = 1, #all, 2 do
-  local ok, o = pcall(cjson.decode, all[i + 1])
-  local ends = ok and tonumber(o.expires_at_ms) or 0
-  if ends <= now then
-    redis.call('HDEL', KEYS[1], all[i])
-  elseif ends > last then
-    last = ends
-  end
-end
-if last > 0 then
-  redis.call('PEXPIREAT', KEYS[1], last)
-end
-return 1
-";
+/// A change `send_now` has not seen taken: pending when dropped (an error, a deadline, or
+/// the admin call cancelled at any await). Dropping it also marks that a write happened, so
+/// that a read which overlapped it is not installed.
+struct Unsent<'a> {
+    overrides: &'a Overrides,
+    change: Option<Change>,
+}
 
-/// The (field, value) pairs of an `HGETALL` reply, RESP2 or RESP3; text fields only.
-fn fields(value: ::redis::Value) -> Vec<(String, String)> {
-    use ::redis::Value;
-    let text = |v: Value| match v {
-        Value::BulkString(bytes) => String::from_utf8(bytes).ok(),
-        Value::SimpleString(s) => Some(s),
-        _ => None,
-    };
-    match value {
-        Value::Map(pairs) => pairs.into_iter().filter_map(|(k, v)| Some((text(k)?, text(v)?))).collect(),
-        Value::Array(items) => {
-            let mut items = items.into_iter();
-            let mut pairs = Vec::new();
-            while let (Some(k), Some(v)) = (items.next(), items.next()) {
-                if let (Some(k), Some(v)) = (text(k), text(v)) {
-                    pairs.push((k, v));
-                }
-            }
-            pairs
+impl Drop for Unsent<'_> {
+    fn drop(&mut self) {
+        if let Some(change) = self.change.take() {
+            let mut pending = self.overrides.pending.lock().unwrap_or_else(PoisonError::into_inner);
+            // A sync that failed meanwhile may have put an older one back.
+            pending.retain(|p| p.scope != change.scope);
+            pending.push(change);
         }
-        _ => Vec::new(),
+        self.overrides.generation.fetch_add(1, Ordering::AcqRel);
     }
 }
 

@@ -1,6 +1,8 @@
 //! The incident switch's metrics (`crate::overrides`): `tollgate_override_active{scope,mode}`
 //! (1 while an override of that scope and mode is in force, refreshed before each scrape)
-//! and `tollgate_override_requests_total{domain,mode}` (requests answered under one).
+//! and `tollgate_override_requests_total{domain,mode}` (requests answered under one), and
+//! `tollgate_override_replays_refused_total{change}` (`set`, `end`: changes made while
+//! Redis was unreachable that Redis refused because another instance changed the scope).
 //! Scopes are `all` and the configured domains, each exported at 0 from startup (a reload's
 //! new domains from that load), so an alert on an active override needs no `absent()`.
 
@@ -23,6 +25,11 @@ struct ScopeMode {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ChangeLabel {
+    change: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct DomainMode {
     domain: String,
     mode: &'static str,
@@ -33,16 +40,18 @@ struct DomainMode {
 pub struct OverrideMetrics {
     active: Family<ScopeMode, Gauge>,
     requests: Family<DomainMode, Counter>,
+    refused: Family<ChangeLabel, Counter>,
     /// The scopes exported so far: `all` and every domain configured since startup.
     scopes: Mutex<BTreeSet<String>>,
 }
 
 impl OverrideMetrics {
-    /// Registers both families, with scope `all` at 0.
+    /// Registers the families, with scope `all` and both changes at 0.
     pub fn register(registry: &mut Registry) -> OverrideMetrics {
         let metrics = OverrideMetrics {
             active: Family::default(),
             requests: Family::default(),
+            refused: Family::default(),
             scopes: Mutex::new(BTreeSet::new()),
         };
         registry.register(
@@ -56,6 +65,15 @@ impl OverrideMetrics {
             "Requests answered under an incident override, by domain and mode",
             metrics.requests.clone(),
         );
+        registry.register(
+            "tollgate_override_replays_refused",
+            "Override changes (set, end) made while Redis was unreachable that Redis refused \
+             when they were sent again: another instance had changed that scope since",
+            metrics.refused.clone(),
+        );
+        for change in ["set", "end"] {
+            metrics.refused.get_or_create(&ChangeLabel { change }).inc_by(0);
+        }
         metrics.export_scope("all");
         metrics
     }
@@ -92,6 +110,11 @@ impl OverrideMetrics {
                 self.active.get_or_create(&ScopeMode { scope: scope.clone(), mode }).set(on);
             }
         }
+    }
+
+    /// One pending `change` (`set` or `end`) refused by Redis.
+    pub fn replay_refused(&self, change: &'static str) {
+        self.refused.get_or_create(&ChangeLabel { change }).inc();
     }
 
     /// One request of a configured `domain` answered under an override in `mode`.

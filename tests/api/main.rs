@@ -5,6 +5,9 @@
 #[path = "../support/ads/mod.rs"]
 mod ads;
 #[allow(dead_code)]
+#[path = "../support/front.rs"]
+mod front_support;
+#[allow(dead_code)]
 #[path = "../support/otlp.rs"]
 mod otlp;
 #[allow(dead_code)]

@@ -14,12 +14,12 @@ use tollgate::overrides::VISIBLE_WITHIN;
 
 use crate::support::*;
 
-const TOKEN: &str = "incident-t0ken";
-const POLICY: &str = "domain: api\ndescriptors:\n  - key: user\n    rate_limit: { name: per-user, unit: hour, requests_per_unit: 1 }\n";
-const OTHER: &str = "domain: web\ndescriptors:\n  - key: user\n    rate_limit: { name: per-user, unit: hour, requests_per_unit: 1 }\n";
+pub(super) const TOKEN: &str = "incident-t0ken";
+pub(super) const POLICY: &str = "domain: api\ndescriptors:\n  - key: user\n    rate_limit: { name: per-user, unit: hour, requests_per_unit: 1 }\n";
+pub(super) const OTHER: &str = "domain: web\ndescriptors:\n  - key: user\n    rate_limit: { name: per-user, unit: hour, requests_per_unit: 1 }\n";
 /// Fail-closed: while Redis is down every limited request is denied (the incident the
 /// switch is for).
-const LOCKED: &str = "domain: locked\nfailure_mode: closed\ndescriptors:\n  - key: user\n    rate_limit: { unit: hour, requests_per_unit: 1 }\n";
+pub(super) const LOCKED: &str = "domain: locked\nfailure_mode: closed\ndescriptors:\n  - key: user\n    rate_limit: { unit: hour, requests_per_unit: 1 }\n";
 const FILES: [(&str, &str); 3] = [("api.yaml", POLICY), ("web.yaml", OTHER), ("locked.yaml", LOCKED)];
 
 /// Three instances on one Redis, at the default store timeout, each with the admin token.
@@ -56,7 +56,13 @@ impl Fleet {
 }
 
 /// `method path` on `app`'s admin port with the token (when `token`) and a JSON body.
-async fn admin(app: &TestApp, method: &str, path: &str, token: Option<&str>, body: &str) -> (u16, Value) {
+pub(super) async fn admin(
+    app: &TestApp,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: &str,
+) -> (u16, Value) {
     let bearer = token.map(|t| format!("Bearer {t}"));
     let mut headers = vec![("Content-Type", "application/json")];
     if let Some(bearer) = &bearer {
@@ -67,7 +73,7 @@ async fn admin(app: &TestApp, method: &str, path: &str, token: Option<&str>, bod
     (response.status, json)
 }
 
-fn user(domain: &str, name: &str) -> RateLimitRequest {
+pub(super) fn user(domain: &str, name: &str) -> RateLimitRequest {
     request(domain, &[&[("user", name)]])
 }
 
