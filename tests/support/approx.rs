@@ -49,7 +49,6 @@ pub async fn metric(admin: SocketAddr, series: &str) -> f64 {
     }
 }
 
-
 /// Decisions answered by the failure policy.
 pub async fn failure_decisions(admin: SocketAddr) -> f64 {
     failure_decisions_in(&admin_get(admin, "/metrics").await)
