@@ -7,7 +7,14 @@
 //! buckets) require `Authorization: Bearer <token>`; `/` and `/v1/status` (the status page,
 //! `status`) answer without it but leave the busiest buckets out, so that nothing
 //! unauthenticated names a bucket; `/metrics`, `/rlconfig`, `/healthz` and `/readyz` never
-//! need it. Without a token, `/v1/reset` is refused (403) unless
+//! need it. Bound beyond loopback (peer mode binds every interface) without a token, the
+//! port is open to whoever reaches it (`Admin::with_listener`): every request value it
+//! would show — `/v1/hotkeys`, `/v1/status`, `/` — is keyed-hashed with a per-process key
+//! (`value_hmac`), never plain nor an unkeyed hash, `/v1/usage` is refused (403: it
+//! answers for any value a caller guesses), and the startup log says so. The other GETs
+//! show the config, the store's state and counts, never a bucket's value; `/metrics`
+//! holds values only where a rule asks (`detailed_metric`, `value_to_metric`), token or
+//! not. Without a token, `/v1/reset` is refused (403) unless
 //! `--admin-allow-unauthenticated-reset`: it hands quota back, so an open admin port must
 //! not do it by default. Readiness means "config loaded and gRPC serving"; it deliberately
 //! does not follow Redis: failure policies handle a Redis outage, so Kubernetes must not

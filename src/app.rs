@@ -190,7 +190,9 @@ pub async fn spawn(settings: ServeSettings) -> anyhow::Result<Running> {
     )
     .with_buckets(&settings.redis_key_prefix, settings.admin_allow_unauthenticated_reset)
     .with_overrides(overrides.clone())
-    .with_key_secret(key_secret);
+    .with_key_secret(key_secret)
+    .with_listener(admin_addr);
+    admin.log_exposure(admin_addr);
     let (health, health_service) = tonic_health::server::health_reporter();
 
     let mut builder = tonic::transport::Server::builder();

@@ -14,7 +14,10 @@
 //! where the rule asks for values in metrics (`detailed_metric`, or `value_to_metric` on
 //! that level); any other value is shown as `value_hash`, the 128-bit SHA-256 prefix that
 //! bucket keys use for hashed parts (`store::key::part_digest`). Which values show follows
-//! the serving config. Must not know of HTTP or Prometheus.
+//! the serving config. An admin port anyone may reach ([`Values::Keyed`]) shows none of
+//! these: every request value as `value_hmac`, keyed with a [`ViewKey`] drawn at random
+//! per process, so that no hash shown there can be tested against a guess (an unkeyed
+//! SHA-256 of an IPv4 address reverses in seconds). Must not know of HTTP or Prometheus.
 //!
 //! Cost on the request path, per charged descriptor: one SipHash of the bucket key, a scan
 //! of [`sketch::SLOTS`] hashes and two increments; when the bucket is new to the table, a
@@ -33,7 +36,7 @@ use serde::Serialize;
 
 use crate::config::{Domain, Rule, Snapshot};
 use crate::escape::escape;
-use crate::store::key::{digest_hex, part_digest};
+use crate::store::key::{digest_hex, hmac_sha256, part_digest};
 use crate::store::Store;
 
 use self::sketch::{Identity, Sketch, StoredEntry, MAX_PART_BYTES};
@@ -205,16 +208,63 @@ pub struct HotEntry {
     /// 32 hex digits: SHA-256 of the value's bytes, first 16 bytes (as in bucket keys).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub value_hash: Option<String>,
+    /// 32 hex digits, instead of `value` and `value_hash` on an open admin port
+    /// ([`Values::Keyed`]): the first 16 bytes of HMAC-SHA256 under this process's
+    /// [`ViewKey`]. One value shows the same digits within one process, and nothing outside
+    /// it can compute them (nor match them with bucket keys).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub value_hmac: Option<String>,
 }
 
 /// Which request values a view may show.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Values {
-    /// Those of rules that show values in metrics (`/v1/hotkeys`, behind the admin token).
+#[derive(Debug, Clone, Copy)]
+pub enum Values<'k> {
+    /// Those of rules that show values in metrics (`/v1/hotkeys`, behind the admin token,
+    /// or on loopback).
     AsConfigured,
-    /// None: every request value as its hash (the status page: no token needed without
-    /// `--admin-token-file`, the token needed with it).
+    /// None: every request value as its hash (the status page: no token needed on
+    /// loopback without `--admin-token-file`, the token needed with it).
     Hashed,
+    /// None, nor an unkeyed hash of one: every request value keyed-hashed with `key` (an
+    /// admin port bound beyond loopback without `--admin-token-file`).
+    Keyed(&'k ViewKey),
+}
+
+/// A key drawn at random when the process starts, for [`Values::Keyed`]. Never shown nor
+/// logged; another process (or a restart) hashes the same value to other digits.
+#[derive(Clone)]
+pub struct ViewKey([u8; 32]);
+
+impl ViewKey {
+    /// A fresh random key.
+    pub fn random() -> ViewKey {
+        ViewKey(rand::random())
+    }
+
+    /// `value_hmac` of a stored entry: of its value, or of its digest when the value was
+    /// longer than the sketch keeps (a distinct first byte keeps the two apart).
+    fn hmac_hex(&self, stored: &StoredEntry) -> String {
+        let mut message = Vec::with_capacity(1 + stored.value.len());
+        match &stored.digest {
+            Some(digest) => {
+                message.push(1);
+                message.extend_from_slice(digest);
+            }
+            None => {
+                message.push(0);
+                message.extend_from_slice(&stored.value);
+            }
+        }
+        let mut prefix = [0u8; 16];
+        prefix.copy_from_slice(&hmac_sha256(&self.0, &message)[..16]);
+        digest_hex(&prefix)
+    }
+}
+
+impl std::fmt::Debug for ViewKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ViewKey(***)")
+    }
 }
 
 /// The `top` busiest buckets of `domain` at second `now`; `leased` answers for a bucket
@@ -224,7 +274,7 @@ pub fn view(
     sketch: &Sketch,
     now: u64,
     top: usize,
-    values: Values,
+    values: Values<'_>,
     leased: impl Fn(&str) -> bool,
 ) -> HotKeysView {
     let reading = sketch.read(now);
@@ -266,14 +316,14 @@ pub fn view(
 }
 
 /// How entry `index` of a bucket of `rule` shows (see the module doc).
-fn entry(rule: Option<&Rule>, index: usize, stored: &StoredEntry, values: Values) -> HotEntry {
+fn entry(rule: Option<&Rule>, index: usize, stored: &StoredEntry, values: Values<'_>) -> HotEntry {
     let key = escape(&stored.key).into_owned();
     let value = rule.and_then(|rule| {
         let level = rule.levels.get(index)?;
         if let Some(pattern) = &level.shared_pattern {
             return Some(escape(pattern.as_bytes()).into_owned());
         }
-        if values == Values::AsConfigured && (rule.detailed_metric || level.value_to_metric) {
+        if matches!(values, Values::AsConfigured) && (rule.detailed_metric || level.value_to_metric) {
             let mut shown = escape(&stored.value).into_owned();
             if stored.digest.is_some() {
                 shown.push('…');
@@ -283,11 +333,14 @@ fn entry(rule: Option<&Rule>, index: usize, stored: &StoredEntry, values: Values
         let exact = level.value.as_deref().filter(|v| !v.contains('*'))?;
         Some(escape(exact.as_bytes()).into_owned())
     });
-    match value {
-        Some(value) => HotEntry { key, value: Some(value), value_hash: None },
-        None => {
+    match (value, values) {
+        (Some(value), _) => HotEntry { key, value: Some(value), value_hash: None, value_hmac: None },
+        (None, Values::Keyed(view_key)) => {
+            HotEntry { key, value: None, value_hash: None, value_hmac: Some(view_key.hmac_hex(stored)) }
+        }
+        (None, Values::AsConfigured | Values::Hashed) => {
             let digest = stored.digest.unwrap_or_else(|| part_digest(&stored.value));
-            HotEntry { key, value: None, value_hash: Some(digest_hex(&digest)) }
+            HotEntry { key, value: None, value_hash: Some(digest_hex(&digest)), value_hmac: None }
         }
     }
 }

@@ -7,8 +7,9 @@
 //! path feeds it and knows no page. Neither endpoint shows request values, and neither
 //! needs the admin token; but the busiest buckets of `crate::hotkeys` name buckets (their
 //! values hashed, and an unsalted hash of an IP address or a short id reverses), so with an
-//! admin token configured they are gathered only for a request that carries it
-//! ([`HotBuckets`], decided by `admin`). Must not be on the request path: gathering takes
+//! admin token configured they are gathered only for a request that carries it, and on an
+//! admin port bound beyond loopback without a token their values are keyed-hashed with a
+//! per-process key ([`HotBuckets`], decided by `admin`). Must not be on the request path: gathering takes
 //! a lock (the reload error) and walks every rule.
 
 pub mod page;
@@ -18,7 +19,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde::Serialize;
 
 use crate::config::{Domain, Limit, Rule, RuleLimit};
-use crate::hotkeys::{HotKey, Values};
+use crate::hotkeys::{HotKey, Values, ViewKey};
 use crate::live::Live;
 use crate::metrics::history::{Minute, Rates};
 use crate::metrics::Metrics;
@@ -39,6 +40,9 @@ pub struct Status {
     /// True when the busiest buckets were left out (an admin token is configured and the
     /// request did not carry it): every `domains[].hot_keys` is then empty.
     pub hot_keys_hidden: bool,
+    /// True when the busiest buckets' values are keyed-hashed (`value_hmac`): the admin
+    /// port is bound beyond loopback without an admin token.
+    pub hot_keys_keyed: bool,
     /// The incident overrides in force (`POST /v1/override`), soonest to end first; the
     /// page shows them in a banner.
     pub overrides: Vec<OverrideStatus>,
@@ -57,9 +61,12 @@ pub struct OverrideStatus {
 }
 
 /// Whether a view lists each domain's busiest buckets (per-bucket identities).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum HotBuckets {
+#[derive(Debug, Clone, Copy)]
+pub enum HotBuckets<'k> {
+    /// Listed, every request value as its SHA-256 prefix (`value_hash`).
     Shown,
+    /// Listed, every request value keyed-hashed with this process's key (`value_hmac`).
+    Keyed(&'k ViewKey),
     /// Left out: the caller has not shown the admin token.
     Hidden,
 }
@@ -226,12 +233,17 @@ impl Status {
     }
 
     /// The view now, with or without the busiest buckets.
-    pub fn gather(live: &Live, store: &Store, metrics: &Metrics, hot: HotBuckets) -> Status {
+    pub fn gather(live: &Live, store: &Store, metrics: &Metrics, hot: HotBuckets<'_>) -> Status {
         Status::gather_at(live, store, metrics, metrics.history().now(), hot)
     }
 
     /// The view with the history's minute ending before second `now` (`History::now`).
-    pub fn gather_at(live: &Live, store: &Store, metrics: &Metrics, now: u64, hot: HotBuckets) -> Status {
+    pub fn gather_at(live: &Live, store: &Store, metrics: &Metrics, now: u64, hot: HotBuckets<'_>) -> Status {
+        let values = match hot {
+            HotBuckets::Shown => Some(Values::Hashed),
+            HotBuckets::Keyed(key) => Some(Values::Keyed(key)),
+            HotBuckets::Hidden => None,
+        };
         let active = live.load();
         let snapshot = &active.snapshot;
         let history = metrics.history();
@@ -249,10 +261,10 @@ impl Status {
                         rule_status(rule, minute)
                     })
                     .collect();
-                let sketch = active.hot_keys.domain(&domain.name).filter(|_| hot == HotBuckets::Shown);
-                let hot_keys = sketch.map_or_else(Vec::new, |sketch| {
+                let sketch = active.hot_keys.domain(&domain.name).zip(values);
+                let hot_keys = sketch.map_or_else(Vec::new, |(sketch, values)| {
                     let leased = |key: &str| crate::hotkeys::is_leased(store, key);
-                    crate::hotkeys::view(domain, sketch, now, HOT_KEYS, Values::Hashed, leased).keys
+                    crate::hotkeys::view(domain, sketch, now, HOT_KEYS, values, leased).keys
                 });
                 DomainStatus {
                     name: domain.name.clone(),
@@ -279,7 +291,8 @@ impl Status {
             store: store_status(store, history.store_p99_ms_at(now)),
             domains,
             generated_at: unix(SystemTime::now()),
-            hot_keys_hidden: hot == HotBuckets::Hidden,
+            hot_keys_hidden: values.is_none(),
+            hot_keys_keyed: matches!(hot, HotBuckets::Keyed(_)),
             overrides: Vec::new(),
         }
     }

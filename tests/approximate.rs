@@ -326,3 +326,18 @@ async fn an_exact_only_server_sends_no_heartbeat() {
     assert_eq!(metric(&one.running, "tollgate_approximate_instances ").await, 1.0);
     one.running.stop().await.expect("stop");
 }
+
+/// The metric helpers read an absent series as a failure, never as 0.
+#[test]
+fn the_metric_helpers_refuse_what_is_not_exported() {
+    let scrape = "# TYPE tollgate_decisions counter\n\
+                  tollgate_decisions_total{domain=\"d\",rule=\"r\",result=\"failure_open\"} 0\n\
+                  # TYPE tollgate_approximate_ready gauge\ntollgate_approximate_ready 1\n# EOF\n";
+    assert_eq!(approx_support::series_in(scrape, "tollgate_approximate_ready"), 1.0);
+    assert_eq!(approx_support::failure_decisions_in(scrape), 0.0);
+    let missing =
+        std::panic::catch_unwind(|| approx_support::series_in(scrape, "tollgate_approximate_readyz"));
+    assert!(missing.is_err(), "a series that is not exported");
+    let no_family = std::panic::catch_unwind(|| approx_support::failure_decisions_in("tollgate_x 1\n"));
+    assert!(no_family.is_err(), "no failure_* series of tollgate_decisions_total");
+}

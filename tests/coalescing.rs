@@ -47,13 +47,16 @@ fn evalsha_calls(redis: &RedisServer) -> u64 {
         .unwrap_or(0)
 }
 
-/// The sum of `tollgate_decisions_total` series whose result is the failure policy's.
+/// The sum of `tollgate_decisions_total` series whose result is the failure policy's (the
+/// server exports them at 0 for every rule from startup); panics when there are none.
 fn failure_decisions(metrics: &str) -> f64 {
-    metrics
+    let values: Vec<f64> = metrics
         .lines()
         .filter(|l| l.starts_with("tollgate_decisions_total{") && l.contains("result=\"failure_"))
         .filter_map(|l| l.rsplit_once(' ').and_then(|(_, v)| v.parse::<f64>().ok()))
-        .sum()
+        .collect();
+    assert!(!values.is_empty(), "no failure_* series of tollgate_decisions_total:\n{metrics}");
+    values.iter().sum()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

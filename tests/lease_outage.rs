@@ -32,8 +32,9 @@ fn signal(app: &mut TestApp, sig: &str) {
     assert!(Command::new("kill").args([sig, &pid]).status().expect("kill").success());
 }
 
+/// A series the server exports from startup (or from the lease sweeper's first tick).
 async fn counter(app: &TestApp, series: &str) -> f64 {
-    metric(&app.metrics().await, series).unwrap_or(0.0)
+    metric_value(&app.metrics().await, series)
 }
 
 /// Script calls Redis has run (`EVALSHA` and `EVAL`).

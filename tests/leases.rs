@@ -179,11 +179,14 @@ async fn failure_decisions(instances: &[Instance]) -> f64 {
     let mut total = 0.0;
     for instance in instances {
         let (_, text) = admin(instance, "GET", "/metrics").await;
-        total += text
+        // Exported at 0 for every rule from startup: none is a renamed metric, not 0.
+        let values: Vec<f64> = text
             .lines()
             .filter(|l| l.starts_with("tollgate_decisions_total{") && l.contains("result=\"failure_"))
             .filter_map(|l| l.rsplit_once(' ').and_then(|(_, v)| v.parse::<f64>().ok()))
-            .sum::<f64>();
+            .collect();
+        assert!(!values.is_empty(), "no failure_* series of tollgate_decisions_total:\n{text}");
+        total += values.iter().sum::<f64>();
     }
     total
 }

@@ -25,6 +25,8 @@ mod redis_support;
 #[path = "api/support.rs"]
 mod support;
 
+#[path = "peer_env/admin_exposure.rs"]
+mod admin_exposure;
 #[path = "peer_env/envoy_gateway.rs"]
 mod envoy_gateway;
 #[path = "peer_env/peer_mode.rs"]

@@ -2,7 +2,8 @@
 //! this instance saw them (`crate::hotkeys::view`).
 //!
 //! Guarded by the admin token like `/v1/usage` (values of rules that show them are request
-//! bytes). `top` defaults to [`DEFAULT_TOP`] and is cut to [`MAX_TOP`]; an unknown domain
+//! bytes); without a token on a port bound beyond loopback, every value keyed-hashed
+//! (`Admin::hot_key_values`). `top` defaults to [`DEFAULT_TOP`] and is cut to [`MAX_TOP`]; an unknown domain
 //! is a 404 with a JSON error, a malformed query a 400.
 
 use axum::extract::rejection::QueryRejection;
@@ -13,7 +14,7 @@ use axum::Json;
 use serde::Deserialize;
 
 use crate::escape::escape;
-use crate::hotkeys::{self, Values, DEFAULT_TOP, MAX_TOP};
+use crate::hotkeys::{self, DEFAULT_TOP, MAX_TOP};
 
 use super::state::{error, Admin};
 
@@ -49,7 +50,7 @@ pub async fn hotkeys(
         return error(StatusCode::NOT_FOUND, format!("unknown domain {:?}", escape(name.as_bytes())));
     };
     let now = admin.metrics.history().now();
-    Json(hotkeys::view(domain, sketch, now, top, Values::AsConfigured, |key| {
+    Json(hotkeys::view(domain, sketch, now, top, admin.hot_key_values(), |key| {
         hotkeys::is_leased(&admin.store, key)
     }))
     .into_response()

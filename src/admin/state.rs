@@ -3,6 +3,7 @@
 //! token checks, and how a refused request answers (`Refusal`, `error`). Below the router
 //! (`admin`) and the endpoints that use it (`usage`, `hotkeys`, `audit`).
 
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -11,6 +12,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::json;
 
+use crate::hotkeys::ViewKey;
 use crate::live::Live;
 use crate::metrics::Metrics;
 use crate::overrides::Overrides;
@@ -37,6 +39,10 @@ pub struct Admin {
     pub(super) overrides: Arc<Overrides>,
     /// `--key-secret-file`: usage and reset key the raw descriptor as the request path does.
     pub(super) key_secret: Option<Arc<KeySecret>>,
+    /// Set when the listener is bound beyond loopback and no token is configured: anyone who
+    /// reaches the port reads it, so no request value shows there but keyed-hashed with
+    /// this key (`with_listener`).
+    pub(super) open: Option<Arc<ViewKey>>,
 }
 
 /// Who called a reset, for the audit line.
@@ -69,7 +75,56 @@ impl Admin {
             allow_unauthenticated_reset: false,
             overrides,
             key_secret: None,
+            open: None,
         }
+    }
+
+    /// With the address the admin listener is bound to: beyond loopback (every interface,
+    /// as peer mode binds it, or any other address) and without an admin token, request
+    /// values are keyed-hashed with a per-process key on every view and `/v1/usage` is
+    /// refused (`is_open`). On loopback, or with a token, nothing changes.
+    pub fn with_listener(mut self, bound: SocketAddr) -> Admin {
+        let open = !bound.ip().is_loopback() && self.token.is_none();
+        self.open = open.then(|| Arc::new(ViewKey::random()));
+        self
+    }
+
+    /// Whether the port is open beyond loopback without a token (see `with_listener`).
+    pub fn is_open(&self) -> bool {
+        self.open.is_some()
+    }
+
+    /// Logs, once at startup, how an open port shows request values (nothing when not open).
+    pub fn log_exposure(&self, bound: SocketAddr) {
+        if self.is_open() {
+            tracing::warn!(
+                admin_addr = %bound,
+                "the admin port is reachable beyond loopback without --admin-token-file: request values on \
+                 it (/v1/hotkeys, /v1/status, the status page) are shown only keyed-hashed with a per-process \
+                 key (value_hmac), and /v1/usage is refused; give --admin-token-file to see them"
+            );
+        }
+    }
+
+    /// How `/v1/hotkeys` shows request values to a caller it admits.
+    pub(super) fn hot_key_values(&self) -> crate::hotkeys::Values<'_> {
+        match &self.open {
+            Some(key) => crate::hotkeys::Values::Keyed(key),
+            None => crate::hotkeys::Values::AsConfigured,
+        }
+    }
+
+    /// `Ok` unless the port is open (`with_listener`): `/v1/usage` answers for any value a
+    /// caller names, which tells whether that value (an address, a user) is a client.
+    pub(super) fn check_not_open(&self) -> Result<(), Refusal> {
+        if self.is_open() {
+            return Err(Refusal::new(
+                StatusCode::FORBIDDEN,
+                "the admin port is reachable beyond loopback without an admin token: this endpoint needs \
+                 --admin-token-file (or an admin address on loopback)",
+            ));
+        }
+        Ok(())
     }
 
     /// With the request path's `--key-secret-file` secret (usage and reset key the
@@ -137,12 +192,13 @@ impl Admin {
     }
 
     /// The status page's view: the busiest buckets name buckets, so with a token configured
-    /// only a request that carries it sees them (without one, everyone, as before).
+    /// only a request that carries it sees them; without one, everyone, as before on
+    /// loopback, and keyed-hashed on an open port.
     pub(super) fn status(&self, headers: &HeaderMap) -> crate::status::Status {
-        let hot = if self.authorized(headers) {
-            crate::status::HotBuckets::Shown
-        } else {
-            crate::status::HotBuckets::Hidden
+        let hot = match (&self.open, self.authorized(headers)) {
+            (Some(key), _) => crate::status::HotBuckets::Keyed(key),
+            (None, true) => crate::status::HotBuckets::Shown,
+            (None, false) => crate::status::HotBuckets::Hidden,
         };
         crate::status::Status::gather(&self.live, &self.store, &self.metrics, hot)
             .with_overrides(&self.overrides)

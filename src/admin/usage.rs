@@ -10,6 +10,8 @@
 //! (`Store::reset`, and this instance's `failure_mode: local` buckets), then answers the
 //! buckets as they are after it. Every reset — accepted or refused — writes one audit log
 //! line (`audit`) and each accepted one counts in `tollgate_admin_resets_total{domain}`.
+//! On a port bound beyond loopback without a token usage is refused (403): it would tell
+//! anyone whether a value they guess (an address, a user) is a client.
 
 use std::net::SocketAddr;
 
@@ -153,7 +155,7 @@ fn store_failed(e: &StoreError) -> Response {
 
 /// `GET /v1/usage?domain=D&descriptor=k=v,…`: the descriptor's buckets, nothing charged.
 pub async fn usage(State(admin): State<Admin>, request: Request) -> Response {
-    if let Err(refused) = admin.check_token(request.headers()) {
+    if let Err(refused) = admin.check_token(request.headers()).and_then(|()| admin.check_not_open()) {
         return refused.into_response();
     }
     let target = match target(&request) {

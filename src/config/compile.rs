@@ -23,6 +23,7 @@ use super::rule::{Level, Rule};
 use super::yaml;
 
 mod consistency;
+mod headers;
 mod limits;
 
 /// Validates and compiles `(file name, content)` pairs, in load order, into a snapshot,

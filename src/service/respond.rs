@@ -257,6 +257,8 @@ pub struct Decided {
 /// adds its `content-type` and headers, templated with that limit's numbers — its
 /// `requests_per_unit`, its window in seconds, and the seconds until the request would
 /// pass (the descriptor's `duration_until_reset`). Nothing from the request enters them.
+/// Called after the generated headers: a template header of a name they already hold
+/// (only possible through `--limit-header-names`) is left out.
 pub fn add_denial_response(response: &mut RateLimitResponse, decided: &[Option<Decided>]) {
     if response.overall_code != Code::OverLimit as i32 {
         return;
@@ -274,7 +276,13 @@ pub fn add_denial_response(response: &mut RateLimitResponse, decided: &[Option<D
         response.response_headers_to_add.push(header("content-type", content_type.clone()));
     }
     for (name, value) in &denial.headers {
-        response.response_headers_to_add.push(header(name, value.render(count, window, reset)));
+        // The config refuses the generated names; `--limit-header-names` may choose others,
+        // and one field keeps one value: the generated one.
+        let generated =
+            |h: &envoy_types::pb::envoy::config::core::v3::HeaderValue| h.key.eq_ignore_ascii_case(name);
+        if !response.response_headers_to_add.iter().any(generated) {
+            response.response_headers_to_add.push(header(name, value.render(count, window, reset)));
+        }
     }
 }
 

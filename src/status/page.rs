@@ -78,8 +78,9 @@ pub fn render(status: &Status) -> String {
 }
 
 /// The busiest buckets of each domain that has any: rule, entries (values hashed as
-/// `#` and the hash's first 12 digits; the full hash in the cell's title), rate, share.
-/// Left out, saying so, when the request did not carry the admin token.
+/// `#` and the hash's first 12 digits, or keyed-hashed as `~` and 12 digits on an open
+/// admin port; the full digits in the cell's title), rate, share. Left out, saying so,
+/// when the request did not carry the admin token.
 fn hot_keys_section(out: &mut String, status: &Status) {
     if status.hot_keys_hidden {
         out.push_str(
@@ -93,8 +94,15 @@ fn hot_keys_section(out: &mut String, status: &Status) {
     if busy.is_empty() {
         return;
     }
+    out.push_str("<section id=\"hot-keys\"><h2>Hot keys</h2>");
+    if status.hot_keys_keyed {
+        out.push_str(
+            "<p class=\"muted\">Values keyed-hashed with a key of this process (<code>~</code>): \
+             the admin port is reachable beyond loopback without an admin token.</p>",
+        );
+    }
     out.push_str(
-        "<section id=\"hot-keys\"><h2>Hot keys</h2><table><thead><tr><th>Domain</th><th>Rule</th>\
+        "<table><thead><tr><th>Domain</th><th>Rule</th>\
          <th>Descriptor</th><th>Per second</th><th>Share</th><th>Leased</th></tr></thead><tbody>\n",
     );
     for domain in busy {
@@ -109,14 +117,19 @@ fn hot_key_row(out: &mut String, domain: &str, key: &HotKey) {
     let entries: Vec<String> = key
         .descriptor
         .iter()
-        .map(|entry| match (&entry.value, &entry.value_hash) {
-            (Some(value), _) => format!("{}={}", escape_html(&entry.key), escape_html(value)),
-            (None, Some(hash)) => format!(
+        .map(|entry| match (&entry.value, &entry.value_hash, &entry.value_hmac) {
+            (Some(value), _, _) => format!("{}={}", escape_html(&entry.key), escape_html(value)),
+            (None, Some(hash), _) => format!(
                 "{}=<span title=\"{hash}\">#{}</span>",
                 escape_html(&entry.key),
                 hash.get(..12).unwrap_or(hash)
             ),
-            (None, None) => escape_html(&entry.key),
+            (None, None, Some(keyed)) => format!(
+                "{}=<span title=\"{keyed}\">~{}</span>",
+                escape_html(&entry.key),
+                keyed.get(..12).unwrap_or(keyed)
+            ),
+            (None, None, None) => escape_html(&entry.key),
         })
         .collect();
     let _ = writeln!(

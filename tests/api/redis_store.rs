@@ -169,11 +169,12 @@ async fn many_descriptors_in_flight_stay_under_the_default_cap() {
         task.await.expect("client task");
     }
     let text = app.metrics().await;
-    let overloaded = metric(&text, r#"tollgate_store_requests_total{store="redis",outcome="overloaded"}"#);
-    assert_eq!(overloaded.unwrap_or(0.0), 0.0, "{text}");
-    let failed = metric(
+    let overloaded =
+        metric_value(&text, r#"tollgate_store_requests_total{store="redis",outcome="overloaded"}"#);
+    assert_eq!(overloaded, 0.0, "{text}");
+    let failed = metric_value(
         &text,
         r#"tollgate_decisions_total{domain="wide",rule="descriptors[0]",result="failure_open"}"#,
     );
-    assert_eq!(failed.unwrap_or(0.0), 0.0, "no decision by the failure policy");
+    assert_eq!(failed, 0.0, "no decision by the failure policy");
 }

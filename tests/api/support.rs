@@ -329,12 +329,43 @@ fn dechunk(mut rest: &str) -> Option<String> {
 }
 
 /// The value of one series in a Prometheus text exposition, e.g.
-/// `tollgate_hits_total{domain="api",rule="per-user"}`; `None` when absent.
+/// `tollgate_hits_total{domain="api",rule="per-user"}`; `None` when absent. Compare it with
+/// `Some(..)`, or read it with [`metric_value`]: never as 0 when absent (a renamed or
+/// unexported metric must fail the test, not pass an `== 0`).
 pub fn metric(text: &str, series: &str) -> Option<f64> {
     text.lines().find_map(|line| {
         let (name, value) = line.rsplit_once(' ')?;
         (name == series).then(|| value.parse().ok()).flatten()
     })
+}
+
+/// The value of one series; panics, naming it and showing the scrape, when it is absent.
+#[track_caller]
+pub fn metric_value(text: &str, series: &str) -> f64 {
+    metric(text, series).unwrap_or_else(|| panic!("metric series {series} is not exported:\n{text}"))
+}
+
+/// Whether the metric family `name` is exported (its `# TYPE` line, written once the family
+/// has a series). `name` may carry a counter's `_total` (OpenMetrics names the family
+/// without it).
+pub fn family_exported(text: &str, name: &str) -> bool {
+    let family = name.strip_suffix("_total").unwrap_or(name);
+    text.lines().any(|line| {
+        line.strip_prefix("# TYPE ")
+            .and_then(|rest| rest.split(' ').next())
+            .is_some_and(|exported| exported == family || exported == name)
+    })
+}
+
+/// A labelled counter the server creates at its first increment: its value, or 0 while
+/// absent — but only when its family is exported (another of its series is), so that a
+/// renamed metric fails. Panics, with the scrape, otherwise. Prefer [`metric_value`] for
+/// the many series the server exports at 0 from startup.
+#[track_caller]
+pub fn counter_value(text: &str, series: &str) -> f64 {
+    let family = series.split('{').next().unwrap_or(series);
+    assert!(family_exported(text, family), "metric family {family} is not exported:\n{text}");
+    metric(text, series).unwrap_or(0.0)
 }
 
 /// Requests sent continuously by several tasks while something else happens (a reload, a

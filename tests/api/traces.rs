@@ -12,7 +12,7 @@ use tollgate::store::breaker::BreakerSettings;
 use tollgate::trace::{BatchSettings, ExportProtocol, Sampling, TraceSettings, SERVER_SPAN, STORE_SPAN};
 
 use crate::otlp::{closed_port, of_trace, Collector, Received, Stall, Transport};
-use crate::support::{metric, request, spawn_with, Options, TestApp};
+use crate::support::{metric_value, request, spawn_with, Options, TestApp};
 
 const POLICY: &str = r#"
 domain: traced
@@ -156,7 +156,7 @@ async fn grpc_spans_say_what_was_decided_and_why_under_the_callers_span() {
     assert_eq!(unknown.attr("ratelimit.descriptor.0.decided_by"), Some("unknown_domain"));
     assert_eq!(unknown.attr("ratelimit.overall_code"), Some("OK"));
 
-    let exported = metric(&app.metrics().await, "tollgate_trace_spans_exported_total").unwrap_or(0.0);
+    let exported = metric_value(&app.metrics().await, "tollgate_trace_spans_exported_total");
     assert!(exported >= 5.0, "exported {exported}");
 }
 
@@ -297,8 +297,7 @@ async fn decide_many(app: &TestApp, n: usize) -> Duration {
 }
 
 async fn dropped(app: &TestApp, reason: &str) -> f64 {
-    metric(&app.metrics().await, &format!("tollgate_trace_spans_dropped_total{{reason=\"{reason}\"}}"))
-        .unwrap_or(0.0)
+    metric_value(&app.metrics().await, &format!("tollgate_trace_spans_dropped_total{{reason=\"{reason}\"}}"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -315,7 +314,7 @@ async fn a_stalled_collector_never_delays_a_decision_spans_past_the_queue_are_dr
     .await;
     assert!(counted, "queue_full drops: {}", dropped(&app, "queue_full").await);
     assert!(stall.connections() >= 1, "the exporter did try the collector");
-    let exported = metric(&app.metrics().await, "tollgate_trace_spans_exported_total").unwrap_or(0.0);
+    let exported = metric_value(&app.metrics().await, "tollgate_trace_spans_exported_total");
     assert_eq!(exported, 0.0);
 }
 

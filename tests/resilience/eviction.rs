@@ -65,7 +65,7 @@ async fn flood_grpc_to_limit(app: &TestApp, keys: usize) {
 async fn metrics_of(app: &TestApp) -> (f64, f64) {
     let text = app.metrics().await;
     let at_limit = metric(&text, AT_LIMIT).expect("at-limit counter exported");
-    (at_limit, metric(&text, LOSSY).unwrap_or(0.0))
+    (at_limit, metric_value(&text, LOSSY))
 }
 
 /// The victim uses its 5 guesses, then the two floods; it stays denied throughout and no
@@ -122,6 +122,6 @@ async fn local_limiter_flood_gives_no_free_reset() {
     app.redis().stop();
     no_free_reset(&app, "local").await;
     let text = app.metrics().await;
-    let local = metric(&text, "tollgate_failure_local_decisions_total{domain=\"login\"}").unwrap_or(0.0);
+    let local = metric_value(&text, "tollgate_failure_local_decisions_total{domain=\"login\"}");
     assert!(local >= 300_000.0, "the gRPC flood was decided by the local limiter: {local}");
 }

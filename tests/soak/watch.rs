@@ -90,10 +90,24 @@ pub async fn http_get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
 }
 
 fn scrape(text: &str) -> Scrape {
+    // What the verdict reads must be exported, or a renamed metric reads as "no failures":
+    // the store's call counters (every outcome from startup) and, on the stores that have
+    // a breaker (not Cluster), the breaker's series.
+    let store = text.lines().find(|l| l.starts_with("tollgate_store_requests_total{"));
+    let store = store.unwrap_or_else(|| panic!("/metrics lacks tollgate_store_requests_total:\n{text}"));
+    if !store.contains("store=\"redis_cluster\"") {
+        for needed in ["tollgate_breaker_state{", "tollgate_breaker_opens_total{"] {
+            assert!(text.lines().any(|l| l.starts_with(needed)), "/metrics lacks {needed:?}:\n{text}");
+        }
+    }
     let mut s = Scrape::default();
     for line in text.lines().filter(|l| !l.starts_with('#') && !l.is_empty()) {
         s.series += 1;
-        let value: f64 = line.rsplit(' ').next().and_then(|v| v.parse().ok()).unwrap_or(0.0);
+        let value: f64 = line
+            .rsplit(' ')
+            .next()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("/metrics line without a value: {line:?}"));
         if line.starts_with("tollgate_breaker_state{") {
             s.breaker_open |= value >= 1.0;
         } else if line.starts_with("tollgate_breaker_opens_total") {

@@ -38,12 +38,15 @@ pub async fn admin_get(admin: SocketAddr, path: &str) -> String {
     out.split_once("\r\n\r\n").map(|(_, body)| body.to_string()).unwrap_or_default()
 }
 
-/// The value of a metric series (its name and labels as exported), 0 if absent.
+/// The value of a metric series (its name and labels as exported, then a space: `name ` or
+/// `name{labels} `). Panics, naming it and showing the scrape, when it is absent: a
+/// renamed or unexported metric fails the test instead of reading as 0.
 pub async fn metric(admin: SocketAddr, series: &str) -> f64 {
     let text = admin_get(admin, "/metrics").await;
-    text.lines()
-        .find_map(|line| line.strip_prefix(series).and_then(|rest| rest.trim().parse().ok()))
-        .unwrap_or(0.0)
+    match text.lines().find_map(|line| line.strip_prefix(series).and_then(|rest| rest.trim().parse().ok())) {
+        Some(value) => value,
+        None => panic!("metric series {series:?} is not exported:\n{text}"),
+    }
 }
 
 /// Decisions answered by the failure policy.
@@ -51,22 +54,26 @@ pub async fn failure_decisions(admin: SocketAddr) -> f64 {
     failure_decisions_in(&admin_get(admin, "/metrics").await)
 }
 
-/// Decisions answered by the failure policy, in a `/metrics` text already scraped.
+/// Decisions answered by the failure policy, in a `/metrics` text already scraped: the sum
+/// of the `failure_*` series of `tollgate_decisions_total`, which the server exports at 0
+/// for every rule from startup. Panics when there are none (a renamed metric or result).
 pub fn failure_decisions_in(metrics: &str) -> f64 {
-    metrics
+    let values: Vec<f64> = metrics
         .lines()
         .filter(|l| l.starts_with("tollgate_decisions_total{") && l.contains("result=\"failure_"))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
+        .collect();
+    assert!(!values.is_empty(), "no failure_* series of tollgate_decisions_total:\n{metrics}");
+    values.iter().sum()
 }
 
 /// The value of one series (its name and labels as exported) in a `/metrics` text already
-/// scraped, 0 if absent: [`metric`] without a scrape per series.
+/// scraped: [`metric`] without a scrape per series. Panics when it is absent.
 pub fn series_in(metrics: &str, series: &str) -> f64 {
-    metrics
-        .lines()
-        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' ')?.trim().parse().ok())
-        .unwrap_or(0.0)
+    match metrics.lines().find_map(|line| line.strip_prefix(series)?.strip_prefix(' ')?.trim().parse().ok()) {
+        Some(value) => value,
+        None => panic!("metric series {series:?} is not exported:\n{metrics}"),
+    }
 }
 
 /// The sum of every series of the metric `name` (any labels) in a `/metrics` text; `None`

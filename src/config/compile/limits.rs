@@ -14,8 +14,9 @@ use super::super::model::Consistency;
 use super::super::raw::{RawDescriptor, RawRateLimit};
 use super::super::rule::{
     self, DenialResponse, Level, Limit, Rollout, Rule, RuleId, RuleLimit, Template, Unit, MAX_RESPONSE_BODY,
-    MAX_RESPONSE_HEADERS, MAX_RESPONSE_VALUE,
+    MAX_RESPONSE_HEADERS,
 };
+use super::headers::{header_name, header_value};
 use super::{metadata, Builder};
 
 /// Most entries a `rate_limits` list may hold. The service tracks a rule's limits in a
@@ -391,7 +392,12 @@ impl Builder<'_> {
             Template::parse(body).map_err(|why| self.error(format!("{at}.body"), why)).ok()
         });
         if let Some(content_type) = written.content_type.as_deref() {
-            if let Err(why) = header_value(content_type) {
+            if written.body.is_none() {
+                self.error(
+                    format!("{at}.content_type"),
+                    "content_type without a body: it describes the body (give one, or remove it)",
+                );
+            } else if let Err(why) = header_value(content_type) {
                 self.error(format!("{at}.content_type"), why);
             } else if !content_type.contains('/') {
                 self.error(
@@ -487,45 +493,4 @@ impl Builder<'_> {
         }
         (self.errors.len() == before).then_some(names)
     }
-}
-
-/// Headers a `response` may not set: HTTP's framing and connection headers, and those with
-/// a field of their own (`content_type`).
-const RESERVED_HEADERS: [&str; 10] = [
-    "connection",
-    "content-length",
-    "content-type",
-    "host",
-    "keep-alive",
-    "proxy-connection",
-    "te",
-    "trailer",
-    "transfer-encoding",
-    "upgrade",
-];
-
-/// A header name a `response` may set: an HTTP token (RFC 9110 §5.6.2) of 1 to 64
-/// characters, not a pseudo-header nor reserved.
-fn header_name(name: &str) -> Result<(), String> {
-    let token = |c: char| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c);
-    if name.is_empty() || name.len() > 64 || !name.chars().all(token) {
-        return Err(format!("{name:?} is not a header name (1 to 64 letters, digits and !#$%&'*+-.^_`|~)"));
-    }
-    if RESERVED_HEADERS.contains(&name) {
-        let why = if name == "content-type" { "use content_type" } else { "HTTP's own" };
-        return Err(format!("{name} may not be set here ({why})"));
-    }
-    Ok(())
-}
-
-/// A header value (or `content_type`) a `response` may send: at most
-/// [`MAX_RESPONSE_VALUE`] bytes of printable ASCII, spaces and tabs.
-fn header_value(value: &str) -> Result<(), String> {
-    if value.len() > MAX_RESPONSE_VALUE {
-        return Err(format!("a value of {} bytes: at most {MAX_RESPONSE_VALUE}", value.len()));
-    }
-    if let Some(c) = value.chars().find(|c| !matches!(c, ' '..='~' | '\t')) {
-        return Err(format!("{c:?} in a header value (printable ASCII, spaces and tabs only)"));
-    }
-    Ok(())
 }

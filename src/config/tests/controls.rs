@@ -202,3 +202,45 @@ fn overdraft_loads_and_refuses_what_would_not_count_it() {
     let (path, _) = one_error(unlimited, "together with unlimited");
     assert_eq!(path, "descriptors[0].rate_limit.overdraft");
 }
+
+#[test]
+fn a_response_may_not_set_a_field_the_generated_headers_own() {
+    // `--response-headers`, `--limit-headers`, `--ratelimit-headers ietf` and Envoy's own
+    // header options write these: a template beside them would send a second value (two
+    // `Retry-After`, which RFC 9110 makes a singleton). Names compare case-insensitively.
+    for name in [
+        "retry-after",
+        "Retry-After",
+        "x-ratelimit-limit",
+        "X-RateLimit-Remaining",
+        "x-ratelimit-reset",
+        "x-ratelimit-anything",
+        "ratelimit",
+        "RateLimit-Policy",
+        "ratelimit-limit",
+        "RateLimit-Remaining",
+        "ratelimit-reset",
+    ] {
+        let extra = format!("      response: {{ body: x, headers: {{ {name}: '{{reset}}' }} }}\n");
+        let (path, line) = one_error(&limited(&extra), "generated");
+        assert_eq!(path, format!("descriptors[0].rate_limit.response.headers.{name}"), "{name}");
+        assert_eq!(line, Some(7), "{name}");
+    }
+    // `content-type` has its own field in any case, and that field describes the body.
+    let (path, _) = one_error(
+        &limited("      response: { body: x, headers: { Content-Type: a/b } }\n"),
+        "use content_type",
+    );
+    assert_eq!(path, "descriptors[0].rate_limit.response.headers.Content-Type");
+    let (path, line) = one_error(
+        &limited("      response: { content_type: application/json, headers: { x-a: b } }\n"),
+        "without a body",
+    );
+    assert_eq!((path.as_str(), line), ("descriptors[0].rate_limit.response.content_type", Some(7)));
+    // Names that merely resemble them stay free.
+    for name in ["x-retry-after-hint", "x-ratelimited-by", "ratelimits"] {
+        let snapshot = load(&limited(&format!("      response: {{ headers: {{ {name}: x }} }}\n")));
+        let rule = matched(only_domain(&snapshot), &[("user", "a")]);
+        assert_eq!(rule.limits()[0].response.as_ref().expect("response").headers.len(), 1, "{name}");
+    }
+}

@@ -43,7 +43,7 @@ fn feed(hot: &SnapshotHotKeys, snapshot: &Snapshot, now: u64, entries: &[(&str, 
     }
 }
 
-fn read(hot: &SnapshotHotKeys, snapshot: &Snapshot, values: Values) -> HotKeysView {
+fn read(hot: &SnapshotHotKeys, snapshot: &Snapshot, values: Values<'_>) -> HotKeysView {
     let domain = snapshot.domain("api").expect("api");
     view(domain, hot.domain("api").expect("sketch"), 10, 20, values, |_| false)
 }
@@ -99,6 +99,35 @@ fn values_show_only_where_the_config_shows_them() {
         entry_json(&hashed, "descriptors[3]"),
         serde_json::json!([{ "key": "plan", "value": "gold" }])
     );
+}
+
+#[test]
+fn an_open_admin_port_sees_every_request_value_keyed_with_the_process_key() {
+    let snapshot = snapshot();
+    let hot = HotKeys::default().for_snapshot(&snapshot, 1);
+    let long = "z".repeat(200);
+    feed(&hot, &snapshot, 10, &[("user", "203.0.113.7")], 3);
+    feed(&hot, &snapshot, 10, &[("tenant", "acme")], 2);
+    feed(&hot, &snapshot, 10, &[("user", &long)], 1);
+    feed(&hot, &snapshot, 10, &[("plan", "gold")], 1);
+    let (key, other) = (ViewKey::random(), ViewKey::random());
+    let view = read(&hot, &snapshot, Values::Keyed(&key));
+    let text = serde_json::to_string(&view).expect("json");
+    for value in ["203.0.113.7", "acme", long.as_str()] {
+        let hash = digest_hex(&part_digest(value.as_bytes()));
+        assert!(!text.contains(value) && !text.contains(&hash), "{value} in {text}");
+    }
+    assert!(!text.contains("value_hash"), "{text}");
+    // Even a `detailed_metric` value; the config's own text still shows.
+    let tenant = entry_json(&view, "descriptors[1]");
+    assert_eq!(tenant[0]["value_hmac"].as_str().map(str::len), Some(32), "{tenant}");
+    assert_eq!(entry_json(&view, "descriptors[3]"), serde_json::json!([{ "key": "plan", "value": "gold" }]));
+    // One value, one set of digits in this process; another process's key gives others.
+    let again = read(&hot, &snapshot, Values::Keyed(&key));
+    assert_eq!(serde_json::to_string(&again).expect("json"), text);
+    let elsewhere = serde_json::to_string(&read(&hot, &snapshot, Values::Keyed(&other))).expect("json");
+    assert_ne!(elsewhere, text);
+    assert!(!format!("{key:?}").contains(|c: char| c.is_ascii_digit()), "the key never prints");
 }
 
 fn round3(x: f64) -> f64 {

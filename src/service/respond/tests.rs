@@ -144,3 +144,29 @@ fn the_denying_limits_response_fills_the_429() {
     assert!(shadowed.raw_body.is_empty() && shadowed.response_headers_to_add.is_empty());
     let _ = decided2;
 }
+
+#[test]
+fn a_field_the_generated_headers_hold_keeps_their_one_value() {
+    // The config refuses these names; `--limit-header-names` may still pick one a template
+    // uses (here `X-Quota`): the field keeps the generated value alone.
+    let (mut response, mut decided) = passed_empty_and_denied();
+    let names = LimitHeaderNames { limit: "X-Quota".into(), ..LimitHeaderNames::default() };
+    add_headers(&mut response, &decided, 0.0);
+    add_limit_headers(&mut response, &names);
+    let denial = DenialResponse {
+        body: None,
+        content_type: None,
+        headers: vec![
+            ("x-quota".into(), Template::parse("{limit} per {window} s").expect("value")),
+            ("x-other".into(), Template::parse("{reset}").expect("value")),
+        ],
+    };
+    decided[1].as_mut().expect("d").response = Some(Arc::new(denial));
+    add_denial_response(&mut response, &decided);
+    let h = headers(&response);
+    let quota: Vec<&str> =
+        h.iter().filter(|(k, _)| k.eq_ignore_ascii_case("x-quota")).map(|(_, v)| v.as_str()).collect();
+    assert_eq!(quota, ["2"], "{h:?}");
+    assert_eq!(get(&h, "x-other"), Some("1"));
+    assert_eq!(h.iter().filter(|(k, _)| k == "retry-after").count(), 1, "{h:?}");
+}

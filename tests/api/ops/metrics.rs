@@ -141,3 +141,25 @@ async fn each_limit_of_a_rule_has_its_own_series() {
     assert_eq!(series("descriptors[0]/burst", "over_limit"), Some(1.0), "{text}");
     assert_eq!(series("descriptors[0]/daily", "within_limit"), Some(0.0), "the series exists: {text}");
 }
+
+/// A scrape as the server writes it: a labelled counter family registered, none of its
+/// series incremented yet; one gauge.
+const SCRAPE: &str = "# HELP tollgate_decisions Decisions.\n# TYPE tollgate_decisions counter\n\
+                      # HELP tollgate_memory_keys Keys.\n# TYPE tollgate_memory_keys gauge\n\
+                      tollgate_memory_keys 3\n# EOF\n";
+
+#[test]
+#[should_panic(expected = "metric series tollgate_memory_keyz is not exported")]
+fn reading_a_series_that_is_not_exported_fails_the_test() {
+    assert_eq!(metric_value(SCRAPE, "tollgate_memory_keys"), 3.0);
+    metric_value(SCRAPE, "tollgate_memory_keyz");
+}
+
+#[test]
+#[should_panic(expected = "metric family tollgate_decisionz_total is not exported")]
+fn a_counter_of_a_family_that_is_not_exported_fails_the_test() {
+    // Not yet incremented, of an exported family: 0, as the server means it.
+    let ok = r#"tollgate_decisions_total{domain="d",rule="r",result="failure_open"}"#;
+    assert_eq!(counter_value(SCRAPE, ok), 0.0);
+    counter_value(SCRAPE, r#"tollgate_decisionz_total{domain="d",rule="r",result="failure_open"}"#);
+}

@@ -245,14 +245,39 @@ impl Envoy {
         Envoy { process, listener: wiring.listener, admin }
     }
 
-    /// The value of counter `name` in Envoy's admin `/stats` (0 when not yet created).
+    /// The value of counter `name` in Envoy's admin `/stats`; panics, with the stats of its
+    /// scope, when Envoy has not created it.
+    #[track_caller]
     pub fn stat(&self, name: &str) -> u64 {
+        self.created(name).unwrap_or_else(|| panic!("Envoy has no counter {name}:\n{}", self.scope_of(name)))
+    }
+
+    /// A counter Envoy creates at its first increment (the rate-limit filter's are): its
+    /// value, or 0 while not created — but only once another counter of its scope (the
+    /// name up to its last `.`) exists, so that a misspelt scope fails instead of reading 0.
+    #[track_caller]
+    pub fn stat_or_zero(&self, name: &str) -> u64 {
+        let scope = self.scope_of(name);
+        assert!(!scope.trim().is_empty(), "Envoy has no counter in the scope of {name}");
+        self.created(name).unwrap_or(0)
+    }
+
+    /// Counter `name`, if Envoy has created it.
+    fn created(&self, name: &str) -> Option<u64> {
         let stats = http::get(self.admin, &format!("/stats?filter=^{name}$"), &[]);
+        let prefix = format!("{name}: ");
         stats
             .body
             .lines()
-            .find_map(|line| line.strip_prefix(&format!("{name}: ")))
-            .map_or(0, |v| v.trim().parse().expect("counter value"))
+            .find_map(|line| line.strip_prefix(&prefix))
+            .map(|v| v.trim().parse().expect("counter value"))
+    }
+
+    /// Every stat in the scope of `name` (its prefix up to the last `.`), as `/stats` lists them.
+    fn scope_of(&self, name: &str) -> String {
+        let scope = name.rsplit_once('.').map_or(name, |(scope, _)| scope);
+        // Unescaped dots match any character: close enough, and nothing to URL-encode.
+        http::get(self.admin, &format!("/stats?filter=^{scope}."), &[]).body
     }
 
     /// The end of Envoy's log, for failure messages.
