@@ -22,11 +22,16 @@ mod redis_support;
 
 mod fleet;
 mod load;
+mod model;
+mod model_check;
+mod ops;
+mod ops_scenarios;
 mod plan;
 mod policies;
 mod run;
 mod stores;
 mod verdict;
+mod verdict_ops;
 mod watch;
 
 use std::collections::BTreeMap;
@@ -199,4 +204,29 @@ fn planted_double_charge_fails_invariant_5() {
 #[test]
 fn planted_connection_leak_fails_invariant_6() {
     planted(Plant::Leak, "6 ");
+}
+
+#[test]
+fn planted_forgotten_own_keys_fail_invariant_7() {
+    planted(Plant::ForgetOwned, "7 ");
+}
+
+#[test]
+fn planted_peek_of_a_forgotten_bucket_fails_invariant_8() {
+    planted(Plant::PeekForgotten, "8 ");
+}
+
+#[test]
+fn planted_unsent_reset_fails_invariant_9() {
+    planted(Plant::ResetUnsent, "9 ");
+}
+
+#[test]
+fn planted_replayed_override_fails_invariant_10() {
+    planted(Plant::OverrideReplayed, "10 ");
+}
+
+#[test]
+fn planted_debt_past_its_bound_fails_invariant_11() {
+    planted(Plant::DebtPlanted, "11 ");
 }
