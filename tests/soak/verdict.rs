@@ -422,8 +422,8 @@ fn recovery(log: &RunLog) -> Verdict {
         let limit = fault.heal + fault.fault.recovery().as_micros() as u64;
         for instance in 0..log.instances {
             let disturbed = log.faults.iter().any(|f| {
-                !f.fault.is_store_fault() && f.start <= limit && f.heal >= fault.heal
-                    && matches!(f.fault, Fault::KillInstance { instance: i } | Fault::DrainInstance { instance: i } if i % log.instances == instance)
+                !std::ptr::eq(f, fault) && f.start <= limit && f.heal >= fault.heal
+                    && matches!(f.fault, Fault::KillInstance { instance: i } | Fault::DrainInstance { instance: i } | Fault::CutInstance { instance: i } if i % log.instances == instance)
             });
             if disturbed {
                 continue;
