@@ -298,7 +298,13 @@ impl Draw {
         }
     }
 
-    fn descriptors(&mut self, rng: &mut StdRng, domain: &str, flooding: bool, start_us: u64) -> Vec<(String, String)> {
+    fn descriptors(
+        &mut self,
+        rng: &mut StdRng,
+        domain: &str,
+        flooding: bool,
+        start_us: u64,
+    ) -> Vec<(String, String)> {
         let count = match rng.random_range(0..100) {
             0..60 => 1,
             60..90 => rng.random_range(2..=4),
@@ -324,12 +330,13 @@ impl Draw {
                 (0..count)
                     .map(|_| {
                         let slot = rng.random_range(0..3);
-                        let value = if featured(domain) && rng.random_range(0..5) == 0 && !used.contains(&slot) {
-                            used.push(slot);
-                            owned(self.client, slot)
-                        } else {
-                            self.value(rng, flooding)
-                        };
+                        let value =
+                            if featured(domain) && rng.random_range(0..5) == 0 && !used.contains(&slot) {
+                                used.push(slot);
+                                owned(self.client, slot)
+                            } else {
+                                self.value(rng, flooding)
+                            };
                         ("k".to_string(), value)
                     })
                     .collect()

@@ -152,7 +152,13 @@ pub(crate) fn events<'a>(log: &RunLog, call: &'a Call) -> Vec<(Key, Mode, Event<
                 let overdraw = limits(call.domain, Default::default()).1;
                 let variants = variants(&|t| limits(call.domain, t).0);
                 let n = variants[0].len();
-                Event { call, variants, hits: vec![hits_of(call, i, overdraw); n], answers: vec![i], multi: n > 1 }
+                Event {
+                    call,
+                    variants,
+                    hits: vec![hits_of(call, i, overdraw); n],
+                    answers: vec![i],
+                    multi: n > 1,
+                }
             }
         };
         out.push((key, mode, event));
@@ -255,7 +261,9 @@ pub(crate) fn predict(candidates: &[States], event: &Event<'_>) -> Vec<Predictio
 /// The observed statuses of the event's answers, when the call was answered.
 pub(crate) fn observed(event: &Event<'_>) -> Option<Vec<Status>> {
     match &event.call.outcome {
-        Outcome::Answered { statuses, .. } => event.answers.iter().map(|i| statuses.get(*i).copied()).collect(),
+        Outcome::Answered { statuses, .. } => {
+            event.answers.iter().map(|i| statuses.get(*i).copied()).collect()
+        }
         _ => None,
     }
 }
@@ -264,4 +272,3 @@ pub(crate) fn observed(event: &Event<'_>) -> Option<Vec<Status>> {
 pub(crate) fn failure_like(s: &Status) -> bool {
     !s.ok && s.remaining == 0 && s.reset_s == Some(1)
 }
-

@@ -136,7 +136,12 @@ impl KeyModel {
             exact = same_code
                 .iter()
                 .copied()
-                .filter(|p| p.statuses.iter().zip(&observed).all(|(s, o)| s.1.min(u64::from(u32::MAX)) == u64::from(o.remaining)))
+                .filter(|p| {
+                    p.statuses
+                        .iter()
+                        .zip(&observed)
+                        .all(|(s, o)| s.1.min(u64::from(u32::MAX)) == u64::from(o.remaining))
+                })
                 .collect();
         }
         let mut next: Vec<States> = if mode == Mode::Exact && !exact.is_empty() {
@@ -222,7 +227,8 @@ fn matches(p: &model::Prediction, observed: &[Status], early_us: u64) -> bool {
             Some(r) => {
                 let r = r.max(0) as u64;
                 let exact = reset_us.div_ceil(1_000_000);
-                r == exact || (!allowed && r < exact && r >= reset_us.saturating_sub(early_us).div_ceil(1_000_000))
+                r == exact
+                    || (!allowed && r < exact && r >= reset_us.saturating_sub(early_us).div_ceil(1_000_000))
             }
         };
         allowed == o.ok && u64::from(o.remaining) == remaining.min(u64::from(u32::MAX)) && reset_ok
@@ -237,7 +243,9 @@ fn approximate(candidates: &[States], event: &Event<'_>, observed: &[Status]) ->
         return None;
     }
     let empty = |t: u64| {
-        candidates.iter().all(|s| algorithm::apply(s[0], t, params, Hits::Peek).decision.remaining == params.limit)
+        candidates
+            .iter()
+            .all(|s| algorithm::apply(s[0], t, params, Hits::Peek).decision.remaining == params.limit)
     };
     (empty(event.call.sent) && empty(event.call.recv)).then(|| {
         format!(
@@ -250,7 +258,12 @@ fn approximate(candidates: &[States], event: &Event<'_>, observed: &[Status]) ->
 
 fn show(statuses: &[Status]) -> String {
     let one = |s: &Status| {
-        format!("{} remaining {} reset {:?} s", if s.ok { "OK" } else { "OVER_LIMIT" }, s.remaining, s.reset_s)
+        format!(
+            "{} remaining {} reset {:?} s",
+            if s.ok { "OK" } else { "OVER_LIMIT" },
+            s.remaining,
+            s.reset_s
+        )
     };
     statuses.iter().map(one).collect::<Vec<_>>().join(" + ")
 }
@@ -286,7 +299,11 @@ fn model_losing(log: &RunLog, a: u64, b: u64) -> bool {
 /// around `[a, b]`, or no scrape brackets it.
 pub fn model_troubled(log: &RunLog, instance: usize, a: u64, b: u64) -> bool {
     let faulted = log.faults.iter().any(|f| {
-        f.fault.cuts(instance, log.instances) && f.start <= b && f.heal + f.fault.recovery().as_micros() as u64 >= a
+        // A drained or killed instance answers by its failure policy while its store goes.
+        let own = matches!(f.fault, crate::plan::Fault::KillInstance { instance: i } | crate::plan::Fault::DrainInstance { instance: i } if i % log.instances == instance);
+        (own || f.fault.cuts(instance, log.instances))
+            && f.start <= b
+            && f.heal + f.fault.recovery().as_micros() as u64 >= a
     });
     if faulted {
         return true;
@@ -345,7 +362,9 @@ fn fingerprint(states: &States) -> Vec<(u8, u64, u64, u64, u64)> {
         .map(|s| match s {
             None => (0, 0, 0, 0, 0),
             Some(State::Gcra { tat, rem, until }) => (1, *tat, *rem, *until, 0),
-            Some(State::Window { start, current, previous, until }) => (2, *start, *current, *previous, *until),
+            Some(State::Window { start, current, previous, until }) => {
+                (2, *start, *current, *previous, *until)
+            }
         })
         .collect()
 }

@@ -10,6 +10,7 @@
 //!   through another; on the single topology half of them with the setting instance cut
 //!   from Redis by its front (its replies dropped) from before the set until after the end
 //!   (invariant 10).
+//!
 //! Plants for those invariants are applied here (`plan::Plant`).
 
 use std::io::{Read, Write};
@@ -167,7 +168,9 @@ impl Fleet<'_> {
     pub(crate) fn pause(&self, d: Duration) {
         let until = now_us() + d.as_micros() as u64;
         while now_us() < until && !self.stop.load(Ordering::SeqCst) {
-            std::thread::sleep(Duration::from_millis(10).min(Duration::from_micros(until.saturating_sub(now_us()))));
+            std::thread::sleep(
+                Duration::from_millis(10).min(Duration::from_micros(until.saturating_sub(now_us()))),
+            );
         }
     }
 
@@ -187,7 +190,13 @@ impl Fleet<'_> {
     }
 
     /// `method path` on `instance`'s admin port with a JSON `body`: status and body.
-    pub(crate) fn admin(&self, instance: usize, method: &str, path: &str, body: &str) -> (u64, u64, u16, String) {
+    pub(crate) fn admin(
+        &self,
+        instance: usize,
+        method: &str,
+        path: &str,
+        body: &str,
+    ) -> (u64, u64, u16, String) {
         let sent = now_us();
         let answer = admin_call(self.ops.addrs[instance].1, method, path, body);
         let (status, text) = answer.unwrap_or((0, String::new()));
@@ -210,12 +219,11 @@ fn admin_call(addr: SocketAddr, method: &str, path: &str, body: &str) -> Option<
     Some((status, text.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default()))
 }
 
-/// Deletes every key holding `marker` on every master (a plant).
+/// Deletes every key holding `marker` on every master, one script call each (a plant).
 pub fn delete_keys(view: &Masters, marker: &str) {
+    const SCRIPT: &str =
+        "for _, k in ipairs(redis.call('KEYS', ARGV[1])) do redis.call('DEL', k) end return 0";
     for port in view.ports() {
-        for key in cli(port, &["--scan", "--pattern", &format!("*{marker}*")]).lines() {
-            cli(port, &["DEL", key]);
-        }
+        cli(port, &["EVAL", SCRIPT, "0", &format!("*{marker}*")]);
     }
 }
-

@@ -14,9 +14,14 @@ use crate::plan::{Fault, Plant};
 use crate::policies;
 use crate::run::Happened;
 
+/// The failure policy's answer of a fail-closed domain: denied, nothing left, retry in 1 s.
+pub fn failure_like(s: &Status) -> bool {
+    !s.ok && s.remaining == 0 && s.reset_s == Some(1)
+}
+
 /// A denial by the algorithm, not the failure policy's (denied, 0 left, retry in 1 s).
 fn denied(p: &Probe) -> bool {
-    p.status.is_some_and(|s: Status| !s.ok && !(s.remaining == 0 && s.reset_s == Some(1)))
+    p.status.is_some_and(|s: Status| !s.ok && !failure_like(&s))
 }
 
 fn limit_of(domain: &str) -> u64 {
@@ -60,8 +65,11 @@ impl Fleet<'_> {
     /// through one instance, charged on every instance 1 s after the reset answered.
     pub(crate) fn reset(&mut self, rng: &mut StdRng) -> ResetCheck {
         let planted = self.ops.plant == Some(Plant::ResetUnsent);
-        let domain =
-            if planted { "soak_minute" } else { ["soak_minute", "soak_approx_minute", "soak_penalty"][rng.random_range(0..3)] };
+        let domain = if planted {
+            "soak_minute"
+        } else {
+            ["soak_minute", "soak_approx_minute", "soak_penalty"][rng.random_range(0..3)]
+        };
         let value = self.fresh("rst");
         let n = self.instances();
         let (spender, through) = (rng.random_range(0..n), rng.random_range(0..n));
@@ -103,7 +111,11 @@ impl Fleet<'_> {
             (sent, recv, status)
         };
         self.pause(Duration::from_micros((reset.1 + RESET_VISIBLE_US).saturating_sub(now_us())));
-        let after = if self.stopping() { Vec::new() } else { (0..n).map(|i| self.charge(i, domain, &value, 1)).collect() };
+        let after = if self.stopping() {
+            Vec::new()
+        } else {
+            (0..n).map(|i| self.charge(i, domain, &value, 1)).collect()
+        };
         ResetCheck { domain, value, through, before, reset, after }
     }
 
@@ -115,7 +127,10 @@ impl Fleet<'_> {
         let set_on = rng.random_range(0..n);
         let end_on = (set_on + rng.random_range(1..n)) % n;
         let mode = ["open", "shadow"][rng.random_range(0..2)];
-        let front = (!self.ops.fronts.is_empty() && rng.random_bool(0.5)).then(|| self.ops.fronts[set_on].clone());
+        // A planted run cuts only for its own plant: a cut's unseen charges would hide another.
+        let may_cut =
+            matches!(self.ops.plant, None | Some(Plant::OverrideReplayed)) && !self.ops.fronts.is_empty();
+        let front = (may_cut && rng.random_bool(0.5)).then(|| self.ops.fronts[set_on].clone());
         let cut_at = now_us();
         if let Some(front) = &front {
             front.cut_replies(true);
@@ -124,7 +139,8 @@ impl Fleet<'_> {
         let body = format!(r#"{{"scope":"soak_incident","mode":"{mode}","ttl_seconds":{OVERRIDE_TTL_S}}}"#);
         let (sent, recv, status, _) = self.admin(set_on, "POST", "/v1/override", &body);
         self.pause(Duration::from_millis(1_500));
-        let (end_sent, end_recv, end_status, _) = self.admin(end_on, "DELETE", "/v1/override?scope=soak_incident", "");
+        let (end_sent, end_recv, end_status, _) =
+            self.admin(end_on, "DELETE", "/v1/override?scope=soak_incident", "");
         self.pause(Duration::from_millis(1_000));
         let mut cut = None;
         let mut fault = None;

@@ -224,8 +224,8 @@ fn ms(rng: &mut StdRng, low: u64, high: u64) -> Duration {
 fn draw_fault(rng: &mut StdRng, topology: Topology, instances: usize) -> Fault {
     let master = rng.random_range(0..3);
     let instance = rng.random_range(0..instances);
-    let reload =
-        [Reload::LimitChanged, Reload::RuleAdded, Reload::Switched, Reload::PenaltyAdded][rng.random_range(0..4)];
+    let reload = [Reload::LimitChanged, Reload::RuleAdded, Reload::Switched, Reload::PenaltyAdded]
+        [rng.random_range(0..4)];
     let mut kinds: Vec<Fault> = vec![
         Fault::Freeze { master },
         Fault::ClientKill,

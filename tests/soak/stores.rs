@@ -16,9 +16,20 @@ const MASTER_NAME: &str = "soakmaster";
 pub enum Stores {
     /// Each instance reaches Redis through a front of its own (`fronts[i]`), so one instance
     /// can be cut from Redis while the others are not; a network fault hits every front.
-    Single { redis: RedisServer, fronts: Vec<std::sync::Arc<Front>> },
-    Sentinel { data: [RedisServer; 2], sentinel: Child, sentinel_port: u16, _dir: tempfile::TempDir },
-    Cluster { nodes: Vec<Node>, dir: tempfile::TempDir },
+    Single {
+        redis: RedisServer,
+        fronts: Vec<std::sync::Arc<Front>>,
+    },
+    Sentinel {
+        data: [RedisServer; 2],
+        sentinel: Child,
+        sentinel_port: u16,
+        _dir: tempfile::TempDir,
+    },
+    Cluster {
+        nodes: Vec<Node>,
+        dir: tempfile::TempDir,
+    },
 }
 
 /// A cluster node behind its own front, which it announces.
@@ -42,7 +53,8 @@ impl Stores {
         match topology {
             Topology::Single => {
                 let redis = RedisServer::start();
-                let fronts = (0..instances).map(|_| std::sync::Arc::new(Front::to_port(redis.port()))).collect();
+                let fronts =
+                    (0..instances).map(|_| std::sync::Arc::new(Front::to_port(redis.port()))).collect();
                 Stores::Single { redis, fronts }
             }
             Topology::Sentinel => start_sentinel(),
@@ -202,7 +214,9 @@ impl Stores {
     fn fronts_of(&self, port: u16) -> Vec<&Front> {
         match self {
             Stores::Single { fronts, .. } => fronts.iter().map(|f| &**f).collect(),
-            Stores::Cluster { nodes, .. } => vec![&nodes.iter().find(|n| n.port == port).expect("a node").front],
+            Stores::Cluster { nodes, .. } => {
+                vec![&nodes.iter().find(|n| n.port == port).expect("a node").front]
+            }
             Stores::Sentinel { .. } => unreachable!("no front on the sentinel topology"),
         }
     }

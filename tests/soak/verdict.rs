@@ -139,7 +139,7 @@ fn admissions(log: &RunLog) -> HashMap<(&'static str, String), Charges> {
             let entry = out.entry((call.domain, bucket)).or_default();
             if ask.refund {
                 entry.refunds.push(charge);
-            } else if *admitted && hits > 0 && !(call.domain == "soak_aon" && !overall) {
+            } else if *admitted && hits > 0 && (call.domain != "soak_aon" || *overall) {
                 // All or nothing: a denied request charged none of its descriptors,
                 // whatever each descriptor's own status says.
                 entry.admitted.push(charge);
@@ -164,13 +164,15 @@ fn limits_hold(log: &RunLog) -> Verdict {
         }
         let windows: Vec<(u64, &'static str)> = match domain {
             "soak_multi" => vec![(1_000_000, "s"), (60_000_000, "m")],
-            "soak_fixed" | "soak_sliding" | "soak_aon" | "soak_approx" | "soak_switch" | "soak_budget_fixed"
-            | "soak_penalty" => vec![(1_000_000, "")],
+            "soak_fixed" | "soak_sliding" | "soak_aon" | "soak_approx" | "soak_switch"
+            | "soak_budget_fixed" | "soak_penalty" => vec![(1_000_000, "")],
             "soak_minute" | "soak_approx_minute" => vec![(60_000_000, "")],
             "soak_gcra" | "soak_lease" | "soak_budget_gcra" => {
                 checked += list.len();
                 let numbers = match domain {
-                    "soak_lease" => (policies::LEASE_PER_SECOND, policies::LEASE_PER_SECOND, policies::LEASE_TIME_MS),
+                    "soak_lease" => {
+                        (policies::LEASE_PER_SECOND, policies::LEASE_PER_SECOND, policies::LEASE_TIME_MS)
+                    }
                     "soak_budget_gcra" => (policies::BUDGET_PER_SECOND, policies::BUDGET_PER_SECOND, 0),
                     _ => (policies::PER_SECOND, policies::PER_SECOND, 0),
                 };

@@ -118,7 +118,9 @@ fn scrape(text: &str) -> Scrape {
             *s.by_outcome.entry(outcome.to_string()).or_default() += value;
         } else if line.starts_with("tollgate_decisions_total{") && line.contains("result=\"failure_") {
             s.failure_decisions += value;
-        } else if line.starts_with("tollgate_approximate_first_reads_total{") && !line.contains("result=\"ok\"") {
+        } else if line.starts_with("tollgate_approximate_first_reads_total{")
+            && !line.contains("result=\"ok\"")
+        {
             s.first_read_misses += value;
         }
     }
