@@ -32,6 +32,10 @@ struct KeyModel {
     /// send of the call Redis denied, so it says up to that much less.
     last_latency: u64,
     last_recv: u64,
+    /// Until when a data-losing fault may have left the buckets anywhere between fresh and
+    /// as modelled (a failover loses only the writes not replicated): the loss, then every
+    /// window live then rolled over. Answers until then are not judged.
+    tainted_until: u64,
     history: Vec<String>,
 }
 
@@ -48,6 +52,7 @@ pub fn judge(log: &RunLog) -> Verdict {
                 pending: Vec::new(),
                 last_latency: 0,
                 last_recv: 0,
+                tainted_until: 0,
                 history: Vec::new(),
             });
             match km.step(log, mode, &event) {
@@ -83,7 +88,7 @@ pub fn judge(log: &RunLog) -> Verdict {
              between send and answer, from a state the earlier answers leave possible (configs of reloads within 2 s \
              both; unseen charges may land up to 1 s after their send or a fault's heal; a failure-policy answer is \
              excused when the instance's failure counters grew or a store fault reached it; a data-losing fault adds \
-             a fresh bucket); a denial from the over-limit cache may say up to the previous call's latency less; \
+             a fresh bucket and excuses the key until its windows live then rolled over); a denial from the over-limit cache may say up to the previous call's latency less; \
              approximate domains: a charge of at most the limit on an empty window is admitted; {excused} excused"
         ),
         checked,
@@ -101,10 +106,12 @@ enum Step {
 impl KeyModel {
     fn step(&mut self, log: &RunLog, mode: Mode, event: &Event<'_>) -> Step {
         let call = event.call;
-        let loss = model_losing(log, self.last_recv.min(call.sent), call.recv);
-        if loss {
+        if let Some(until) = loss_end(log, self.last_recv.min(call.sent), call.recv) {
             self.candidates.push(vec![None; event.variants[0].len()]);
+            let unit = event.variants.iter().flatten().map(|p| p.unit_us).max().unwrap_or(0);
+            self.tainted_until = self.tainted_until.max(until + unit);
         }
+        let loss = call.sent <= self.tainted_until;
         self.land_pending(call.sent);
         let predictions = model::predict(&self.candidates, event);
         let Some(observed) = model::observed(event) else {
@@ -289,8 +296,13 @@ fn settle(log: &RunLog, sent: u64, recv: u64) -> u64 {
     (sent + SETTLE_US).max(held + SETTLE_US)
 }
 
-fn model_losing(log: &RunLog, a: u64, b: u64) -> bool {
-    log.faults.iter().any(|f| f.data_loss && f.start <= b && verdict::loss_until(log, f) >= a)
+/// The end of the latest data-losing fault in force around `[a, b]` (see `loss_until`).
+fn loss_end(log: &RunLog, a: u64, b: u64) -> Option<u64> {
+    log.faults
+        .iter()
+        .filter(|f| f.data_loss && f.start <= b && verdict::loss_until(log, f) >= a)
+        .map(|f| verdict::loss_until(log, f))
+        .max()
 }
 
 /// Whether instance `instance`'s answers in `[a, b]` may be its failure policy's (or an

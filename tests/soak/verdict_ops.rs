@@ -88,8 +88,7 @@ fn resets(log: &RunLog) -> Verdict {
     for check in &log.ops.resets {
         let denied_by = |i: usize| {
             check.before.iter().any(|p| {
-                p.instance == i
-                    && p.status.is_some_and(|s| !s.ok && !crate::ops_scenarios::failure_like(&s))
+                p.instance == i && p.status.is_some_and(|s| !s.ok && !crate::ops_scenarios::failure_like(&s))
             })
         };
         if check.reset.2 != 200 || !(0..log.instances).all(denied_by) || check.after.is_empty() {
