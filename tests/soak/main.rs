@@ -48,6 +48,9 @@ static SERIAL: Mutex<()> = Mutex::new(());
 const CI_RUN: Duration = Duration::from_secs(35);
 /// A planted run: no scheduled fault, one planted violation.
 const PLANT_RUN: Duration = Duration::from_secs(12);
+/// A planted run whose plant is an operator's scenario (`ops.rs`): it starts once every
+/// instance is ready and takes a few seconds, and clients must answer after it.
+const OPS_PLANT_RUN: Duration = Duration::from_secs(20);
 
 fn seed() -> u64 {
     std::env::var("SOAK_SEED")
@@ -168,7 +171,11 @@ fn ci_with(topology: Topology, run: Duration) {
 
 /// A run with no scheduled fault and `plant`: the verdict `invariant` must fail.
 fn planted(plant: Plant, invariant: &str) {
-    let mut plan = Plan::draw(seed(), Topology::Single, PLANT_RUN);
+    let run = match plant {
+        Plant::PeekForgotten | Plant::ResetUnsent | Plant::OverrideReplayed => OPS_PLANT_RUN,
+        _ => PLANT_RUN,
+    };
+    let mut plan = Plan::draw(seed(), Topology::Single, run);
     plan.steps.clear();
     plan.plant = Some(plant);
     let (verdicts, report) = soak(plan);
