@@ -127,9 +127,9 @@ impl Fleet<'_> {
         let set_on = rng.random_range(0..n);
         let end_on = (set_on + rng.random_range(1..n)) % n;
         let mode = ["open", "shadow"][rng.random_range(0..2)];
-        // A planted run cuts only for its own plant: a cut's unseen charges would hide another.
-        let may_cut =
-            matches!(self.ops.plant, None | Some(Plant::OverrideReplayed)) && !self.ops.fronts.is_empty();
+        // A planted run never cuts: a cut's unseen charges would hide a plant, and a set that
+        // stays pending on the cut instance makes its end a 404 (then only its expiry ends it).
+        let may_cut = self.ops.plant.is_none() && !self.ops.fronts.is_empty();
         let front = (may_cut && rng.random_bool(0.5)).then(|| self.ops.fronts[set_on].clone());
         let cut_at = now_us();
         if let Some(front) = &front {
