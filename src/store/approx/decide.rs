@@ -98,6 +98,8 @@ impl Approx {
                 Hits::Peek => {}
             }
         }
+        // A peek answers what the bucket holds: the next wake reads it (see `Bucket::peeked`).
+        bucket.peeked |= matches!(charge.hits, Hits::Peek);
         queue(key, bucket, dirty);
         bucket.promote(redis_now);
         Local::Decided(vec![Ok(decision)])
@@ -191,6 +193,7 @@ impl Approx {
                     Hits::Peek => {}
                 }
             }
+            bucket.peeked |= matches!(charge.hits, Hits::Peek);
             queue(key, bucket, dirty);
             bucket.promote(redis_now);
         }

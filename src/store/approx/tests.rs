@@ -324,3 +324,42 @@ fn a_refund_waiting_across_a_window_edge_frees_nothing_in_the_next_window() {
 mod claims;
 mod heartbeat;
 mod wakes;
+
+#[test]
+fn a_peek_asks_the_next_wake_for_one_read_and_idle_buckets_stay_unread() {
+    let approx = table();
+    let now = 1_000_000_000;
+    let peek = || approx.charge_group_at(&[charge("k", 10, Hits::Peek)], now);
+    let answer = |r: Vec<Result<Decision, StoreError>>| r[0].as_ref().map(|d| (d.allowed, d.remaining)).ok();
+    sync_empty(&approx, now);
+    // Read once, then only peeked: however many peeks, the next wake (a half one, the
+    // bucket idle) reads it once, carrying nothing.
+    for _ in 0..100 {
+        assert_eq!(answer(peek()), Some((true, 10)));
+    }
+    let items = collect(&approx, now, sync::Wake::Half);
+    assert_eq!(items.iter().map(|i| (&*i.key, i.unsent.is_empty())).collect::<Vec<_>>(), [("k", true)]);
+    // Another instance spent it: the read folds, the peek sees it.
+    approx.settle_ok(
+        &items,
+        &[Counts { start: now - now % 60_000_000, current: 10, previous: 0 }],
+        now,
+        now,
+        now,
+    );
+    assert_eq!(answer(peek()), Some((false, 0)));
+    // Not peeked since its last read: nothing to read.
+    assert_eq!(collect(&approx, now, sync::Wake::Half).len(), 1, "the peek just above asked once");
+    assert!(collect(&approx, now, sync::Wake::Full).is_empty(), "an idle bucket is not read");
+    // A read answered before a newer answer was folded is not folded over it.
+    peek();
+    let items = collect(&approx, now, sync::Wake::Half);
+    approx.settle_ok(
+        &items,
+        &[Counts { start: now - now % 60_000_000, current: 3, previous: 0 }],
+        now - 1,
+        now,
+        now,
+    );
+    assert_eq!(approx.view_at("k", now).map(|v| v.level), Some(10));
+}
