@@ -36,7 +36,7 @@ const LAYERS: &[&[&str]] = &[
 /// The layers inside `store/`, top to bottom (as `src/store/mod.rs`'s comment names them);
 /// `mod` is `store/mod.rs` itself, the dispatch.
 const STORE_LAYERS: &[&[&str]] = &[
-    &["leasing", "syncing", "reset", "shared"],
+    &["leasing", "approximating", "syncing", "reset", "shared"],
     &["mod"],
     &["guarded"],
     &["approx", "coalesce", "breaker", "lease", "overlimit"],
