@@ -43,10 +43,6 @@ pub struct Bucket {
     pub dirty_since: u64,
     /// Its key is in its shard's list of buckets with something to send.
     pub queued: bool,
-    /// A peek asked for a read since the last send: the next wake reads the bucket (with
-    /// its increments, or none). A peek creates no increment, so without it an instance
-    /// that only peeks would answer from its last read for good.
-    pub peeked: bool,
     pub tier: Tier,
     /// A request holds it for a charge decided against Redis (`claim`): the sync leaves it
     /// alone, and only that request folds its answer.
@@ -73,7 +69,6 @@ impl Bucket {
             failing_since: 0,
             dirty_since: 0,
             queued: false,
-            peeked: false,
             tier: Tier::Idle,
             claimed: false,
             base_at: 0,

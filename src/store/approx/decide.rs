@@ -98,8 +98,6 @@ impl Approx {
                 Hits::Peek => {}
             }
         }
-        // A peek answers what the bucket holds: the next wake reads it (see `Bucket::peeked`).
-        bucket.peeked |= matches!(charge.hits, Hits::Peek);
         queue(key, bucket, dirty);
         bucket.promote(redis_now);
         Local::Decided(vec![Ok(decision)])
@@ -193,7 +191,6 @@ impl Approx {
                     Hits::Peek => {}
                 }
             }
-            bucket.peeked |= matches!(charge.hits, Hits::Peek);
             queue(key, bucket, dirty);
             bucket.promote(redis_now);
         }

@@ -105,7 +105,7 @@ pub(super) struct Shard {
     pub(super) map: IndexMap<Box<str>, Bucket>,
     /// Unsent increments of evicted buckets, written by the next sync.
     pub(super) orphans: Vec<Orphan>,
-    /// Keys of buckets with increments to send or a read a peek asked for, oldest first (a bucket is in it once:
+    /// Keys of buckets with increments to send, oldest first (a bucket is in it once:
     /// `Bucket::queued`; a key whose bucket is gone is skipped).
     pub(super) dirty: Vec<Box<str>>,
     /// Redis-clock µs of the last sweep for room.
@@ -250,10 +250,9 @@ impl Approx {
     }
 }
 
-/// Puts `key` in its shard's send list if its bucket now has increments, or a peek asked
-/// for a read (`Bucket::peeked`), and is not in it.
+/// Puts `key` in its shard's send list if its bucket now has increments and is not in it.
 pub(super) fn queue(key: &str, bucket: &mut Bucket, dirty: &mut Vec<Box<str>>) {
-    if !bucket.queued && (!bucket.pending.is_empty() || bucket.peeked) {
+    if !bucket.queued && !bucket.pending.is_empty() {
         bucket.queued = true;
         dirty.push(key.into());
     }

@@ -26,12 +26,6 @@ impl Approx {
             }
             let mut shard = lock(&self.shards[self.shard_of(&item.key)]);
             if let Some(bucket) = shard.map.get_mut(&*item.key) {
-                // A read (nothing carried) is not folded over a claim in flight (its own
-                // read folds) or over a newer answer: an older count would forget writes.
-                let read = item.unsent.is_empty();
-                if read && (bucket.claimed || bucket.base_at > redis_now) {
-                    continue;
-                }
                 bucket.fold(*counts, redis_now, answered, offset);
             }
         }
@@ -50,8 +44,6 @@ impl Approx {
             let shard = &mut *shard;
             match shard.map.get_full_mut(&*item.key) {
                 Some((_, key, bucket)) if !item.orphan => {
-                    // A read a peek asked for is asked again (see `Bucket::peeked`).
-                    bucket.peeked |= item.unsent.is_empty();
                     bucket.unsend(item.unsent, now);
                     queue(key, bucket, &mut shard.dirty);
                 }

@@ -44,8 +44,7 @@ pub const MAX_PER_WAKE: usize = 32 * CHUNK;
 
 impl Approx {
     /// Takes what a wake sends (see [`Wake`]), at most `budget` buckets, oldest first:
-    /// buckets with increments due, buckets a peek asked to read (`Bucket::peeked`: sent
-    /// with their increments, or none — a read), and evicted buckets' increments. Moves their
+    /// buckets with increments due, and evicted buckets' increments. Moves their
     /// increments to `inflight`. On full wakes also sweeps one shard (in turn) of buckets
     /// with nothing left to say that were not synced within [`FORGET_AFTER_US`].
     pub fn collect(&self, now: u64, wake: Wake, budget: usize) -> Vec<Item> {
@@ -79,24 +78,18 @@ impl Approx {
                     keep.push(key);
                     continue;
                 }
-                if bucket.pending.is_empty() && !bucket.peeked {
+                if bucket.pending.is_empty() {
                     bucket.queued = false;
                     continue;
                 }
-                // A read a peek asked for goes on the next wake, whatever the tier: once
-                // per wake however often it was peeked (the key is queued once).
-                let due = bucket.peeked
-                    || wake.sends(bucket.tier, now.saturating_sub(bucket.dirty_since), interval);
+                let due = wake.sends(bucket.tier, now.saturating_sub(bucket.dirty_since), interval);
                 if !due || items.len() >= budget {
                     waiting += u64::from(due);
-                    if bucket.dirty_since > 0 {
-                        oldest = oldest.min(bucket.dirty_since);
-                    }
+                    oldest = oldest.min(bucket.dirty_since);
                     keep.push(key);
                     continue;
                 }
                 bucket.queued = false;
-                bucket.peeked = false;
                 let unsent = bucket.send();
                 items.push(Item { key, params: bucket.params, unsent, orphan: false });
             }
