@@ -41,6 +41,8 @@ impl Instance {
         let mut args: Vec<String> = vec!["serve".into(), "--grpc-addr".into(), grpc.to_string()];
         args.extend(["--admin-addr".into(), admin.to_string(), "--config".into()]);
         args.push(config.display().to_string());
+        // The operators reset and override through the admin port (`ops.rs`).
+        args.push("--admin-allow-unauthenticated-reset".into());
         args.extend(store_args.iter().cloned());
         let log = logs.join(format!("tollgate-{index}.log"));
         Instance { grpc, admin, live: Arc::new(Liveness::default()), child: None, args, log }

@@ -22,11 +22,16 @@ mod redis_support;
 
 mod fleet;
 mod load;
+mod model;
+mod model_check;
+mod ops;
+mod ops_scenarios;
 mod plan;
 mod policies;
 mod run;
 mod stores;
 mod verdict;
+mod verdict_ops;
 mod watch;
 
 use std::collections::BTreeMap;
@@ -43,6 +48,9 @@ static SERIAL: Mutex<()> = Mutex::new(());
 const CI_RUN: Duration = Duration::from_secs(35);
 /// A planted run: no scheduled fault, one planted violation.
 const PLANT_RUN: Duration = Duration::from_secs(12);
+/// A planted run whose plant is an operator's scenario (`ops.rs`): it starts once every
+/// instance is ready and takes a few seconds, and clients must answer after it.
+const OPS_PLANT_RUN: Duration = Duration::from_secs(20);
 
 fn seed() -> u64 {
     std::env::var("SOAK_SEED")
@@ -163,7 +171,11 @@ fn ci_with(topology: Topology, run: Duration) {
 
 /// A run with no scheduled fault and `plant`: the verdict `invariant` must fail.
 fn planted(plant: Plant, invariant: &str) {
-    let mut plan = Plan::draw(seed(), Topology::Single, PLANT_RUN);
+    let run = match plant {
+        Plant::PeekForgotten | Plant::ResetUnsent | Plant::OverrideReplayed => OPS_PLANT_RUN,
+        _ => PLANT_RUN,
+    };
+    let mut plan = Plan::draw(seed(), Topology::Single, run);
     plan.steps.clear();
     plan.plant = Some(plant);
     let (verdicts, report) = soak(plan);
@@ -199,4 +211,29 @@ fn planted_double_charge_fails_invariant_5() {
 #[test]
 fn planted_connection_leak_fails_invariant_6() {
     planted(Plant::Leak, "6 ");
+}
+
+#[test]
+fn planted_forgotten_own_keys_fail_invariant_7() {
+    planted(Plant::ForgetOwned, "7 ");
+}
+
+#[test]
+fn planted_peek_of_a_forgotten_bucket_fails_invariant_8() {
+    planted(Plant::PeekForgotten, "8 ");
+}
+
+#[test]
+fn planted_unsent_reset_fails_invariant_9() {
+    planted(Plant::ResetUnsent, "9 ");
+}
+
+#[test]
+fn planted_replayed_override_fails_invariant_10() {
+    planted(Plant::OverrideReplayed, "10 ");
+}
+
+#[test]
+fn planted_debt_past_its_bound_fails_invariant_11() {
+    planted(Plant::DebtPlanted, "11 ");
 }

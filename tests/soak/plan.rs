@@ -45,6 +45,8 @@ pub enum Reload {
     RuleAdded,
     /// `soak_switch` moves between `consistency: exact` and `approximate`.
     Switched,
+    /// `soak_sliding` gains (or loses) a `penalty`.
+    PenaltyAdded,
 }
 
 /// One fault of the schedule. Targets (`master`, `instance`) are indexes taken modulo what
@@ -71,6 +73,10 @@ pub enum Fault {
     DrainInstance { instance: usize },
     /// A policy file rewritten (hot reload on every instance).
     Reload(Reload),
+    /// One instance's own front to Redis drops every reply (the command ran, the instance
+    /// saw its connection close): that instance cut from Redis, the others not. Never drawn:
+    /// the operators' override scenario applies it (`ops.rs`, single topology).
+    CutInstance { instance: usize },
 }
 
 impl Fault {
@@ -78,6 +84,15 @@ impl Fault {
     /// after, invariant 2 (healthy means deciding) does not apply to any instance.
     pub fn is_store_fault(self) -> bool {
         !matches!(self, Fault::KillInstance { .. } | Fault::DrainInstance { .. } | Fault::Reload(_))
+    }
+
+    /// Whether the fault keeps `instance` from its store (every store fault does, a cut
+    /// only the instance cut).
+    pub fn cuts(self, instance: usize, instances: usize) -> bool {
+        match self {
+            Fault::CutInstance { instance: i } => i % instances == instance,
+            fault => fault.is_store_fault(),
+        }
     }
 
     /// The stated recovery time after the fault heals (docs/reliability.md): the breaker's
@@ -105,6 +120,8 @@ impl Fault {
             Fault::Reload(Reload::LimitChanged) => "reload_limit",
             Fault::Reload(Reload::RuleAdded) => "reload_rule",
             Fault::Reload(Reload::Switched) => "reload_switch",
+            Fault::Reload(Reload::PenaltyAdded) => "reload_penalty",
+            Fault::CutInstance { .. } => "cut_instance",
         }
     }
 }
@@ -132,6 +149,17 @@ pub enum Plant {
     DoubleCharge,
     /// Idle connections opened to an instance and never closed: connections grow.
     Leak,
+    /// The buckets of one client's own keys deleted from Redis for 1.5 s: answers no
+    /// sequence of exact decisions gives.
+    ForgetOwned,
+    /// A spent bucket deleted between its spending and the other instances' peeks.
+    PeekForgotten,
+    /// A reset recorded but never sent: the instances go on denying.
+    ResetUnsent,
+    /// An override set again, unrecorded, after its recorded end.
+    OverrideReplayed,
+    /// A budget's GCRA state written far in the future: a debt past its bound.
+    DebtPlanted,
 }
 
 /// Everything a run needs, drawn from the seed.
@@ -196,7 +224,8 @@ fn ms(rng: &mut StdRng, low: u64, high: u64) -> Duration {
 fn draw_fault(rng: &mut StdRng, topology: Topology, instances: usize) -> Fault {
     let master = rng.random_range(0..3);
     let instance = rng.random_range(0..instances);
-    let reload = [Reload::LimitChanged, Reload::RuleAdded, Reload::Switched][rng.random_range(0..3)];
+    let reload = [Reload::LimitChanged, Reload::RuleAdded, Reload::Switched, Reload::PenaltyAdded]
+        [rng.random_range(0..4)];
     let mut kinds: Vec<Fault> = vec![
         Fault::Freeze { master },
         Fault::ClientKill,

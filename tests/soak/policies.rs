@@ -20,9 +20,22 @@ pub const MULTI_MINUTE: u64 = 150;
 pub const APPROX_PER_SECOND: u64 = 40;
 /// `--lease-time-ms` default.
 pub const LEASE_TIME_MS: u64 = 100;
+/// `soak_budget_gcra` (GCRA) and `soak_budget_fixed` (fixed window): `overdraft: true`.
+pub const BUDGET_PER_SECOND: u64 = 20;
+/// `soak_penalty`: a fixed window whose breach denies for [`PENALTY_SECONDS`].
+pub const PENALTY_PER_SECOND: u64 = 10;
+pub const PENALTY_SECONDS: u64 = 3;
+/// The penalty a `PenaltyAdded` reload puts on `soak_sliding`.
+pub const ADDED_PENALTY_SECONDS: u64 = 2;
+/// `soak_minute` (exact) and `soak_approx_minute` (approximate): fixed windows of a minute,
+/// long enough for a reset or a peek to be seen within one window.
+pub const PER_MINUTE: u64 = 50;
+/// `--sync-interval-ms` default.
+pub const SYNC_INTERVAL_MS: u64 = 250;
 
 /// The policy files as they stand with these reloads in force.
-pub fn files(limit_changed: bool, rule_added: bool, switched: bool) -> Vec<(&'static str, String)> {
+pub fn files(toggles: Toggles) -> Vec<(&'static str, String)> {
+    let Toggles { limit_changed, rule_added, switched, penalty_added } = toggles;
     let fixed_limit = if limit_changed { RAISED } else { PER_SECOND };
     let extra_rule = if rule_added {
         "\n  - key: extra\n    rate_limit: { unit: second, requests_per_unit: 5, algorithm: fixed_window }"
@@ -30,12 +43,14 @@ pub fn files(limit_changed: bool, rule_added: bool, switched: bool) -> Vec<(&'st
         ""
     };
     let switch_mode = if switched { "approximate" } else { "exact" };
+    let sliding_penalty =
+        if penalty_added { format!(", penalty: {ADDED_PENALTY_SECONDS}s") } else { String::new() };
     let one = |domain: &str, head: &str, limit: String| {
         format!("domain: {domain}\nfailure_mode: closed\n{head}descriptors:\n  - key: k\n    {limit}\n")
     };
     vec![
         ("gcra.yaml", one("soak_gcra", "", format!("rate_limit: {{ unit: second, requests_per_unit: {PER_SECOND}, algorithm: gcra }}"))),
-        ("sliding.yaml", one("soak_sliding", "", format!("rate_limit: {{ unit: second, requests_per_unit: {PER_SECOND}, algorithm: sliding_window }}"))),
+        ("sliding.yaml", one("soak_sliding", "", format!("rate_limit: {{ unit: second, requests_per_unit: {PER_SECOND}, algorithm: sliding_window{sliding_penalty} }}"))),
         (
             "fixed.yaml",
             one("soak_fixed", "", format!("rate_limit: {{ unit: second, requests_per_unit: {fixed_limit}, algorithm: fixed_window }}"))
@@ -66,6 +81,13 @@ pub fn files(limit_changed: bool, rule_added: bool, switched: bool) -> Vec<(&'st
             "switch.yaml",
             one("soak_switch", &format!("consistency: {switch_mode}\n"), format!("rate_limit: {{ unit: second, requests_per_unit: {PER_SECOND}, algorithm: fixed_window }}")),
         ),
+        ("budget_gcra.yaml", one("soak_budget_gcra", "", format!("rate_limit: {{ unit: second, requests_per_unit: {BUDGET_PER_SECOND}, algorithm: gcra, overdraft: true }}"))),
+        ("budget_fixed.yaml", one("soak_budget_fixed", "", format!("rate_limit: {{ unit: second, requests_per_unit: {BUDGET_PER_SECOND}, algorithm: fixed_window, overdraft: true }}"))),
+        ("penalty.yaml", one("soak_penalty", "", format!("rate_limit: {{ unit: second, requests_per_unit: {PENALTY_PER_SECOND}, algorithm: fixed_window, penalty: {PENALTY_SECONDS}s }}"))),
+        ("minute.yaml", one("soak_minute", "", format!("rate_limit: {{ unit: minute, requests_per_unit: {PER_MINUTE}, algorithm: fixed_window }}"))),
+        ("approx_minute.yaml", one("soak_approx_minute", "consistency: approximate\n", format!("rate_limit: {{ unit: minute, requests_per_unit: {PER_MINUTE}, algorithm: fixed_window }}"))),
+        // Denies everything: an OK is an override's (`/v1/override`).
+        ("incident.yaml", one("soak_incident", "", "rate_limit: { unit: second, requests_per_unit: 0, algorithm: fixed_window }".into())),
         ("count.yaml", one("soak_count", "", "rate_limit: { unit: hour, requests_per_unit: 1000000000, algorithm: fixed_window }".into())),
         ("canary.yaml", one("soak_canary", "", "rate_limit: { unit: hour, requests_per_unit: 1000000000, algorithm: fixed_window }".into())),
     ]
@@ -77,6 +99,7 @@ pub struct Toggles {
     pub limit_changed: bool,
     pub rule_added: bool,
     pub switched: bool,
+    pub penalty_added: bool,
 }
 
 impl Toggles {
@@ -85,13 +108,14 @@ impl Toggles {
             Reload::LimitChanged => self.limit_changed = !self.limit_changed,
             Reload::RuleAdded => self.rule_added = !self.rule_added,
             Reload::Switched => self.switched = !self.switched,
+            Reload::PenaltyAdded => self.penalty_added = !self.penalty_added,
         }
     }
 }
 
 /// Writes every policy file into `dir`, each by a rename (a reload never reads half a file).
 pub fn write(dir: &Path, toggles: Toggles) {
-    for (name, text) in files(toggles.limit_changed, toggles.rule_added, toggles.switched) {
+    for (name, text) in files(toggles) {
         let path = dir.join(name);
         if std::fs::read_to_string(&path).is_ok_and(|old| old == text) {
             continue;

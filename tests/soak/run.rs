@@ -52,6 +52,8 @@ pub struct RunLog {
     /// Each instance's stderr.
     pub logs: Vec<String>,
     pub instances: usize,
+    /// What the operators did (`ops.rs`).
+    pub ops: crate::ops::OpsLog,
 }
 
 /// Runs `plan` to the end.
@@ -60,10 +62,10 @@ pub fn run(plan: Plan) -> RunLog {
     let config = dir.path().join("config");
     std::fs::create_dir(&config).expect("config dir");
     policies::write(&config, Toggles::default());
-    let mut stores = Stores::start(plan.topology);
-    let store_args = stores.tollgate_args();
-    let mut instances: Vec<Instance> =
-        (0..plan.instances).map(|i| Instance::new(i, &store_args, &config, dir.path())).collect();
+    let mut stores = Stores::start(plan.topology, plan.instances);
+    let mut instances: Vec<Instance> = (0..plan.instances)
+        .map(|i| Instance::new(i, &stores.tollgate_args(i), &config, dir.path()))
+        .collect();
     let runtime =
         tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
     let stop = Arc::new(AtomicBool::new(false));
@@ -76,7 +78,8 @@ pub fn run(plan: Plan) -> RunLog {
     for (i, (grpc, admin)) in addrs.iter().copied().enumerate() {
         for c in 0..load::CLIENTS_PER_INSTANCE {
             let seed = plan.seed.wrapping_mul(1_000).wrapping_add((i * 10 + c) as u64);
-            clients.push(runtime.spawn(load::run_client(seed, i, grpc, start, stop.clone())));
+            let client = i * load::CLIENTS_PER_INSTANCE + c;
+            clients.push(runtime.spawn(load::run_client(seed, client, i, grpc, start, stop.clone())));
         }
         canaries.push(runtime.spawn(load::run_canary(i, grpc, instances[i].live.clone(), stop.clone())));
         probes.push(runtime.spawn(watch::run_probe(i, grpc, admin, instances[i].live.clone(), stop.clone())));
@@ -92,6 +95,17 @@ pub fn run(plan: Plan) -> RunLog {
         assert!(instance.start(), "instance not ready within 20 s:\n{}", instance.log_text());
     }
     let ready = now_us();
+    let operators = crate::ops::Operators {
+        seed: plan.seed,
+        addrs: addrs.clone(),
+        fronts: stores.instance_fronts(),
+        plant: plan.plant,
+        view: stores.view(),
+    };
+    let ops = {
+        let (handle, stop) = (runtime.handle().clone(), stop.clone());
+        std::thread::spawn(move || crate::ops::run(operators, handle, stop))
+    };
     let mut faults = Vec::new();
     let mut reloads = Vec::new();
     let mut toggles = Toggles::default();
@@ -116,6 +130,9 @@ pub fn run(plan: Plan) -> RunLog {
     sleep_until(end_at);
     stop.store(true, Ordering::SeqCst);
     let end = now_us();
+    let ops = ops.join().expect("the operators");
+    faults.extend(ops.cuts.iter().cloned());
+    faults.sort_by_key(|f| f.start);
     let calls: Vec<Call> = runtime.block_on(futures_join(clients));
     let canaries: Vec<Canary> = runtime.block_on(futures_join(canaries));
     let samples: Vec<Sample> = runtime.block_on(futures_join(probes));
@@ -152,6 +169,7 @@ pub fn run(plan: Plan) -> RunLog {
         counts,
         count_reads,
         logs,
+        ops,
     }
 }
 
@@ -298,6 +316,22 @@ fn plant_violation(plant: Plant, stores: &mut Stores, instances: &[Instance], fa
                 }
             }
         }
+        Plant::ForgetOwned => {
+            for _ in 0..30 {
+                crate::ops::delete_keys(&stores.view(), "own-");
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        Plant::DebtPlanted => {
+            // A TAT 10^12 µs ahead: a debt no charge may leave.
+            let tat = (now_us() + 1_000_000_000_000).to_string();
+            for port in stores.masters() {
+                for key in crate::stores::cli(port, &["--scan", "--pattern", "*soak_budget_gcra*"]).lines() {
+                    crate::stores::cli(port, &["SET", key, &tat, "PX", "60000"]);
+                }
+            }
+        }
+        Plant::PeekForgotten | Plant::ResetUnsent | Plant::OverrideReplayed => {}
         Plant::Leak => {
             let grpc = instances[0].grpc;
             let mut held = Vec::new();

@@ -14,9 +14,22 @@ const MASTER_NAME: &str = "soakmaster";
 
 /// Running Redis processes of one topology.
 pub enum Stores {
-    Single { redis: RedisServer, front: Front },
-    Sentinel { data: [RedisServer; 2], sentinel: Child, sentinel_port: u16, _dir: tempfile::TempDir },
-    Cluster { nodes: Vec<Node>, dir: tempfile::TempDir },
+    /// Each instance reaches Redis through a front of its own (`fronts[i]`), so one instance
+    /// can be cut from Redis while the others are not; a network fault hits every front.
+    Single {
+        redis: RedisServer,
+        fronts: Vec<std::sync::Arc<Front>>,
+    },
+    Sentinel {
+        data: [RedisServer; 2],
+        sentinel: Child,
+        sentinel_port: u16,
+        _dir: tempfile::TempDir,
+    },
+    Cluster {
+        nodes: Vec<Node>,
+        dir: tempfile::TempDir,
+    },
 }
 
 /// A cluster node behind its own front, which it announces.
@@ -36,22 +49,24 @@ pub struct Applied {
 }
 
 impl Stores {
-    pub fn start(topology: Topology) -> Stores {
+    pub fn start(topology: Topology, instances: usize) -> Stores {
         match topology {
             Topology::Single => {
                 let redis = RedisServer::start();
-                let front = Front::to_port(redis.port());
-                Stores::Single { redis, front }
+                let fronts =
+                    (0..instances).map(|_| std::sync::Arc::new(Front::to_port(redis.port()))).collect();
+                Stores::Single { redis, fronts }
             }
             Topology::Sentinel => start_sentinel(),
             Topology::Cluster => start_cluster(),
         }
     }
 
-    /// The `tollgate serve` arguments that reach this store.
-    pub fn tollgate_args(&self) -> Vec<String> {
+    /// The `tollgate serve` arguments by which instance `instance` reaches this store.
+    pub fn tollgate_args(&self, instance: usize) -> Vec<String> {
         match self {
-            Stores::Single { front, .. } => {
+            Stores::Single { fronts, .. } => {
+                let front = &fronts[instance % fronts.len()];
                 vec!["--store".into(), "redis".into(), "--redis-url".into(), front.url()]
             }
             Stores::Sentinel { sentinel_port, .. } => vec![
@@ -142,17 +157,17 @@ impl Stores {
                 }
             }
             Fault::Latency { master, millis } => {
-                let front = self.front_of(pick(master));
-                front.add_latency(Duration::from_millis(millis));
+                let fronts = self.fronts_of(pick(master));
+                fronts.iter().for_each(|f| f.add_latency(Duration::from_millis(millis)));
                 std::thread::sleep(hold);
-                front.add_latency(Duration::ZERO);
+                fronts.iter().for_each(|f| f.add_latency(Duration::ZERO));
                 Applied {
                     data_loss: false,
                     note: format!("+{millis} ms per reply for {} ms", hold.as_millis()),
                 }
             }
             Fault::Silence { master } => {
-                self.front_of(pick(master)).silence_existing();
+                self.fronts_of(pick(master)).iter().for_each(|f| f.silence_existing());
                 std::thread::sleep(hold);
                 Applied { data_loss: false, note: "open connections silenced".into() }
             }
@@ -163,7 +178,10 @@ impl Stores {
             }
             Fault::Failover { master } => self.failover(master),
             Fault::SlotMigration { key } => self.migrate(key),
-            Fault::KillInstance { .. } | Fault::DrainInstance { .. } | Fault::Reload(_) => {
+            Fault::KillInstance { .. }
+            | Fault::DrainInstance { .. }
+            | Fault::Reload(_)
+            | Fault::CutInstance { .. } => {
                 unreachable!("applied by the run")
             }
         }
@@ -183,10 +201,22 @@ impl Stores {
         .expect("a running redis-server")
     }
 
-    fn front_of(&self, port: u16) -> &Front {
+    /// Each instance's own front to Redis, for cutting one instance from Redis (every reply
+    /// dropped and its connection closed: `Front::cut_replies`); empty where the instances
+    /// share their path (only `single` has a front per instance).
+    pub fn instance_fronts(&self) -> Vec<std::sync::Arc<Front>> {
         match self {
-            Stores::Single { front, .. } => front,
-            Stores::Cluster { nodes, .. } => &nodes.iter().find(|n| n.port == port).expect("a node").front,
+            Stores::Single { fronts, .. } => fronts.clone(),
+            _ => Vec::new(),
+        }
+    }
+
+    fn fronts_of(&self, port: u16) -> Vec<&Front> {
+        match self {
+            Stores::Single { fronts, .. } => fronts.iter().map(|f| &**f).collect(),
+            Stores::Cluster { nodes, .. } => {
+                vec![&nodes.iter().find(|n| n.port == port).expect("a node").front]
+            }
             Stores::Sentinel { .. } => unreachable!("no front on the sentinel topology"),
         }
     }

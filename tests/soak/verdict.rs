@@ -33,17 +33,20 @@ impl Verdict {
 }
 
 pub fn judge(log: &RunLog) -> Vec<Verdict> {
-    vec![
+    let mut all = vec![
         limits_hold(log),
         healthy_means_deciding(log),
         recovery(log),
         always_answering(log),
         charged_once(log),
         bounded(log),
-    ]
+        crate::model_check::judge(log),
+    ];
+    all.extend(crate::verdict_ops::judge(log));
+    all
 }
 
-fn secs(log: &RunLog, at: u64) -> f64 {
+pub fn secs(log: &RunLog, at: u64) -> f64 {
     (at as f64 - log.start as f64) / 1e6
 }
 
@@ -51,7 +54,7 @@ fn secs(log: &RunLog, at: u64) -> f64 {
 /// after it healed; on Sentinel 5 s, since the sentinels may fail over only after the
 /// fault (a restarted master, seconds later) and each instance follows within its 1 s
 /// poll, so for up to a second two masters count the same buckets (README, Scaling).
-fn loss_until(log: &RunLog, f: &crate::run::Happened) -> u64 {
+pub fn loss_until(log: &RunLog, f: &crate::run::Happened) -> u64 {
     let after = if log.plan.topology == crate::plan::Topology::Sentinel { 5_000_000 } else { 1_000_000 };
     f.heal + after
 }
@@ -79,6 +82,7 @@ fn reload_near(log: &RunLog, which: Reload, a: u64, b: u64) -> bool {
                 Reload::LimitChanged => t.limit_changed,
                 Reload::RuleAdded => t.rule_added,
                 Reload::Switched => t.switched,
+                Reload::PenaltyAdded => t.penalty_added,
             };
             flipped(r.before) != flipped(r.after)
         }
@@ -86,7 +90,7 @@ fn reload_near(log: &RunLog, which: Reload, a: u64, b: u64) -> bool {
 }
 
 /// The toggles in force at `at`.
-fn toggles_at(log: &RunLog, at: u64) -> Toggles {
+pub fn toggles_at(log: &RunLog, at: u64) -> Toggles {
     log.reloads.iter().rfind(|r| r.at <= at).map(|r| r.after).unwrap_or_default()
 }
 
@@ -97,30 +101,48 @@ fn instance_kills(log: &RunLog, a: u64, b: u64) -> u64 {
         .count() as u64
 }
 
-/// An admission the clients saw: a descriptor answered OK.
+/// An admission the clients saw: a descriptor answered OK, with the hits it charged (or,
+/// in a bucket's refunds, the hits it gave back).
 struct Admission {
     sent: u64,
     recv: u64,
     instance: usize,
+    hits: u64,
 }
 
-/// Admissions per `(domain, key=value)`.
-fn admissions(log: &RunLog) -> HashMap<(&'static str, String), Vec<Admission>> {
-    let mut out: HashMap<(&'static str, String), Vec<Admission>> = HashMap::new();
+/// One bucket's admissions, and the refunds answered for it (each may have freed room).
+#[derive(Default)]
+struct Charges {
+    admitted: Vec<Admission>,
+    refunds: Vec<Admission>,
+}
+
+impl Charges {
+    /// Hits refunded by calls overlapping `[a, b]`: room they may have given back.
+    fn refunded(&self, a: u64, b: u64) -> u64 {
+        self.refunds.iter().filter(|r| r.sent <= b && r.recv >= a).map(|r| r.hits).sum()
+    }
+}
+
+/// Admissions and refunds per `(domain, bucket)`; a request `limit` override's bucket is
+/// `override/key=value`.
+fn admissions(log: &RunLog) -> HashMap<(&'static str, String), Charges> {
+    let mut out: HashMap<(&'static str, String), Charges> = HashMap::new();
     for call in &log.calls {
-        let Outcome::Answered { overall, ok } = &call.outcome else { continue };
-        // All or nothing: a denied request charged none of its descriptors, whatever each
-        // descriptor's own status says.
-        if call.domain == "soak_aon" && !overall {
-            continue;
-        }
-        for ((key, value), admitted) in call.descriptors.iter().zip(ok) {
-            if *admitted {
-                out.entry((call.domain, format!("{key}={value}"))).or_default().push(Admission {
-                    sent: call.sent,
-                    recv: call.recv,
-                    instance: call.instance,
-                });
+        let Outcome::Answered { overall, ok, .. } = &call.outcome else { continue };
+        for (i, ((key, value), admitted)) in call.descriptors.iter().zip(ok).enumerate() {
+            let ask = call.asks[i];
+            let bucket =
+                if ask.over.is_some() { format!("override/{key}={value}") } else { format!("{key}={value}") };
+            let hits = call.hits(i);
+            let charge = Admission { sent: call.sent, recv: call.recv, instance: call.instance, hits };
+            let entry = out.entry((call.domain, bucket)).or_default();
+            if ask.refund {
+                entry.refunds.push(charge);
+            } else if *admitted && hits > 0 && (call.domain != "soak_aon" || *overall) {
+                // All or nothing: a denied request charged none of its descriptors,
+                // whatever each descriptor's own status says.
+                entry.admitted.push(charge);
             }
         }
     }
@@ -132,25 +154,39 @@ fn limits_hold(log: &RunLog) -> Verdict {
     let mut violations = Vec::new();
     let mut checked = 0;
     let n = log.instances as u64;
-    for ((domain, bucket), list) in admissions(log) {
+    for ((domain, bucket), charges) in admissions(log) {
+        let list = &charges.admitted;
+        if let Some(value) = bucket.strip_prefix("override/") {
+            let rate = u64::from(crate::load::override_rate(value.split_once('=').map_or(value, |x| x.1)));
+            checked += list.len();
+            gcra_check(log, (domain, &bucket), &charges, (rate, rate, 0), &mut violations);
+            continue;
+        }
         let windows: Vec<(u64, &'static str)> = match domain {
             "soak_multi" => vec![(1_000_000, "s"), (60_000_000, "m")],
-            "soak_fixed" | "soak_sliding" | "soak_aon" | "soak_approx" | "soak_switch" => {
-                vec![(1_000_000, "")]
-            }
-            "soak_gcra" | "soak_lease" => {
+            "soak_fixed" | "soak_sliding" | "soak_aon" | "soak_approx" | "soak_switch"
+            | "soak_budget_fixed" | "soak_penalty" => vec![(1_000_000, "")],
+            "soak_minute" | "soak_approx_minute" => vec![(60_000_000, "")],
+            "soak_gcra" | "soak_lease" | "soak_budget_gcra" => {
                 checked += list.len();
-                gcra_check(log, domain, &bucket, &list, &mut violations);
+                let numbers = match domain {
+                    "soak_lease" => {
+                        (policies::LEASE_PER_SECOND, policies::LEASE_PER_SECOND, policies::LEASE_TIME_MS)
+                    }
+                    "soak_budget_gcra" => (policies::BUDGET_PER_SECOND, policies::BUDGET_PER_SECOND, 0),
+                    _ => (policies::PER_SECOND, policies::PER_SECOND, 0),
+                };
+                gcra_check(log, (domain, &bucket), &charges, numbers, &mut violations);
                 continue;
             }
             _ => continue,
         };
         for (width, name) in windows {
             let mut per_window: HashMap<u64, u64> = HashMap::new();
-            for a in &list {
+            for a in list {
                 // Decided within [sent, recv]: counted when that lies inside one window.
                 if a.sent / width == a.recv / width {
-                    *per_window.entry(a.sent / width).or_default() += 1;
+                    *per_window.entry(a.sent / width).or_default() += a.hits;
                 }
             }
             for (w, admitted) in per_window {
@@ -169,6 +205,13 @@ fn limits_hold(log: &RunLog) -> Verdict {
                         policies::APPROX_PER_SECOND,
                         approx_slack(policies::APPROX_PER_SECOND, n, instance_kills(log, ws, we)),
                     ),
+                    ("soak_approx_minute", _) => (
+                        policies::PER_MINUTE,
+                        approx_slack(policies::PER_MINUTE, n, instance_kills(log, ws, we)),
+                    ),
+                    ("soak_minute", _) => (policies::PER_MINUTE, 0),
+                    ("soak_budget_fixed", _) => (policies::BUDGET_PER_SECOND, 0),
+                    ("soak_penalty", _) => (policies::PENALTY_PER_SECOND, 0),
                     ("soak_switch", _) => {
                         let approximate = toggles_at(log, ws).switched || toggles_at(log, we).switched;
                         let switched = reload_near(log, Reload::Switched, ws, we);
@@ -182,14 +225,14 @@ fn limits_hold(log: &RunLog) -> Verdict {
                     }
                     _ => (policies::PER_SECOND, 0),
                 };
-                slack += limit * data_losses(log, ws, we);
+                slack += limit * data_losses(log, ws, we) + charges.refunded(ws, we);
                 if admitted > limit + slack {
                     violations.push(format!(
                         "{domain} {bucket}{}: {admitted} admitted in the window at {:.1} s, limit {limit} + slack {slack}{}",
                         if name.is_empty() { String::new() } else { format!(" (limit {name})") },
                         secs(log, ws),
                         faults_around(log, ws, we)
-                    ) + &timeline(log, &list, ws, we));
+                    ) + &timeline(log, list, ws, we));
                 }
             }
         }
@@ -197,9 +240,10 @@ fn limits_hold(log: &RunLog) -> Verdict {
     violations.sort();
     Verdict {
         name: "1 limits hold",
-        slack: "fixed/sliding windows: limit per window (+ the limit per data-losing fault touching it; approximate: \
-                (N−1)·⌈L/2N⌉ + 2N, + ⌈L/2N⌉ per instance killed; a domain switched: + L); GCRA: burst + rate·t \
-                (+ rate·lease time for leases; + burst per data-losing fault, + burst + rate·1 s on Sentinel)"
+        slack: "in hits: fixed/sliding windows: limit per window (+ the limit per data-losing fault touching it; + \
+                the hits refunded in it; approximate: (N−1)·⌈L/2N⌉ + 2N, + ⌈L/2N⌉ per instance killed; a domain \
+                switched: + L); GCRA (and request overrides): burst + rate·t + refunds (+ rate·lease time for leases; \
+                + burst per data-losing fault, + burst + rate·1 s on Sentinel)"
             .into(),
         checked,
         violations,
@@ -217,27 +261,32 @@ fn approx_slack(limit: u64, n: u64, kills: u64) -> u64 {
 /// within 10 s costs the check time on long runs.
 const GCRA_HORIZON_US: u64 = 10_000_000;
 
-/// GCRA: in any interval of length t, at most burst + rate·t admissions (+ rate·lease time
-/// when leased, + burst per data-losing fault, + burst + rate·1 s on Sentinel, where two
-/// masters may count apart for a second); t is taken from the first admission's send
-/// to the last one's answer, so the check never blames latency.
-fn gcra_check(log: &RunLog, domain: &str, bucket: &str, list: &[Admission], violations: &mut Vec<String>) {
-    let (rate, burst, lease) = match domain {
-        "soak_lease" => (policies::LEASE_PER_SECOND, policies::LEASE_PER_SECOND, policies::LEASE_TIME_MS),
-        _ => (policies::PER_SECOND, policies::PER_SECOND, 0),
-    };
+/// GCRA: in any interval of length t, at most burst + rate·t hits admitted, + the hits
+/// refunded meanwhile (+ rate·lease time when leased, + burst per data-losing fault, +
+/// burst + rate·1 s on Sentinel, where two masters may count apart for a second); t is
+/// taken from the first admission's send to the last one's answer, so the check never
+/// blames latency.
+fn gcra_check(
+    log: &RunLog,
+    (domain, bucket): (&str, &str),
+    charges: &Charges,
+    (rate, burst, lease): (u64, u64, u64),
+    violations: &mut Vec<String>,
+) {
+    let list = &charges.admitted;
     let mut sorted: Vec<&Admission> = list.iter().collect();
     sorted.sort_by_key(|a| a.sent);
     for i in 0..sorted.len() {
-        let mut last_recv = 0;
-        for j in i..sorted.len() {
-            last_recv = last_recv.max(sorted[j].recv);
+        let (mut last_recv, mut count) = (0, 0);
+        for admission in &sorted[i..] {
+            last_recv = last_recv.max(admission.recv);
+            count += admission.hits;
             let span_us = last_recv.saturating_sub(sorted[i].sent);
             if span_us > GCRA_HORIZON_US {
                 break;
             }
-            let count = (j - i + 1) as u64;
-            let allowed = (burst as f64 + (span_us + lease * 1_000) as f64 / 1e6 * rate as f64 + 1.0) as u64;
+            let allowed = (burst as f64 + (span_us + lease * 1_000) as f64 / 1e6 * rate as f64 + 1.0) as u64
+                + charges.refunded(sorted[i].sent, last_recv);
             if count <= allowed {
                 continue;
             }
@@ -272,12 +321,12 @@ fn timeline(log: &RunLog, list: &[Admission], a: u64, b: u64) -> String {
     let shown: Vec<String> = inside
         .iter()
         .take(60)
-        .map(|x| format!("{:.3}–{:.3}@{}", secs(log, x.sent), secs(log, x.recv), x.instance))
+        .map(|x| format!("{:.3}–{:.3}@{}×{}", secs(log, x.sent), secs(log, x.recv), x.instance, x.hits))
         .collect();
     format!("\n        timeline (sent–answered@instance): {}", shown.join(" "))
 }
 
-fn faults_around(log: &RunLog, a: u64, b: u64) -> String {
+pub fn faults_around(log: &RunLog, a: u64, b: u64) -> String {
     let near: Vec<String> = log
         .faults
         .iter()
@@ -299,11 +348,14 @@ fn faults_around(log: &RunLog, a: u64, b: u64) -> String {
     }
 }
 
-/// Whether `[a, b]` is outside every store fault and its recovery time.
-fn healthy(log: &RunLog, a: u64, b: u64) -> bool {
+/// Whether `[a, b]` is outside every fault that kept `instance` from its store (every
+/// store fault; a cut only the instance cut) and its recovery time.
+fn healthy(log: &RunLog, instance: usize, a: u64, b: u64) -> bool {
     a >= log.ready
         && !log.faults.iter().any(|f| {
-            f.fault.is_store_fault() && f.start <= b && f.heal + f.fault.recovery().as_micros() as u64 >= a
+            f.fault.cuts(instance, log.instances)
+                && f.start <= b
+                && f.heal + f.fault.recovery().as_micros() as u64 >= a
         })
 }
 
@@ -322,7 +374,7 @@ fn healthy_means_deciding(log: &RunLog) -> Verdict {
         let mut by_outcome: std::collections::BTreeMap<String, f64> = Default::default();
         for pair in samples.windows(2) {
             let (a, b) = (pair[0], pair[1]);
-            if a.pid != b.pid || !healthy(log, a.at, b.at) {
+            if a.pid != b.pid || !healthy(log, instance, a.at, b.at) {
                 continue;
             }
             checked += 1;
@@ -372,8 +424,8 @@ fn recovery(log: &RunLog) -> Verdict {
         let limit = fault.heal + fault.fault.recovery().as_micros() as u64;
         for instance in 0..log.instances {
             let disturbed = log.faults.iter().any(|f| {
-                !f.fault.is_store_fault() && f.start <= limit && f.heal >= fault.heal
-                    && matches!(f.fault, Fault::KillInstance { instance: i } | Fault::DrainInstance { instance: i } if i % log.instances == instance)
+                !std::ptr::eq(f, fault) && f.start <= limit && f.heal >= fault.heal
+                    && matches!(f.fault, Fault::KillInstance { instance: i } | Fault::DrainInstance { instance: i } | Fault::CutInstance { instance: i } if i % log.instances == instance)
             });
             if disturbed {
                 continue;

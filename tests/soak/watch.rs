@@ -25,6 +25,9 @@ pub struct Sample {
     pub rls_ms: Option<u64>,
     /// From `/metrics`, when it answered.
     pub metrics: Option<Scrape>,
+    /// When the `/metrics` request was sent and its answer read: the counters it shows
+    /// hold everything decided before the first, nothing decided after the second.
+    pub scraped: (u64, u64),
     pub rss_kb: u64,
     pub fds: u64,
 }
@@ -40,6 +43,12 @@ pub struct Scrape {
     /// Every outcome but `ok` of `tollgate_store_requests_total`, by outcome.
     pub by_outcome: std::collections::BTreeMap<String, f64>,
     pub series: u64,
+    /// Descriptors answered by the failure policy (`tollgate_decisions_total`,
+    /// `result="failure_*"`), every domain.
+    pub failure_decisions: f64,
+    /// Approximate first reads that missed their deadline
+    /// (`tollgate_approximate_first_reads_total`, `result` other than `ok`).
+    pub first_read_misses: f64,
 }
 
 /// Probes `instance` every second until `stop`.
@@ -66,11 +75,13 @@ pub async fn run_probe(
             call(&mut rls, request("soak_probe", &[("k".into(), "v".into())]), Duration::from_secs(1)).await;
         let rls_ms =
             matches!(outcome, Outcome::Answered { .. }).then(|| started.elapsed().as_millis() as u64);
+        let scrape_sent = now_us();
         let metrics = http_get(admin, "/metrics").await.map(|(_, body)| scrape(&body));
+        let scraped = (scrape_sent, now_us());
         let (rss_kb, fds) = process(pid);
         let counted =
             up && pid != 0 && live.up.load(Ordering::SeqCst) && live.pid.load(Ordering::SeqCst) == pid;
-        out.push(Sample { instance, at, pid, counted, healthz_ms, rls_ms, metrics, rss_kb, fds });
+        out.push(Sample { instance, at, pid, counted, healthz_ms, rls_ms, metrics, scraped, rss_kb, fds });
     }
     out
 }
@@ -119,6 +130,12 @@ fn scrape(text: &str) -> Scrape {
             }
             let outcome = line.split("outcome=\"").nth(1).and_then(|r| r.split('"').next()).unwrap_or("?");
             *s.by_outcome.entry(outcome.to_string()).or_default() += value;
+        } else if line.starts_with("tollgate_decisions_total{") && line.contains("result=\"failure_") {
+            s.failure_decisions += value;
+        } else if line.starts_with("tollgate_approximate_first_reads_total{")
+            && !line.contains("result=\"ok\"")
+        {
+            s.first_read_misses += value;
         }
     }
     s

@@ -1,0 +1,382 @@
+//! Invariant 7's walk: each modelled key's calls in the order its client sent them, its
+//! candidate states narrowed by every answer (`model.rs` says what each may be).
+
+use std::collections::{HashMap, HashSet};
+
+use tollgate::algorithm::{self, Hits, State};
+
+use crate::load::Status;
+use crate::model::{self, Event, Key, Mode, States};
+use crate::run::RunLog;
+use crate::verdict::{self, Verdict};
+
+/// How many candidate states a key keeps (the extremes and an even spread between).
+const MAX_CANDIDATES: usize = 32;
+/// How long after its send a charge whose outcome was not seen may still land, when no
+/// store fault holds it: a cancelled request whose script was already sent.
+const SETTLE_US: u64 = 1_000_000;
+
+/// A charge not seen that may still land: its event's params, hits and shape, until when.
+struct Pending {
+    variants: Vec<Vec<tollgate::algorithm::Params>>,
+    hits: Vec<Hits>,
+    multi: bool,
+    until: u64,
+}
+
+/// What the model holds of one key.
+struct KeyModel {
+    candidates: Vec<States>,
+    pending: Vec<Pending>,
+    /// The last call's latency: the over-limit cache measures a denial's time left from the
+    /// send of the call Redis denied, so it says up to that much less.
+    last_latency: u64,
+    last_recv: u64,
+    /// Until when a data-losing fault may have left the buckets anywhere between fresh and
+    /// as modelled (a failover loses only the writes not replicated): the loss, then every
+    /// window live then rolled over. Answers until then are not judged.
+    tainted_until: u64,
+    history: Vec<String>,
+}
+
+pub fn judge(log: &RunLog) -> Verdict {
+    let mut calls: Vec<&crate::load::Call> = log.calls.iter().collect();
+    calls.sort_by_key(|c| c.sent);
+    let mut keys: HashMap<Key, KeyModel> = HashMap::new();
+    let (mut violations, mut checked, mut excused) = (Vec::new(), 0usize, 0usize);
+    for call in calls {
+        for (key, mode, event) in model::events(log, call) {
+            let n = event.variants[0].len();
+            let km = keys.entry(key.clone()).or_insert_with(|| KeyModel {
+                candidates: vec![vec![None; n]],
+                pending: Vec::new(),
+                last_latency: 0,
+                last_recv: 0,
+                tainted_until: 0,
+                history: Vec::new(),
+            });
+            match km.step(log, mode, &event) {
+                Step::Unanswered => {}
+                Step::Checked => checked += 1,
+                Step::Excused => excused += 1,
+                Step::Violated(what) => {
+                    checked += 1;
+                    violations.push(format!(
+                        "{} {} ({}) at {:.3}–{:.3} s on instance {}: {what}; earlier: {}{}",
+                        key.0,
+                        key.1,
+                        if key.2 { "override" } else { "rule" },
+                        verdict::secs(log, call.sent),
+                        verdict::secs(log, call.recv),
+                        call.instance,
+                        km.history.join(" | "),
+                        verdict::faults_around(log, call.sent, call.recv)
+                    ));
+                }
+            }
+            km.history.push(describe(log, &event));
+            if km.history.len() > 6 {
+                km.history.remove(0);
+            }
+        }
+    }
+    violations.sort();
+    Verdict {
+        name: "7 exact answers",
+        slack: format!(
+            "own keys (one client at a time): code, remaining and reset as the algorithms give them at some instant \
+             between send and answer, from a state the earlier answers leave possible (configs of reloads within 2 s \
+             both; unseen charges may land up to 1 s after their send or a fault's heal; a failure-policy answer is \
+             excused when the instance's failure counters grew or a store fault reached it; a data-losing fault adds \
+             a fresh bucket and excuses the key until its windows live then rolled over); a denial from the over-limit cache may say up to the previous call's latency less; \
+             approximate domains: a charge of at most the limit on an empty window is admitted; {excused} excused"
+        ),
+        checked,
+        violations,
+    }
+}
+
+enum Step {
+    Unanswered,
+    Checked,
+    Excused,
+    Violated(String),
+}
+
+impl KeyModel {
+    fn step(&mut self, log: &RunLog, mode: Mode, event: &Event<'_>) -> Step {
+        let call = event.call;
+        if let Some(until) = loss_end(log, self.last_recv.min(call.sent), call.recv) {
+            self.candidates.push(vec![None; event.variants[0].len()]);
+            let unit = event.variants.iter().flatten().map(|p| p.unit_us).max().unwrap_or(0);
+            self.tainted_until = self.tainted_until.max(until + unit);
+        }
+        let loss = call.sent <= self.tainted_until;
+        self.land_pending(call.sent);
+        let predictions = model::predict(&self.candidates, event);
+        let Some(observed) = model::observed(event) else {
+            let mut next: Vec<States> = predictions.into_iter().map(|p| p.next).collect();
+            next.append(&mut self.candidates);
+            self.candidates = prune(next, event);
+            self.pending.push(Pending {
+                variants: event.variants.clone(),
+                hits: event.hits.clone(),
+                multi: event.multi,
+                until: settle(log, call.sent, call.recv),
+            });
+            self.finish(call);
+            return Step::Unanswered;
+        };
+        let failure = observed.iter().any(model::failure_like);
+        let same_code: Vec<&model::Prediction> = predictions
+            .iter()
+            .filter(|p| p.statuses.iter().zip(&observed).all(|(s, o)| s.0 == o.ok))
+            .collect();
+        let verdict = match mode {
+            Mode::Exact => self.exact(&same_code, &observed),
+            Mode::Approximate => approximate(&self.candidates, event, &observed),
+        };
+        // Successors: the predictions that gave exactly this answer, else this code, else all.
+        let mut exact: Vec<&model::Prediction> =
+            same_code.iter().copied().filter(|p| matches(p, &observed, 0)).collect();
+        if exact.is_empty() {
+            exact = same_code
+                .iter()
+                .copied()
+                .filter(|p| {
+                    p.statuses
+                        .iter()
+                        .zip(&observed)
+                        .all(|(s, o)| s.1.min(u64::from(u32::MAX)) == u64::from(o.remaining))
+                })
+                .collect();
+        }
+        let mut next: Vec<States> = if mode == Mode::Exact && !exact.is_empty() {
+            exact.iter().map(|p| p.next.clone()).collect()
+        } else if !same_code.is_empty() {
+            same_code.iter().map(|p| p.next.clone()).collect()
+        } else {
+            predictions.iter().map(|p| p.next.clone()).collect()
+        };
+        if failure {
+            // A store timeout answers as the failure policy and may have charged.
+            next.extend(predictions.iter().map(|p| p.next.clone()));
+            next.append(&mut self.candidates);
+            self.pending.push(Pending {
+                variants: event.variants.clone(),
+                hits: event.hits.clone(),
+                multi: event.multi,
+                until: settle(log, call.sent, call.recv),
+            });
+        }
+        self.candidates = prune(next, event);
+        self.finish(call);
+        match verdict {
+            None => Step::Checked,
+            Some(_) if loss || (failure && model_troubled(log, call.instance, call.sent, call.recv)) => {
+                Step::Excused
+            }
+            Some(what) => Step::Violated(what),
+        }
+    }
+
+    fn finish(&mut self, call: &crate::load::Call) {
+        self.last_latency = call.recv.saturating_sub(call.sent);
+        self.last_recv = call.recv;
+    }
+
+    /// Exact mode: some prediction gives this code, and remaining and reset lie within
+    /// what the predictions of that code give (each between its extremes: the candidates
+    /// are a sample of the states possible, so the answer is held to their envelope).
+    fn exact(&self, same_code: &[&model::Prediction], observed: &[Status]) -> Option<String> {
+        if same_code.is_empty() {
+            return Some(format!("answered {}, which no exact decision gives", show(observed)));
+        }
+        let mut ranges = Vec::new();
+        let mut inside = true;
+        for (k, o) in observed.iter().enumerate() {
+            let rem = same_code.iter().map(|p| p.statuses[k].1.min(u64::from(u32::MAX)));
+            let (rem_lo, rem_hi) = (rem.clone().min().unwrap_or(0), rem.max().unwrap_or(0));
+            let reset = same_code.iter().map(|p| p.statuses[k].2);
+            let (reset_lo, reset_hi) = (reset.clone().min().unwrap_or(0), reset.max().unwrap_or(0));
+            // A denial from the over-limit cache counts its time left from the earlier call's send.
+            let early = if o.ok { 0 } else { self.last_latency };
+            let seconds = (reset_lo.saturating_sub(early).div_ceil(1_000_000), reset_hi.div_ceil(1_000_000));
+            inside &= (rem_lo..=rem_hi).contains(&u64::from(o.remaining))
+                && o.reset_s.is_none_or(|r| (seconds.0..=seconds.1).contains(&(r.max(0) as u64)));
+            ranges.push(format!("remaining {rem_lo}..={rem_hi}, reset {}..={} s", seconds.0, seconds.1));
+        }
+        (!inside).then(|| format!("answered {}, exact decisions give {}", show(observed), ranges.join("; ")))
+    }
+
+    /// Charges not seen that may still land are applied, as one more possibility, at `at`.
+    fn land_pending(&mut self, at: u64) {
+        self.pending.retain(|p| p.until >= at);
+        let mut added = Vec::new();
+        for pending in &self.pending {
+            for params in &pending.variants {
+                for state in &self.candidates {
+                    added.push(model::apply(state, at, params, &pending.hits, pending.multi).next);
+                }
+            }
+        }
+        self.candidates.extend(added);
+    }
+}
+
+/// Whether the answer is one the prediction gives: same codes, same remaining, same reset
+/// in whole seconds rounded up — a denial's reset allowed `early_us` less (the over-limit
+/// cache's).
+fn matches(p: &model::Prediction, observed: &[Status], early_us: u64) -> bool {
+    p.statuses.iter().zip(observed).all(|(&(allowed, remaining, reset_us), o)| {
+        let reset_ok = match o.reset_s {
+            None => true,
+            Some(r) => {
+                let r = r.max(0) as u64;
+                let exact = reset_us.div_ceil(1_000_000);
+                r == exact
+                    || (!allowed && r < exact && r >= reset_us.saturating_sub(early_us).div_ceil(1_000_000))
+            }
+        };
+        allowed == o.ok && u64::from(o.remaining) == remaining.min(u64::from(u32::MAX)) && reset_ok
+    })
+}
+
+/// Approximate mode for one client: a consume of at most the limit on a window every
+/// candidate holds empty is admitted.
+fn approximate(candidates: &[States], event: &Event<'_>, observed: &[Status]) -> Option<String> {
+    let (Hits::Consume(n), [params]) = (event.hits[0], event.variants[0].as_slice()) else { return None };
+    if event.variants.len() > 1 || n > params.limit || observed[0].ok {
+        return None;
+    }
+    let empty = |t: u64| {
+        candidates
+            .iter()
+            .all(|s| algorithm::apply(s[0], t, params, Hits::Peek).decision.remaining == params.limit)
+    };
+    (empty(event.call.sent) && empty(event.call.recv)).then(|| {
+        format!(
+            "a charge of {n} on an empty window of {} was denied ({}): exact mode admits it",
+            params.limit,
+            show(observed)
+        )
+    })
+}
+
+fn show(statuses: &[Status]) -> String {
+    let one = |s: &Status| {
+        format!(
+            "{} remaining {} reset {:?} s",
+            if s.ok { "OK" } else { "OVER_LIMIT" },
+            s.remaining,
+            s.reset_s
+        )
+    };
+    statuses.iter().map(one).collect::<Vec<_>>().join(" + ")
+}
+
+fn describe(log: &RunLog, event: &Event<'_>) -> String {
+    let answer = match model::observed(event) {
+        Some(s) => show(&s),
+        None => "no answer".into(),
+    };
+    format!("{:.3}@{} {:?} → {answer}", verdict::secs(log, event.call.sent), event.call.instance, event.hits)
+}
+
+/// Until when an unseen charge sent at `sent` may land: a second after its send, or after
+/// the heal of a store fault that held it.
+fn settle(log: &RunLog, sent: u64, recv: u64) -> u64 {
+    let held = log
+        .faults
+        .iter()
+        .filter(|f| f.fault.is_store_fault() && f.start <= recv && f.heal >= sent)
+        .map(|f| f.heal)
+        .max()
+        .unwrap_or(0);
+    (sent + SETTLE_US).max(held + SETTLE_US)
+}
+
+/// The end of the latest data-losing fault in force around `[a, b]` (see `loss_until`).
+fn loss_end(log: &RunLog, a: u64, b: u64) -> Option<u64> {
+    log.faults
+        .iter()
+        .filter(|f| f.data_loss && f.start <= b && verdict::loss_until(log, f) >= a)
+        .map(|f| verdict::loss_until(log, f))
+        .max()
+}
+
+/// Whether instance `instance`'s answers in `[a, b]` may be its failure policy's (or an
+/// approximate first read's that missed its deadline): a fault kept it from its store then
+/// (or in the recovery time before), or its failure counters grew between the scrapes
+/// around `[a, b]`, or no scrape brackets it.
+pub fn model_troubled(log: &RunLog, instance: usize, a: u64, b: u64) -> bool {
+    let faulted = log.faults.iter().any(|f| {
+        // A drained or killed instance answers by its failure policy while its store goes.
+        let own = matches!(f.fault, crate::plan::Fault::KillInstance { instance: i } | crate::plan::Fault::DrainInstance { instance: i } if i % log.instances == instance);
+        (own || f.fault.cuts(instance, log.instances))
+            && f.start <= b
+            && f.heal + f.fault.recovery().as_micros() as u64 >= a
+    });
+    if faulted {
+        return true;
+    }
+    let samples: Vec<_> =
+        log.samples.iter().filter(|s| s.instance == instance && s.metrics.is_some()).collect();
+    let before = samples.iter().rev().find(|s| s.scraped.1 <= a);
+    let after = samples.iter().find(|s| s.scraped.0 >= b);
+    let (Some(before), Some(after)) = (before, after) else { return true };
+    let (x, y) = (before.metrics.as_ref().expect("scraped"), after.metrics.as_ref().expect("scraped"));
+    before.pid != after.pid
+        || y.failures > x.failures
+        || y.failure_decisions > x.failure_decisions
+        || y.first_read_misses > x.first_read_misses
+}
+
+/// Deduplicated candidates, at most [`MAX_CANDIDATES`]: ordered by the room they leave at
+/// the call's answer, the extremes and an even spread between kept.
+fn prune(states: Vec<States>, event: &Event<'_>) -> Vec<States> {
+    let mut seen = HashSet::new();
+    let mut unique: Vec<States> = states.into_iter().filter(|s| seen.insert(fingerprint(s))).collect();
+    if unique.len() <= MAX_CANDIDATES {
+        return unique;
+    }
+    let params = &event.variants[0];
+    let at = event.call.recv;
+    let room = |s: &States| -> (u64, std::cmp::Reverse<u64>) {
+        let mut remaining = 0;
+        let mut reset = 0;
+        for (state, p) in s.iter().zip(params) {
+            let d = algorithm::apply(*state, at, p, Hits::Peek).decision;
+            remaining += d.remaining;
+            reset += d.reset_us;
+        }
+        (remaining, std::cmp::Reverse(reset))
+    };
+    unique.sort_by_cached_key(room);
+    // One state per room first (states leaving the same room answer alike), then a spread.
+    let mut last_room = None;
+    unique.retain(|s| {
+        let r = Some(room(s));
+        let keep = r != last_room;
+        last_room = r;
+        keep
+    });
+    if unique.len() <= MAX_CANDIDATES {
+        return unique;
+    }
+    let last = unique.len() - 1;
+    (0..MAX_CANDIDATES).map(|i| unique[i * last / (MAX_CANDIDATES - 1)].clone()).collect()
+}
+
+fn fingerprint(states: &States) -> Vec<(u8, u64, u64, u64, u64)> {
+    states
+        .iter()
+        .map(|s| match s {
+            None => (0, 0, 0, 0, 0),
+            Some(State::Gcra { tat, rem, until }) => (1, *tat, *rem, *until, 0),
+            Some(State::Window { start, current, previous, until }) => {
+                (2, *start, *current, *previous, *until)
+            }
+        })
+        .collect()
+}
