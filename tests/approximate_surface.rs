@@ -249,6 +249,79 @@ async fn a_peek_on_an_instance_that_never_read_the_bucket_reads_it_first() {
     b.running.stop().await.expect("stop");
 }
 
+/// How soon after another instance's spend is in Redis a peek reports it: a peek of a
+/// bucket last read a sync interval (250 ms) ago or more reads it again first. Generous
+/// for a loaded machine; without the read again it never does.
+const PEEK_DELAY: Duration = Duration::from_millis(1_000);
+
+/// Peeks through `peek` (whether it answered OK, and the remaining) until it answers
+/// `OVER_LIMIT`, 0 remaining, within [`PEEK_DELAY`] of `since`; then keeps peeking for
+/// half a second, never seeing more room than the spent bucket has.
+async fn peeks_see_spent<F: std::future::Future<Output = (bool, u32)>>(
+    what: &str,
+    since: Instant,
+    mut peek: impl FnMut() -> F,
+) {
+    loop {
+        let answer = peek().await;
+        if answer == (false, 0) {
+            break;
+        }
+        assert!(
+            since.elapsed() < PEEK_DELAY,
+            "{what}: still answers {answer:?} {:?} after the spend",
+            since.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let until = Instant::now() + Duration::from_millis(500);
+    while Instant::now() < until {
+        assert_eq!(peek().await, (false, 0), "{what}: a later peek of the spent bucket");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peek_on_a_bucket_read_once_sees_it_spent_once_redis_holds_the_spend() {
+    within_one_window(Duration::from_secs(20)).await;
+    let redis = RedisServer::start();
+    let dir = config_dir();
+    let mut a = instance(&redis.url(), dir.path()).await;
+    let mut b = instance(&redis.url(), dir.path()).await;
+    // B reads the bucket once (a peek at level 0), then only peeks: nothing it sends.
+    assert_eq!(charge(&mut b, "read-once", 0).await, (true, 10), "B's first peek");
+    spend_by_ones(&mut a, &redis, "approx", "read-once").await;
+    let since = Instant::now();
+    let client = b.client.clone();
+    peeks_see_spent("B's peek", since, || {
+        let mut client = client.clone();
+        async move {
+            let response = ask(&mut client, "approx", vec![descriptor("user", "read-once", Some(0))]).await;
+            let remaining = response.statuses.first().map_or(u32::MAX, |s| s.limit_remaining);
+            (response.overall_code == Code::Ok as i32, remaining)
+        }
+    })
+    .await;
+    // A group's peek too: the user's bucket spent by A, the org's untouched.
+    let group =
+        || vec![descriptor("user", "read-once-grp", Some(0)), descriptor("org", "read-once-org", Some(0))];
+    let first = ask(&mut b.client, "grouped", group()).await;
+    assert_eq!(first.statuses[0].limit_remaining, 10, "{first:?}");
+    spend_by_ones(&mut a, &redis, "grouped", "read-once-grp").await;
+    let since = Instant::now();
+    peeks_see_spent("B's group peek", since, || {
+        let mut client = client.clone();
+        async move {
+            let response = ask(&mut client, "grouped", group()).await;
+            assert_eq!(response.statuses[1].limit_remaining, 100, "{response:?}");
+            (response.overall_code == Code::Ok as i32, response.statuses[0].limit_remaining)
+        }
+    })
+    .await;
+    assert_eq!(failure_decisions(b.running.admin_addr).await, 0.0);
+    a.running.stop().await.expect("stop");
+    b.running.stop().await.expect("stop");
+}
+
 /// `POST /v1/reset?…` on an admin port: the status code.
 async fn reset(admin: SocketAddr, query: &str) -> u16 {
     let mut stream = tokio::net::TcpStream::connect(admin).await.expect("admin");

@@ -285,7 +285,7 @@ fn describe(log: &RunLog, event: &Event<'_>) -> String {
 
 /// Until when an unseen charge sent at `sent` may land: a second after its send, or after
 /// the heal of a store fault that held it.
-fn settle(log: &RunLog, sent: u64, recv: u64) -> u64 {
+pub fn settle(log: &RunLog, sent: u64, recv: u64) -> u64 {
     let held = log
         .faults
         .iter()

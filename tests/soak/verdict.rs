@@ -125,24 +125,40 @@ impl Charges {
 }
 
 /// Admissions and refunds per `(domain, bucket)`; a request `limit` override's bucket is
-/// `override/key=value`.
+/// `override/key=value`. A refund counts whether or not its answer was seen: one cut off
+/// by its client (or answered with an error) may still have been applied, up to when an
+/// unseen charge may land (`model_check::settle`).
 fn admissions(log: &RunLog) -> HashMap<(&'static str, String), Charges> {
     let mut out: HashMap<(&'static str, String), Charges> = HashMap::new();
     for call in &log.calls {
-        let Outcome::Answered { overall, ok, .. } = &call.outcome else { continue };
-        for (i, ((key, value), admitted)) in call.descriptors.iter().zip(ok).enumerate() {
+        let answered = match &call.outcome {
+            Outcome::Answered { overall, ok, .. } => Some((*overall, ok)),
+            _ => None,
+        };
+        for (i, (key, value)) in call.descriptors.iter().enumerate() {
             let ask = call.asks[i];
             let bucket =
                 if ask.over.is_some() { format!("override/{key}={value}") } else { format!("{key}={value}") };
             let hits = call.hits(i);
-            let charge = Admission { sent: call.sent, recv: call.recv, instance: call.instance, hits };
             let entry = out.entry((call.domain, bucket)).or_default();
             if ask.refund {
-                entry.refunds.push(charge);
-            } else if *admitted && hits > 0 && (call.domain != "soak_aon" || *overall) {
-                // All or nothing: a denied request charged none of its descriptors,
-                // whatever each descriptor's own status says.
-                entry.admitted.push(charge);
+                let recv = match answered {
+                    Some(_) => call.recv,
+                    None => crate::model_check::settle(log, call.sent, call.recv).max(call.recv),
+                };
+                entry.refunds.push(Admission { sent: call.sent, recv, instance: call.instance, hits });
+                continue;
+            }
+            let Some((overall, ok)) = answered else { continue };
+            // All or nothing: a denied request charged none of its descriptors, whatever
+            // each descriptor's own status says.
+            if ok[i] && hits > 0 && (call.domain != "soak_aon" || overall) {
+                entry.admitted.push(Admission {
+                    sent: call.sent,
+                    recv: call.recv,
+                    instance: call.instance,
+                    hits,
+                });
             }
         }
     }
@@ -232,7 +248,8 @@ fn limits_hold(log: &RunLog) -> Verdict {
                         if name.is_empty() { String::new() } else { format!(" (limit {name})") },
                         secs(log, ws),
                         faults_around(log, ws, we)
-                    ) + &timeline(log, list, ws, we));
+                    ) + &timeline(log, list, ws, we)
+                        + &refunds_shown(log, &charges, ws, we));
                 }
             }
         }
@@ -305,7 +322,8 @@ fn gcra_check(
                     span_us as f64 / 1e6,
                     secs(log, sorted[i].sent),
                     faults_around(log, sorted[i].sent, last_recv)
-                ) + &timeline(log, list, sorted[i].sent, last_recv),
+                ) + &timeline(log, list, sorted[i].sent, last_recv)
+                        + &refunds_shown(log, charges, sorted[i].sent, last_recv),
                 );
                 return;
             }
@@ -316,6 +334,19 @@ fn gcra_check(
 /// The bucket's admissions in `[a, b]`: when sent and answered (s into the run) and by
 /// which instance.
 fn timeline(log: &RunLog, list: &[Admission], a: u64, b: u64) -> String {
+    labelled(log, "timeline (sent–answered@instance)", list, a, b)
+}
+
+/// The refunds overlapping `[a, b]` (an unanswered one until it may have landed).
+fn refunds_shown(log: &RunLog, charges: &Charges, a: u64, b: u64) -> String {
+    if charges.refunds.iter().any(|x| x.recv >= a && x.sent <= b) {
+        labelled(log, "refunds", &charges.refunds, a, b)
+    } else {
+        String::new()
+    }
+}
+
+fn labelled(log: &RunLog, label: &str, list: &[Admission], a: u64, b: u64) -> String {
     let mut inside: Vec<&Admission> = list.iter().filter(|x| x.recv >= a && x.sent <= b).collect();
     inside.sort_by_key(|x| x.sent);
     let shown: Vec<String> = inside
@@ -323,7 +354,7 @@ fn timeline(log: &RunLog, list: &[Admission], a: u64, b: u64) -> String {
         .take(60)
         .map(|x| format!("{:.3}–{:.3}@{}×{}", secs(log, x.sent), secs(log, x.recv), x.instance, x.hits))
         .collect();
-    format!("\n        timeline (sent–answered@instance): {}", shown.join(" "))
+    format!("\n        {label}: {}", shown.join(" "))
 }
 
 pub fn faults_around(log: &RunLog, a: u64, b: u64) -> String {

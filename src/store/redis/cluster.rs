@@ -122,8 +122,8 @@ impl ClusterStore {
     /// other parts refunded (listed in [`Charged::refunds`]). Results are in batch order.
     pub async fn charge_groups(&self, batch: &[Charge], groups: &Groups, deadline: Instant) -> Charged {
         let parts = Parts::of(batch, groups);
-        let results = self.shared.charge_parts(batch, &parts, deadline).await;
-        let refunds = self.shared.undo_denied(batch, &parts, &results, deadline).await;
+        let mut results = self.shared.charge_parts(batch, &parts, deadline).await;
+        let refunds = self.shared.undo_denied(batch, &parts, &mut results, deadline).await;
         self.shared.health.record(&results);
         Charged { results, refunds, shared: false }
     }

@@ -24,27 +24,32 @@ impl Approx {
     /// The indexes of `batch` whose bucket this instance has never read (not held, never
     /// synced, or reset since): `sync::read_unread` reads them before they are decided.
     /// Peeks too: a peek answers what the bucket holds, so it must not answer an empty
-    /// estimate of a bucket the other instances spent. Not a consume larger than any share
+    /// estimate of a bucket the other instances spent — nor an old one: a peek of a bucket
+    /// last read a sync interval ago or more reads it again (a peek writes nothing, so a
+    /// bucket only peeked is never synced; its reads come from here). Not a consume larger than any share
     /// of its bucket (`⌈limit / 2N⌉`): it is decided against Redis, whose call reads the
     /// bucket (`claim`), or denied without Redis when it is past the limit.
     pub fn unread(&self, batch: &[Charge]) -> Vec<usize> {
         let mut unread = Vec::new();
         let largest_share = |p: &Params| p.limit.div_ceil(self.instances().saturating_mul(2));
+        let (now, interval) = (now_us(), self.settings.interval_us());
         for (i, charge) in batch.iter().enumerate() {
             if matches!(charge.hits, Hits::Consume(n) if n > largest_share(&charge.params)) {
                 continue;
             }
+            let peek = matches!(charge.hits, Hits::Peek);
             let shard = lock(&self.shards[self.shard_of(&charge.key)]);
-            if shard.map.get(&*charge.key).is_none_or(|b| b.read_at == 0) {
+            let stale = |b: &Bucket| b.read_at == 0 || peek && now.saturating_sub(b.read_at) >= interval;
+            if shard.map.get(&*charge.key).is_none_or(stale) {
                 unread.push(i);
             }
         }
         unread
     }
 
-    /// Folds a first read of `key` (Redis's `counts` at `redis_now`, local `now`, the
-    /// call's clock `offset`) into its bucket, made if needed — unless a sync answered for
-    /// it meanwhile, or a call carrying its increments is in flight (its answer folds), or
+    /// Folds a first read of `key` (or a peek's read again: Redis's `counts` at `redis_now`,
+    /// local `now`, the call's clock `offset`) into its bucket, made if needed — unless a
+    /// newer answer was folded meanwhile, or a call carrying its increments is in flight (its answer folds), or
     /// a request holds it for a charge decided against Redis (its own read folds).
     pub(crate) fn seed(
         &self,
@@ -61,7 +66,10 @@ impl Approx {
             shard.map.insert(key.into(), Bucket::new(params, offset));
         }
         if let Some(bucket) = shard.map.get_mut(key) {
-            if bucket.read_at == 0 && bucket.inflight.is_empty() && !bucket.claimed {
+            // A first read, or a peek's read newer than what the bucket holds; never over a
+            // call carrying its increments (that call's answer folds them).
+            let newer = bucket.read_at == 0 || redis_now > bucket.base_at;
+            if newer && bucket.inflight.is_empty() && !bucket.claimed {
                 bucket.params = params;
                 bucket.fold(counts, redis_now, now, offset);
             }

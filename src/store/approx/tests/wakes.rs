@@ -145,6 +145,29 @@ fn a_bucket_evicted_in_flight_and_made_anew_keeps_the_failed_calls_increments() 
 }
 
 #[test]
+fn a_peek_reads_again_a_bucket_last_read_a_sync_interval_ago_and_a_newer_read_folds() {
+    let approx = table();
+    approx.beaten(3, 1);
+    let now = crate::store::memory::now_us();
+    let (peek, one) = ([charge("k", 100, Hits::Peek)], [charge("k", 100, Hits::Consume(1))]);
+    let start = now - now % 60_000_000;
+    approx.seed("k", one[0].params, Counts { start, current: 10, previous: 0 }, now, now, 0);
+    assert!(approx.unread(&peek).is_empty(), "read just now");
+    // Read an interval ago (250 ms by default): a peek reads it again, a consume does not
+    // (it is held to a share and synced).
+    let old = now - 250_000;
+    approx.seed("j", one[0].params, Counts { start, current: 10, previous: 0 }, old, old, 0);
+    let (peek_j, one_j) = ([charge("j", 100, Hits::Peek)], [charge("j", 100, Hits::Consume(1))]);
+    assert_eq!(approx.unread(&peek_j), [0]);
+    assert!(approx.unread(&one_j).is_empty());
+    // The peek's read, newer, folds over the old one; an older answer does not.
+    approx.seed("j", one[0].params, Counts { start, current: 100, previous: 0 }, now, now, 0);
+    assert_eq!(approx.view_at("j", now).map(|v| v.level), Some(100));
+    approx.seed("j", one[0].params, Counts { start, current: 20, previous: 0 }, now - 1, now, 0);
+    assert_eq!(approx.view_at("j", now).map(|v| v.level), Some(100), "an older read is not folded");
+}
+
+#[test]
 fn a_first_read_of_an_exhausted_bucket_leaves_a_new_instance_nothing_to_spend() {
     let approx = table();
     approx.beaten(3, 1);

@@ -1,6 +1,8 @@
 //! Joint groups on a Redis Cluster: a group is cut into *parts*, one per slot its keys hash
 //! to, each part one script call (`joint.lua`, or the algorithm's script for one charge);
-//! a group one of whose parts is denied has the parts that were applied refunded.
+//! a group one of whose parts is denied has the parts that were applied refunded, and
+//! their members answer as their buckets stand after the refund: allowed, nothing charged
+//! — what a group on one slot answers (`algorithm::joint`).
 //!
 //! Why charge-then-refund rather than check-then-charge: the common case (every part
 //! passes) then costs one round trip, the same as a group on one slot; a check first would
@@ -91,19 +93,21 @@ impl Parts {
 impl Shared {
     /// For every group cut into several parts and denied by one: refunds each consume of
     /// the parts that were applied (all their members allowed), in a task of its own,
-    /// waited for until `deadline`. The answers stay as they are (applied parts' members
-    /// allowed with their numbers, the denied part's as it answered). Returns the refunds
-    /// sent with their results (`Timeout` for those not answered by `deadline`).
+    /// waited for until `deadline`. A refunded member then answers as its refund found the
+    /// bucket (allowed, nothing charged: what a denied group on one slot answers); one whose
+    /// refund failed keeps its charge's answer (its tokens stay taken). The denied part's
+    /// members answer as they were answered. Returns the refunds sent with their results
+    /// (`Timeout` for those not answered by `deadline`).
     pub(super) async fn undo_denied(
         self: &Arc<Self>,
         batch: &[Charge],
         parts: &Parts,
-        results: &[Result<Decision, StoreError>],
+        results: &mut [Result<Decision, StoreError>],
         deadline: Instant,
     ) -> Vec<(Charge, Result<Decision, StoreError>)> {
         let denied = |p: usize| parts.members(p).iter().any(|&i| matches!(results[i], Ok(d) if !d.allowed));
         let applied = |p: usize| parts.members(p).iter().all(|&i| matches!(results[i], Ok(d) if d.allowed));
-        let mut refunds = Vec::new();
+        let (mut refunds, mut refunded) = (Vec::new(), Vec::new());
         for group in &parts.spanning {
             if !group.clone().any(denied) {
                 continue;
@@ -112,6 +116,7 @@ impl Shared {
                 for &i in parts.members(p) {
                     if let Hits::Consume(n @ 1..) = batch[i].hits {
                         refunds.push(Charge { hits: Hits::Refund(n), ..batch[i].clone() });
+                        refunded.push(i);
                     }
                 }
             }
@@ -126,14 +131,19 @@ impl Shared {
                 shared.charge_parts(&refunds, &parts, Instant::now() + REFUND_TIMEOUT).await
             })
         };
-        let results = match tokio::time::timeout_at(deadline, task).await {
-            Ok(Ok(results)) => results,
+        let answers = match tokio::time::timeout_at(deadline, task).await {
+            Ok(Ok(answers)) => answers,
             Ok(Err(join)) => {
                 vec![Err(StoreError::Unavailable(format!("cluster refund: {join}"))); refunds.len()]
             }
             Err(_) => vec![Err(StoreError::Timeout); refunds.len()],
         };
-        refunds.into_iter().zip(results).collect()
+        for (&i, answer) in refunded.iter().zip(&answers) {
+            if let (Ok(after), Ok(charged)) = (answer, &mut results[i]) {
+                *charged = Decision { allowed: true, ..*after };
+            }
+        }
+        refunds.into_iter().zip(answers).collect()
     }
 }
 
