@@ -2,7 +2,9 @@
 //! - every relative link and `#anchor` in README.md and docs/*.md resolves: the file or
 //!   directory exists, and an anchor is the GitHub slug of a heading in its target file;
 //! - docs/configuration.md lists every flag and `TOLLGATE_*` variable that the built binary's
-//!   `--help` prints (for every subcommand), and none that `--help` lacks.
+//!   `--help` prints (for every subcommand), and none that `--help` lacks;
+//! - the README's Envoy and policy examples are the shipped files' (envoy/envoy.yaml, which
+//!   the e2e tests run, and config/edge.yaml), compared as YAML values.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -304,4 +306,55 @@ fn the_flag_reader_sees_what_a_page_names() {
     );
     assert_eq!(flags, BTreeSet::from(["--store".to_string()]));
     assert_eq!(vars, BTreeSet::from(["TOLLGATE_STORE".to_string()]));
+}
+
+/// The YAML code blocks of a Markdown text, parsed.
+fn yaml_blocks(text: &str) -> Vec<serde_yaml::Value> {
+    let mut blocks = Vec::new();
+    let mut current: Option<String> = None;
+    for line in text.lines() {
+        match current.as_mut() {
+            None if line.trim_start() == "```yaml" => current = Some(String::new()),
+            Some(_) if line.trim_start() == "```" => {
+                let block = current.take().unwrap_or_default();
+                blocks.push(serde_yaml::from_str(&block).expect("a YAML block of the README parses"));
+            }
+            Some(block) => {
+                block.push_str(line);
+                block.push('\n');
+            }
+            None => {}
+        }
+    }
+    blocks
+}
+
+fn shipped(path: &str) -> serde_yaml::Value {
+    let text = std::fs::read_to_string(root().join(path)).expect("a shipped file is readable");
+    serde_yaml::from_str(&text).expect("a shipped file parses")
+}
+
+#[test]
+fn the_readme_examples_are_the_shipped_files() {
+    let readme = std::fs::read_to_string(root().join("README.md")).expect("README.md");
+    let blocks = yaml_blocks(&readme);
+    let envoy = shipped("envoy/envoy.yaml");
+    let manager =
+        &envoy["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"];
+    let tollgate_cluster = &envoy["static_resources"]["clusters"][0];
+    assert_eq!(tollgate_cluster["name"], "tollgate", "envoy/envoy.yaml's first cluster");
+    let expected = [
+        ("the filters", &blocks[0]["http_filters"], &manager["http_filters"]),
+        ("the cluster", &blocks[1]["clusters"][0], tollgate_cluster),
+        (
+            "the actions",
+            &blocks[2]["rate_limits"],
+            &manager["route_config"]["virtual_hosts"][0]["rate_limits"],
+        ),
+    ];
+    for (what, in_readme, in_envoy) in expected {
+        assert!(!in_envoy.is_null(), "{what}: not found in envoy/envoy.yaml");
+        assert_eq!(in_readme, in_envoy, "{what}: the README differs from envoy/envoy.yaml");
+    }
+    assert_eq!(blocks[3], shipped("config/edge.yaml"), "the first policy differs from config/edge.yaml");
 }
