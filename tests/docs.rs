@@ -4,7 +4,8 @@
 //! - docs/configuration.md lists every flag and `TOLLGATE_*` variable that the built binary's
 //!   `--help` prints (for every subcommand), and none that `--help` lacks;
 //! - the README's Envoy and policy examples are the shipped files' (envoy/envoy.yaml, which
-//!   the e2e tests run, and config/edge.yaml), compared as YAML values.
+//!   the e2e tests run, and config/edge.yaml), compared as YAML values, and its `check` and
+//!   `explain` session is what the binary prints.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -357,4 +358,27 @@ fn the_readme_examples_are_the_shipped_files() {
         assert_eq!(in_readme, in_envoy, "{what}: the README differs from envoy/envoy.yaml");
     }
     assert_eq!(blocks[3], shipped("config/edge.yaml"), "the first policy differs from config/edge.yaml");
+}
+
+#[test]
+fn the_readme_console_session_is_what_the_binary_prints() {
+    let readme = std::fs::read_to_string(root().join("README.md")).expect("README.md");
+    let start = readme.find("```console\n").expect("the README has a console session") + 11;
+    let session = &readme[start..start + readme[start..].find("```").expect("the session ends")];
+    let mut commands = 0;
+    for run in session.split("$ ").filter(|run| !run.trim().is_empty()) {
+        let (command, expected) = run.split_once('\n').unwrap_or((run, ""));
+        let mut words = command.split_whitespace();
+        assert_eq!(words.next(), Some("tollgate"), "a session command runs tollgate: {command}");
+        let output = Command::new(env!("CARGO_BIN_EXE_tollgate"))
+            .args(words)
+            .current_dir(root())
+            .output()
+            .expect("the tollgate binary runs");
+        assert!(output.status.success(), "`{command}` failed: {}", String::from_utf8_lossy(&output.stderr));
+        let printed = String::from_utf8_lossy(&output.stdout);
+        assert_eq!(printed.trim_end(), expected.trim_end(), "`{command}` prints otherwise than the README");
+        commands += 1;
+    }
+    assert_eq!(commands, 2, "the session runs check and explain");
 }
