@@ -1,7 +1,7 @@
 //! Prometheus metrics: the families, their labels, and per-rule handles; and the server's
 //! own one-minute history (`history`, not exported) that the status page reads.
 //!
-//! Names are a contract (design §7). Labels are bounded: `domain` and `rule` come from the
+//! Names are a contract (docs/architecture.md#contracts). Labels are bounded: `domain` and `rule` come from the
 //! config, never from requests, except for rules that opt in with `detailed_metric` or
 //! `value_to_metric`; their values are escaped, cut to `--max-label-value-bytes` (`label`)
 //! and capped at `--max-detailed-series` label sets per domain (`series`). Per-rule counters

@@ -6,7 +6,7 @@
 //! - `export`: the span processor and the export task (off the request path, drops counted).
 //! - this file: the settings, the provider (sampler, resource, exporter) and
 //!   [`RequestSpan`], the spans of one request. What goes into them is the service's
-//!   (`crate::service::traced`); the names are contracts, listed in the README ("Tracing").
+//!   (`crate::service::traced`); the names are contracts, listed in docs/observability.md ("Tracing").
 
 pub mod export;
 pub mod propagate;

@@ -1,5 +1,5 @@
 //! Approximate mode (`consistency: approximate`) on a real Redis: three instances on one
-//! key stay within the README's stated bound; idle buckets cost Redis no reads; with Redis
+//! key stay within docs/scaling.md's stated bound; idle buckets cost Redis no reads; with Redis
 //! down, decisions go on from the estimates, the failure policy takes over past the
 //! staleness limit, and the increments admitted meanwhile are written when Redis returns;
 //! `/v1/usage` reads the buckets approximate mode writes.
@@ -295,7 +295,7 @@ async fn a_reload_between_exact_and_approximate_keeps_the_counts() {
     assert_eq!(reload(&one.running).await, 200);
     // Approximate now: decided exactly until the heartbeat has counted the instances, then
     // locally from a first read of Redis's count: the rest of the limit, within the
-    // bound for one instance (L + 2; README, "Approximate mode").
+    // bound for one instance (L + 2; docs/scaling.md, "Approximate mode").
     let mut after = 0;
     let deadline = Instant::now() + Duration::from_secs(2);
     while Instant::now() < deadline {

@@ -1,6 +1,6 @@
 //! Approximate mode's bound from the first request, at production flags: instances started
 //! into load, a rolling restart under load, and an instance started while Redis is
-//! unreachable (README, "Approximate mode": "The bound from the first request").
+//! unreachable (docs/scaling.md, "Approximate mode": "The bound from the first request").
 //!
 //! Every instance runs with the default store timeout, reply timeout, sync interval and
 //! staleness; clients hammer an instance the moment `spawn` returns (it is ready then), with

@@ -2,7 +2,7 @@
 //! flags (default store timeout, reply timeout, sync interval and staleness; instances
 //! used the moment `spawn` returns): a charge larger than one instance's share (alone and
 //! in an `all_or_nothing` group), a peek on an instance that never read the bucket, and an
-//! operator's reset through one instance seen by another that only denies (README,
+//! operator's reset through one instance seen by another that only denies (docs/scaling.md,
 //! "Approximate mode"; issue 37, holes 1–3).
 //!
 //! Every domain fails closed, so a failure-policy answer is a denial that would look like

@@ -2,7 +2,7 @@
 //! (default store timeout, sync interval and staleness): a sync task that dies is started
 //! again, counted in `tollgate_approximate_sync_restarts_total`, and until its heartbeat
 //! answers again the instance decides approximate domains exactly — a dead sync never
-//! leaves it deciding from estimates that no longer sync (README, "Approximate mode").
+//! leaves it deciding from estimates that no longer sync (docs/scaling.md, "Approximate mode").
 //!
 //! The task is ended from outside (`Running::end_approximate_sync_task`, a test hook that
 //! aborts it as a panic would end it); the panic itself is the unit test's

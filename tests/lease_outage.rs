@@ -1,7 +1,7 @@
 //! Leases while Redis is out, on a real redis-server frozen with SIGSTOP: the returns of
 //! unused tokens the breaker refuses wait only as long as their tokens take to refill,
 //! and a request whose deadline passes while it waits for a block answers as a plain store
-//! timeout would (README, "Leases").
+//! timeout would (docs/policies.md, "Leases").
 
 #[allow(dead_code)]
 #[path = "support/redis.rs"]

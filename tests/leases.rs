@@ -30,7 +30,7 @@ use tonic::transport::Channel;
 
 const LEASE_TIME: Duration = Duration::from_millis(100);
 /// Three instances × a tenth of a 100 bucket: at most 2 × 10 held elsewhere when one is
-/// denied (README, "Leases").
+/// denied (docs/policies.md, "Leases").
 const UNDER_ADMISSION: u64 = 20;
 
 fn policy(limit: u64, lease: bool) -> String {

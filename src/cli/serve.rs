@@ -95,11 +95,11 @@ pub struct Serve {
     #[arg(long, env = "TOLLGATE_REDIS_REPLY_TIMEOUT_MS", value_parser = clap::value_parser!(u64).range(1..))]
     pub redis_reply_timeout_ms: Option<u64>,
     /// Do not coalesce: every charge sends its own script call, even while a call for the
-    /// same bucket is in flight (see README, "Coalescing").
+    /// same bucket is in flight (see docs/scaling.md, "Coalescing").
     #[arg(long, env = "TOLLGATE_NO_COALESCE")]
     pub no_coalesce: bool,
     /// Do not batch: every request sends its own script calls (one per group of its
-    /// charges), even while calls from this instance are in flight (see README, "Batching").
+    /// charges), even while calls from this instance are in flight (see docs/scaling.md, "Batching").
     #[arg(long, env = "TOLLGATE_NO_BATCH")]
     pub no_batch: bool,
     /// Tokio worker threads serving gRPC, admin and store I/O (default: one per core).
@@ -112,7 +112,7 @@ pub struct Serve {
     pub store_timeout_ms: u64,
     /// Lease hot buckets of every rule, not only of rules with `lease: true` (Redis store):
     /// a key above two hits per lease time takes a block of tokens in one charge and spends
-    /// it locally (see the README, "Leases").
+    /// it locally (see docs/policies.md, "Leases").
     #[arg(long, env = "TOLLGATE_LEASE_HOT_KEYS")]
     pub lease_hot_keys: bool,
     /// How long a leased block may be spent after it was taken (ms); unused tokens are then
@@ -122,7 +122,7 @@ pub struct Serve {
     pub lease_time_ms: u64,
     /// `consistency: approximate` domains: how often each instance syncs its local
     /// estimates with Redis, in ms (buckets near their limit: every half of it). The
-    /// over-admission bound grows with it (see the README, "Approximate mode").
+    /// over-admission bound grows with it (see docs/scaling.md, "Approximate mode").
     #[arg(long, env = "TOLLGATE_SYNC_INTERVAL_MS", default_value_t = 250,
           value_parser = clap::value_parser!(u64).range(10..=60_000))]
     pub sync_interval_ms: u64,
@@ -154,8 +154,8 @@ pub struct Serve {
     pub metrics_path: String,
     /// Read envoyproxy/ratelimit's environment (GRPC_PORT, REDIS_URL, USE_PROMETHEUS, …)
     /// where no flag or TOLLGATE_* variable is given, with its listen addresses (on every
-    /// interface) as defaults; on by itself when started as `ratelimit`. See the README,
-    /// "Use with Envoy Gateway".
+    /// interface) as defaults; on by itself when started as `ratelimit`. See
+    /// docs/envoy-gateway.md.
     #[arg(long, env = "TOLLGATE_PEER_ENV")]
     pub peer_env: bool,
     /// Share of a limit consumed above which a decision counts as near_limit.

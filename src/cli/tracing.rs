@@ -26,7 +26,7 @@ pub enum ProtocolArg {
 #[derive(Debug, Clone, Default, Args)]
 pub struct TracingFlags {
     /// Export spans of sampled requests over OTLP, true|false [TRACING_ENABLED; default
-    /// false]. See README, "Tracing".
+    /// false]. See docs/observability.md, "Tracing".
     #[arg(
         long = "tracing",
         env = "TOLLGATE_TRACING",

@@ -104,8 +104,8 @@ fn describe_decision(consistency: Consistency) -> Option<&'static str> {
         Consistency::Exact => None,
         Consistency::Approximate => Some(
             "decided locally (consistency approximate): from this instance's estimate of the \
-             bucket, synced with Redis every --sync-interval-ms in the background (see the \
-             README's Approximate mode); a running server shows the bucket's tier: tollgate usage",
+             bucket, synced with Redis every --sync-interval-ms in the background (see \
+             docs/scaling.md, Approximate mode); a running server shows the bucket's tier: tollgate usage",
         ),
     }
 }

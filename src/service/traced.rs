@@ -1,5 +1,5 @@
 //! What the spans of a traced request say (`crate::trace` makes and exports them). The
-//! names are contracts, listed in the README ("Tracing").
+//! names are contracts, listed in docs/observability.md ("Tracing").
 //!
 //! The server span: the RPC (`rpc.*`), the domain, the number of descriptors, the answer
 //! (`ratelimit.overall_code`), the config version, and per descriptor — the first

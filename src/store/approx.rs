@@ -15,7 +15,7 @@
 //! `⌈(limit − level at the last sync) / 2N⌉` of it, where `N` is the largest number of
 //! live instances a heartbeat counted in the last 30 s (alone too: `N = 1`). That caps what the instances can admit
 //! on stale views: the over-admission is bounded by what the others admitted and wrote
-//! since this instance's last sync, not `N ×` the limit (README, "Approximate mode"). The
+//! since this instance's last sync, not `N ×` the limit (docs/scaling.md, "Approximate mode"). The
 //! price: a burst that meets one instance gets `1/2N` of the headroom per sync, the rest
 //! sync by sync. Every instance wakes on the same wall-clock grid (multiples of half the
 //! interval), so their views are about equally old.

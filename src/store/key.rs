@@ -1,6 +1,6 @@
 //! Bucket keys: one short string per bucket identity, the same in memory and in Redis.
 //!
-//! Identity (design §5) = domain + the entry keys and values along the matched path (the
+//! Identity (docs/architecture.md#bucket-identity) = domain + the entry keys and values along the matched path (the
 //! wildcard pattern instead of the value on `share_threshold` levels) + algorithm + unit.
 //! `requests_per_unit` and `burst` are not part of it, so raising a limit applies to live
 //! buckets. Every part is length-prefixed, so no value can make two identities share a key;

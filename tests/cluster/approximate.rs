@@ -1,7 +1,7 @@
 //! Approximate mode (`consistency: approximate`) on a real 3-master cluster: the sync sends
 //! one `approx.lua` call per slot touched, each master's calls as one pipeline. Three
 //! instances on one hot key, with traffic on keys over every master, stay within the
-//! README's bound; every key's increments are written exactly once (the sum of the counts
+//! bound of docs/scaling.md; every key's increments are written exactly once (the sum of the counts
 //! over the masters is what was admitted) and `/v1/usage` reads them; idle buckets cost the
 //! cluster no script call.
 //!

@@ -1,6 +1,6 @@
-//! The deliberate differences from envoyproxy/ratelimit listed in the README
-//! ("Differences") and docs/migration.md, each pinned: if one of these tests has to
-//! change, so do those two documents.
+//! The deliberate differences from envoyproxy/ratelimit listed in
+//! docs/migration.md ("Differences"), each pinned: if one of these tests has to change,
+//! so does that document.
 
 use std::process::Command;
 

@@ -31,16 +31,16 @@ use crate::stores::{cli, Masters};
 
 /// The stated delay before an approximate instance's admissions are in Redis, at the
 /// default `--sync-interval-ms` I: an idle bucket's increment waits 4 I, the wakes are
-/// I / 2 apart, and a sync call has 4 I (at least 1 s) before it fails (README,
+/// I / 2 apart, and a sync call has 4 I (at least 1 s) before it fails (docs/scaling.md,
 /// "Approximate mode", "The sync").
 pub const SYNC_DELAY_US: u64 = {
     let i = policies::SYNC_INTERVAL_MS * 1_000;
     let call = if 4 * i > 1_000_000 { 4 * i } else { 1_000_000 };
     4 * i + i / 2 + call
 };
-/// How soon a reset is seen by every instance (README, "When other replicas see a reset").
+/// How soon a reset is seen by every instance (docs/operations.md, "When other replicas see a reset").
 pub const RESET_VISIBLE_US: u64 = 1_000_000;
-/// How soon every instance honours an override's change (README, "Fleet-wide").
+/// How soon every instance honours an override's change (docs/operations.md, "Fleet-wide").
 pub const OVERRIDE_VISIBLE_US: u64 = 1_000_000;
 /// An override's `ttl_seconds`.
 pub const OVERRIDE_TTL_S: u64 = 20;

@@ -1,5 +1,5 @@
 //! The invariants, checked from the clients' own log, the probes and Redis's counts after
-//! the run. Each verdict states its slack (the README's and docs/reliability.md's); a
+//! the run. Each verdict states its slack (docs/scaling.md's and docs/reliability.md's); a
 //! violation names the bucket or instance and the moment, with the faults around it.
 
 use std::collections::HashMap;
@@ -53,7 +53,7 @@ pub fn secs(log: &RunLog, at: u64) -> f64 {
 /// Until when a data-losing fault may leave buckets counted afresh or twice: a second
 /// after it healed; on Sentinel 5 s, since the sentinels may fail over only after the
 /// fault (a restarted master, seconds later) and each instance follows within its 1 s
-/// poll, so for up to a second two masters count the same buckets (README, Scaling).
+/// poll, so for up to a second two masters count the same buckets (docs/scaling.md, Scaling).
 pub fn loss_until(log: &RunLog, f: &crate::run::Happened) -> u64 {
     let after = if log.plan.topology == crate::plan::Topology::Sentinel { 5_000_000 } else { 1_000_000 };
     f.heal + after
@@ -267,7 +267,7 @@ fn limits_hold(log: &RunLog) -> Verdict {
     }
 }
 
-/// The approximate bound's excess over the limit (README, "Approximate mode").
+/// The approximate bound's excess over the limit (docs/scaling.md, "Approximate mode").
 fn approx_slack(limit: u64, n: u64, kills: u64) -> u64 {
     let share = limit.div_ceil(2 * n);
     (n - 1) * share + 2 * n + kills * share
@@ -309,7 +309,7 @@ fn gcra_check(
             }
             // A data-losing fault starts the bucket afresh: + burst. On Sentinel two masters
             // may also count it apart until every instance has followed the switch (within
-            // its 1 s poll; README, Scaling: "for that second a bucket may admit up to twice
+            // its 1 s poll; docs/scaling.md: "for that second a bucket may admit up to twice
             // its limit"): + rate · 1 s more.
             let per_loss =
                 if log.plan.topology == crate::plan::Topology::Sentinel { burst + rate } else { burst };

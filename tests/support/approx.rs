@@ -1,6 +1,6 @@
 //! What the approximate-mode tests share, on a single Redis (`tests/approximate.rs`,
 //! `tests/approximate_scale.rs`) and on a cluster (`tests/cluster/approximate.rs`): the admin
-//! port's answers and the metrics in them, Redis's command counts, the README's bound, and
+//! port's answers and the metrics in them, Redis's command counts, docs/scaling.md's bound, and
 //! the minute window a test must stay in.
 
 use std::net::SocketAddr;
@@ -105,7 +105,7 @@ pub fn commands_run(commandstats: &str) -> u64 {
         .sum()
 }
 
-/// The stated bound over the limit (README, "Approximate mode"): with N instances,
+/// The stated bound over the limit (docs/scaling.md, "Approximate mode"): with N instances,
 /// `(N − 1) × ⌈L / 2N⌉ + 2N` — the half shares the others may have spent unseen, and the
 /// rounding of each share.
 pub fn bound(instances: u64, limit: u64) -> u64 {

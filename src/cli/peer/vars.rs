@@ -1,5 +1,5 @@
 //! Every envoyproxy/ratelimit variable Tollgate knows (its `settings.go`, plus what Envoy
-//! Gateway sets) and what becomes of it in peer mode. The README's table says the same.
+//! Gateway sets) and what becomes of it in peer mode. docs/envoy-gateway.md's table says the same.
 
 /// What Tollgate does with one of the peer's variables.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,4 +1,4 @@
-//! Matching semantics (design §3): precedence, wildcards, no backtracking, depth.
+//! Matching semantics (docs/architecture.md#matching): precedence, wildcards, no backtracking, depth.
 
 use std::fmt::Write as _;
 

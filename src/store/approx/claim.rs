@@ -1,5 +1,5 @@
 //! A group decided against Redis on the request path: a consume larger than this
-//! instance's whole share of its bucket, on estimates with room for it (README,
+//! instance's whole share of its bucket, on estimates with room for it (docs/scaling.md,
 //! "Approximate mode", "Larger than a share"). The share rule alone would deny it until
 //! the bucket empties; exact mode would admit it.
 //!

@@ -281,7 +281,7 @@ impl Approx {
 /// showed, `⌈(limit − base level) / (2 × instances)⌉`. Half of a fair share: the others'
 /// admissions this instance has not seen yet are at most their own half shares, so the
 /// instances together stay at or under the headroom while their views are one sync old
-/// (README, "Approximate mode").
+/// (docs/scaling.md, "Approximate mode").
 pub(super) fn within_share(bucket: &Bucket, n: u64, now: u64, instances: u64) -> bool {
     let p = &bucket.params;
     let own = bucket.own.at(now, p).level(now, p);

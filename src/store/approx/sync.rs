@@ -18,7 +18,7 @@
 //! of Redis, the calls not yet sent in that wake are not sent (they certainly did not run).
 //! A call that timed out or lost its connection after it was written may have run: its
 //! increments are written again with the next wake, so Redis may count them twice — an
-//! error toward denying, never toward admitting (README, "Approximate mode").
+//! error toward denying, never toward admitting (docs/scaling.md, "Approximate mode").
 //!
 //! **A bounded wake.** A wake sends at most [`MAX_PER_WAKE`] buckets; the rest wait, oldest
 //! first, and are counted as the backlog (`tollgate_approximate_backlog_*`). A bucket that

@@ -190,8 +190,8 @@ async fn the_status_page_renders_in_a_real_browser() {
         return;
     };
     let app = spawn_app(StoreKind::Redis, &[("shop.yaml", SHOP), ("login.yaml", LOGIN)]).await;
-    // A few seconds of traffic, so that the chart has a shape (the screenshot is the
-    // README's); then until complete seconds show it.
+    // A few seconds of traffic, so that the chart has a shape (the screenshot is
+    // docs/status-page.png); then until complete seconds show it.
     let started = tokio::time::Instant::now();
     let login = request("login", &[&[("ip", "192.0.2.7")], &[("health", "probe")]]);
     drive_until(&app, |s| {
