@@ -33,13 +33,20 @@ fn limit_of(domain: &str) -> u64 {
 
 impl Fleet<'_> {
     /// A fresh key spent through one instance, then peeked through every instance (the
-    /// others first: their first read) once the stated sync delay has passed.
+    /// others first) once the stated sync delay has passed. Half the time every instance
+    /// peeked it before the spend too, so that the late peeks are reads again of a bucket
+    /// read once (approximate), not first reads.
     pub(crate) fn spend_then_peek(&mut self, rng: &mut StdRng) -> PeekCheck {
         let planted = self.ops.plant == Some(Plant::PeekForgotten);
         let domain = if !planted && rng.random_bool(0.5) { "soak_approx_minute" } else { "soak_minute" };
         let value = self.fresh("pk");
         let n = self.instances();
         let spender = rng.random_range(0..n);
+        if rng.random_bool(0.5) {
+            for i in 0..n {
+                self.charge(i, domain, &value, 0);
+            }
+        }
         let target = rng.random_range(1..=policies::PER_MINUTE);
         let (mut spends, mut spent) = (Vec::new(), 0);
         for _ in 0..6 {

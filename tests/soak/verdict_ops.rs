@@ -26,7 +26,8 @@ fn disturbed(log: &RunLog, instances: &[usize], a: u64, b: u64) -> bool {
     })
 }
 
-/// Invariant 8: a peek (a first read on every instance but the spender) reports no more
+/// Invariant 8: a peek (on every instance but the spender a first read, or a read again
+/// of a bucket it peeked before the spend) reports no more
 /// room than the limit less what was admitted in its window, once the stated sync delay
 /// (approximate; exact: none) has passed since the last admission.
 fn peeks(log: &RunLog) -> Verdict {
