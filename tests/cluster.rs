@@ -24,6 +24,8 @@ mod sentinel_support;
 
 #[path = "cluster/approximate.rs"]
 mod approximate;
+#[path = "cluster/approximate_surface.rs"]
+mod approximate_surface;
 #[path = "cluster/cli.rs"]
 mod cli;
 #[path = "cluster/coalesce.rs"]
