@@ -133,7 +133,7 @@ impl KeyModel {
             .filter(|p| p.statuses.iter().zip(&observed).all(|(s, o)| s.0 == o.ok))
             .collect();
         let verdict = match mode {
-            Mode::Exact => self.exact(&same_code, &observed),
+            Mode::Exact => self.exact(&same_code, &observed, event.call.domain == "soak_aon"),
             Mode::Approximate => approximate(&self.candidates, event, &observed),
         };
         // Successors: the predictions that gave exactly this answer, else this code, else all.
@@ -188,7 +188,10 @@ impl KeyModel {
     /// Exact mode: some prediction gives this code, and remaining and reset lie within
     /// what the predictions of that code give (each between its extremes: the candidates
     /// are a sample of the states possible, so the answer is held to their envelope).
-    fn exact(&self, same_code: &[&model::Prediction], observed: &[Status]) -> Option<String> {
+    /// In an all-or-nothing group the over-limit cache denied (`grouped`), the members it
+    /// did not decide answer as not evaluated: OK, 0 remaining, no reset, nothing charged
+    /// (docs/reliability.md, "Over-limit cache").
+    fn exact(&self, same_code: &[&model::Prediction], observed: &[Status], grouped: bool) -> Option<String> {
         if same_code.is_empty() {
             return Some(format!("answered {}, which no exact decision gives", show(observed)));
         }
@@ -202,8 +205,11 @@ impl KeyModel {
             // A denial from the over-limit cache counts its time left from the earlier call's send.
             let early = if o.ok { 0 } else { self.last_latency };
             let seconds = (reset_lo.saturating_sub(early).div_ceil(1_000_000), reset_hi.div_ceil(1_000_000));
-            inside &= (rem_lo..=rem_hi).contains(&u64::from(o.remaining))
-                && o.reset_s.is_none_or(|r| (seconds.0..=seconds.1).contains(&(r.max(0) as u64)));
+            let not_evaluated =
+                grouped && o.ok && o.remaining == 0 && o.reset_s.is_none() && observed.iter().any(|x| !x.ok);
+            inside &= not_evaluated
+                || (rem_lo..=rem_hi).contains(&u64::from(o.remaining))
+                    && o.reset_s.is_none_or(|r| (seconds.0..=seconds.1).contains(&(r.max(0) as u64)));
             ranges.push(format!("remaining {rem_lo}..={rem_hi}, reset {}..={} s", seconds.0, seconds.1));
         }
         (!inside).then(|| format!("answered {}, exact decisions give {}", show(observed), ranges.join("; ")))
