@@ -461,13 +461,19 @@ fn recovery(log: &RunLog) -> Verdict {
             if disturbed {
                 continue;
             }
-            checked += 1;
             let first = log
                 .canaries
                 .iter()
                 .filter(|c| c.instance == instance && c.sent >= fault.heal && c.decided)
                 .map(|c| c.recv)
                 .min();
+            // A fault healed so late that the run's probes ended before its stated
+            // recovery time (an operator's cut restored as the run stops) cannot be judged.
+            let probed_until = log.canaries.iter().filter(|c| c.instance == instance).map(|c| c.sent).max();
+            if first.is_none() && probed_until.is_none_or(|at| at < limit) {
+                continue;
+            }
+            checked += 1;
             match first {
                 Some(at) if at <= limit => {}
                 other => violations.push(format!(
