@@ -454,9 +454,16 @@ fn recovery(log: &RunLog) -> Verdict {
     for fault in log.faults.iter().filter(|f| f.fault.is_store_fault()) {
         let limit = fault.heal + fault.fault.recovery().as_micros() as u64;
         for instance in 0..log.instances {
+            // A cut keeps only its instance from the store. Another fault on this instance
+            // that began before this one's recovery ended and heals later is judged on its
+            // own (its recovery is the one this instance waits for).
+            if !fault.fault.cuts(instance, log.instances) {
+                continue;
+            }
             let disturbed = log.faults.iter().any(|f| {
                 !std::ptr::eq(f, fault) && f.start <= limit && f.heal >= fault.heal
-                    && matches!(f.fault, Fault::KillInstance { instance: i } | Fault::DrainInstance { instance: i } | Fault::CutInstance { instance: i } if i % log.instances == instance)
+                    && (f.fault.cuts(instance, log.instances)
+                        || matches!(f.fault, Fault::KillInstance { instance: i } | Fault::DrainInstance { instance: i } if i % log.instances == instance))
             });
             if disturbed {
                 continue;
