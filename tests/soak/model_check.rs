@@ -348,18 +348,22 @@ fn prune(states: Vec<States>, event: &Event<'_>) -> Vec<States> {
     }
     let params = &event.variants[0];
     let at = event.call.recv;
-    let room = |s: &States| -> (u64, std::cmp::Reverse<u64>) {
-        let mut remaining = 0;
-        let mut reset = 0;
-        for (state, p) in s.iter().zip(params) {
-            let d = algorithm::apply(*state, at, p, Hits::Peek).decision;
-            remaining += d.remaining;
-            reset += d.reset_us;
-        }
-        (remaining, std::cmp::Reverse(reset))
+    // The room summed over the buckets orders the spread; each bucket's own room and reset
+    // tell states apart (two limits of one key leaving 5 + 90 and 4 + 91 do not answer alike).
+    let room = |s: &States| -> (u64, std::cmp::Reverse<u64>, Vec<(u64, u64)>) {
+        let each: Vec<(u64, u64)> = s
+            .iter()
+            .zip(params)
+            .map(|(state, p)| {
+                let d = algorithm::apply(*state, at, p, Hits::Peek).decision;
+                (d.remaining, d.reset_us)
+            })
+            .collect();
+        let (remaining, reset) = each.iter().fold((0, 0), |(r, t), (a, b)| (r + a, t + b));
+        (remaining, std::cmp::Reverse(reset), each)
     };
     unique.sort_by_cached_key(room);
-    // One state per room first (states leaving the same room answer alike), then a spread.
+    // One state per room first (states leaving the same rooms answer alike), then a spread.
     let mut last_room = None;
     unique.retain(|s| {
         let r = Some(room(s));
