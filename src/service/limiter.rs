@@ -16,14 +16,14 @@ use tracing::Instrument;
 
 use crate::algorithm::Decision;
 use crate::config::{Consistency, FailureMode};
-use crate::escape::escape;
-use crate::live::Live;
-use crate::metrics::Metrics;
-use crate::overrides::{Mode, Overrides};
+use crate::sources::overrides::{Mode, Overrides};
+use crate::sources::serving::Live;
 use crate::store::approx::Approx;
 use crate::store::key::KeySecret;
 use crate::store::{probe, Charge, Groups, MemoryStore, Store, StoreError};
-use crate::trace::{RequestSpan, Tracing};
+use crate::telemetry::escape::escape;
+use crate::telemetry::metrics::Metrics;
+use crate::telemetry::trace::{RequestSpan, Tracing};
 
 use super::traced::{self, decided_by, Observed, StoreCall};
 use super::wire::RateLimitRequest;
@@ -100,7 +100,7 @@ impl RateLimiter {
         RateLimiter { live, store, metrics, settings: Arc::new(settings), local, tracing: None, overrides }
     }
 
-    /// With the incident switch the admin port sets (`crate::overrides`).
+    /// With the incident switch the admin port sets (`crate::sources::overrides`).
     pub fn with_overrides(mut self, overrides: Arc<Overrides>) -> RateLimiter {
         self.overrides = overrides;
         self
@@ -111,7 +111,7 @@ impl RateLimiter {
         self.overrides.clone()
     }
 
-    /// With spans of sampled requests (`crate::trace`).
+    /// With spans of sampled requests (`crate::telemetry::trace`).
     pub fn with_tracing(mut self, tracing: Option<Arc<Tracing>>) -> RateLimiter {
         self.tracing = tracing;
         self

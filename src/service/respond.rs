@@ -15,8 +15,8 @@ use std::sync::Arc;
 use crate::algorithm::Decision;
 use crate::config::rule::DenialResponse;
 use crate::config::{FailureMode, Unit};
-use crate::metrics::Outcome;
 use crate::store::{StoreError, NOT_EVALUATED};
+use crate::telemetry::metrics::Outcome;
 
 use super::plan::{Limit, Plan};
 

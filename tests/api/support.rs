@@ -59,7 +59,7 @@ pub struct Options {
     /// `--lease-time-ms`.
     pub lease_time: Duration,
     /// `--tracing` and its settings.
-    pub tracing: Option<tollgate::trace::TraceSettings>,
+    pub tracing: Option<tollgate::telemetry::trace::TraceSettings>,
     /// `--key-secret-file`.
     pub key_secret_file: Option<PathBuf>,
 }

@@ -170,3 +170,5 @@ fn a_field_the_generated_headers_hold_keeps_their_one_value() {
     assert_eq!(get(&h, "x-other"), Some("1"));
     assert_eq!(h.iter().filter(|(k, _)| k == "retry-after").count(), 1, "{h:?}");
 }
+
+mod with_plans;
