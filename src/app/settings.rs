@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use crate::config::LoadOptions;
 use crate::service::bounds::Bounds;
-use crate::service::respond::LimitHeaderNames;
+use crate::service::headers::LimitHeaderNames;
 use crate::store::approx::ApproxSettings;
 use crate::store::RedisSettings;
 use crate::telemetry::metrics::SeriesLimits;

@@ -9,7 +9,7 @@ use clap::Args;
 
 use crate::app::{MetricsListener, RedisTopology, ServeSettings, StoreKind, TlsFiles};
 use crate::service::bounds::Bounds;
-use crate::service::respond::LimitHeaderNames;
+use crate::service::headers::LimitHeaderNames;
 use crate::store::breaker::BreakerSettings;
 use crate::store::RedisSettings;
 use crate::telemetry::metrics::SeriesLimits;

@@ -2,7 +2,7 @@ use std::time::Duration;
 
 use super::*;
 use crate::app::ServeSettings;
-use crate::service::respond::LimitHeaderNames;
+use crate::service::headers::LimitHeaderNames;
 use crate::store::breaker::BreakerSettings;
 use crate::telemetry::metrics::SeriesLimits;
 

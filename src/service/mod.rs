@@ -18,6 +18,7 @@
 
 pub mod bounds;
 pub mod dynamic_metadata;
+pub mod headers;
 pub mod plan;
 pub(crate) mod record;
 pub mod respond;

@@ -9,7 +9,8 @@
 //! rules increments pre-built handles and allocates nothing; a reload removes the series
 //! of the rules it drops.
 //!
-//! Layout: this file (`Metrics`: the registry and the families with their label sets;
+//! Layout: this file (`Metrics`: the registry and its families, which `families` creates
+//! with their label sets;
 //! `approx`, `lease`, `key_changes`, `hotkeys`, `overrides` and `trace` register their own), then the recorders by
 //! what they count: `requests` (decisions and the request path), `store` (store calls,
 //! gauges refreshed before a scrape), `config` (loads and reloads); below them `outcome`
@@ -19,6 +20,7 @@
 mod approx;
 mod config;
 mod counters;
+mod families;
 pub mod history;
 mod hotkeys;
 mod key_changes;
@@ -35,60 +37,19 @@ pub mod xds;
 
 use std::sync::atomic::AtomicU64;
 
-use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 pub use self::counters::{RuleSeries, SeriesLimits, SnapshotCounters, DEFAULT_MAX_DETAILED_SERIES};
 pub use self::outcome::{Outcome, Oversize};
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct DecisionLabels {
-    domain: String,
-    rule: String,
-    result: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct RuleLabels {
-    domain: String,
-    rule: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct StoreLabels {
-    store: &'static str,
-    outcome: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct StoreName {
-    store: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ReplacedLabels {
-    store: &'static str,
-    reason: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ResultLabel {
-    result: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct VersionLabel {
-    version: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct LossyLabel {
-    lossy: &'static str,
-}
+use self::families::{
+    Answers, DecisionLabels, DomainLabel, Guards, Holding, LossyLabel, Operator, ReasonLabel, ReplacedLabels,
+    ResultLabel, RuleLabels, StoreLabels, StoreName, VersionLabel,
+};
 
 /// Every metric Tollgate exports.
 #[derive(Debug)]
@@ -132,32 +93,6 @@ pub struct Metrics {
     overrides: overrides::OverrideMetrics,
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ReasonLabel {
-    reason: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct DomainLabel {
-    domain: String,
-}
-
-/// Boundaries added to the doubling series so that Envoy's default 20 ms filter timeout
-/// (and half of it) can be read off the histograms exactly.
-const ENVOY_TIMEOUT_BOUNDS: [f64; 2] = [0.01, 0.02];
-
-/// Latency buckets: 50 µs doubling up to ~3.3 s, plus `ENVOY_TIMEOUT_BOUNDS`.
-fn latency_buckets() -> Vec<f64> {
-    let mut bounds: Vec<f64> = exponential_buckets(0.000_05, 2.0, 17).chain(ENVOY_TIMEOUT_BOUNDS).collect();
-    bounds.sort_by(f64::total_cmp);
-    bounds.dedup();
-    bounds
-}
-
-fn latency_histogram() -> Histogram {
-    Histogram::new(latency_buckets())
-}
-
 impl Default for Metrics {
     fn default() -> Self {
         Self::new()
@@ -173,140 +108,10 @@ impl Metrics {
     /// Creates and registers every family.
     pub fn with_limits(limits: SeriesLimits) -> Metrics {
         let mut registry = Registry::default();
-        let decisions = Family::<DecisionLabels, Counter>::default();
-        let hits = Family::<RuleLabels, Counter>::default();
-        let request_duration = latency_histogram();
-        let store_requests = Family::<StoreLabels, Counter>::default();
-        let store_duration =
-            Family::<StoreName, Histogram>::new_with_constructor(latency_histogram as fn() -> Histogram);
-        let config_reloads = Family::<ResultLabel, Counter>::default();
-        let config_info = Family::<VersionLabel, Gauge>::default();
-        let unknown_domain = Counter::default();
-        let memory_keys = Gauge::default();
-        let memory_max_keys = Gauge::default();
-        let memory_evictions = Family::<LossyLabel, Counter>::default();
-        let memory_at_limit_evictions = Counter::default();
-        let oversized = Family::<ReasonLabel, Counter>::default();
-        let local_decisions = Family::<DomainLabel, Counter>::default();
-        let breaker_state = Family::<StoreName, Gauge>::default();
-        let breaker_opens = Family::<StoreName, Counter>::default();
-        let connections_replaced = Family::<ReplacedLabels, Counter>::default();
-        let shadow_overrides = Family::<DomainLabel, Counter>::default();
-        registry.register(
-            "tollgate_shadow_overrides",
-            "Answers whose OVER_LIMIT overall code --shadow-mode turned into OK, by domain",
-            shadow_overrides.clone(),
-        );
-        let admin_resets = Family::<DomainLabel, Counter>::default();
-        registry.register(
-            "tollgate_admin_resets",
-            "Descriptors reset through POST /v1/reset, by (configured) domain",
-            admin_resets.clone(),
-        );
-        let series_dropped = Family::<DomainLabel, Counter>::default();
-        let over_limit_cache_hits = Family::<StoreName, Counter>::default();
-        registry.register(
-            "tollgate_over_limit_cache_hits",
-            "Charges answered by the over-limit cache without asking Redis (buckets it had \
-             just denied), by store",
-            over_limit_cache_hits.clone(),
-        );
-        let config_last_attempt = Gauge::<f64, AtomicU64>::default();
-        registry.register(
-            "tollgate_config_last_attempt_timestamp_seconds",
-            "Unix time of the last config load or reload attempt, successful or not",
-            config_last_attempt.clone(),
-        );
-        let config_last_success = Gauge::<f64, AtomicU64>::default();
-        registry.register(
-            "tollgate_config_last_success_timestamp_seconds",
-            "Unix time of the last successful config load (startup) or reload",
-            config_last_success.clone(),
-        );
-        registry.register(
-            "tollgate_metric_series_dropped",
-            "Decisions counted under rule=\"<rule>:_other_\" because their domain had \
-             --max-detailed-series value label sets already",
-            series_dropped.clone(),
-        );
-        registry.register(
-            "tollgate_redis_connections_replaced",
-            "Redis connections taken out and made again, by reason: closed (by the server), failed, \
-             readonly (a demoted master), no_reply (silent with commands outstanding), renewed",
-            connections_replaced.clone(),
-        );
-        registry.register(
-            "tollgate_oversized_requests",
-            "Requests past --max-descriptors/--max-entries/--max-value-bytes, answered by failure policy",
-            oversized.clone(),
-        );
-        registry.register(
-            "tollgate_failure_local_decisions",
-            "Descriptors decided by the in-process limiter of failure_mode: local domains",
-            local_decisions.clone(),
-        );
-        registry.register(
-            "tollgate_breaker_state",
-            "Store circuit breaker: 0 closed, 1 open, 2 half-open",
-            breaker_state.clone(),
-        );
-        registry.register(
-            "tollgate_breaker_opens",
-            "Times the store circuit breaker opened",
-            breaker_opens.clone(),
-        );
-        registry.register(
-            "tollgate_decisions",
-            "Descriptors decided, by domain, rule and result",
-            decisions.clone(),
-        );
-        registry.register(
-            "tollgate_hits",
-            "Hits requested by decided descriptors, by domain and rule",
-            hits.clone(),
-        );
-        registry.register(
-            "tollgate_request_duration_seconds",
-            "Time to answer one ShouldRateLimit call",
-            request_duration.clone(),
-        );
-        registry.register(
-            "tollgate_store_requests",
-            "Store calls, by store and outcome",
-            store_requests.clone(),
-        );
-        registry.register("tollgate_store_duration_seconds", "Store call latency", store_duration.clone());
-        registry.register("tollgate_config_reloads", "Config reloads, by result", config_reloads.clone());
-        registry.register(
-            "tollgate_config_info",
-            "The serving config version (value 1)",
-            config_info.clone(),
-        );
-        registry.register(
-            "tollgate_unknown_domain_requests",
-            "Requests for a domain with no policy",
-            unknown_domain.clone(),
-        );
-        registry.register(
-            "tollgate_memory_keys",
-            "Buckets held in process memory (the memory store, or the failure_mode: local limiter)",
-            memory_keys.clone(),
-        );
-        registry.register(
-            "tollgate_memory_max_keys",
-            "Cap on the buckets of tollgate_memory_keys (--memory-max-keys, rounded up to whole shards)",
-            memory_max_keys.clone(),
-        );
-        registry.register(
-            "tollgate_memory_evictions",
-            "Memory store evictions; lossy=true evicted live state",
-            memory_evictions.clone(),
-        );
-        registry.register(
-            "tollgate_memory_at_limit_evictions",
-            "Memory store evictions of buckets at or over their limit (a free reset for their owner)",
-            memory_at_limit_evictions.clone(),
-        );
+        let operator = Operator::register(&mut registry);
+        let guards = Guards::register(&mut registry);
+        let answers = Answers::register(&mut registry);
+        let holding = Holding::register(&mut registry);
         // Closed label sets start at 0, so that the first failure is a step `rate()` sees
         // (a series that appears at 1 has no increase) and the families are exported from
         // the start.
@@ -318,36 +123,36 @@ impl Metrics {
         let trace = trace::TraceMetrics::register(&mut registry);
         let overrides = overrides::OverrideMetrics::register(&mut registry);
         for result in ["success", "failure"] {
-            config_reloads.get_or_create(&ResultLabel { result }).inc_by(0);
+            answers.config_reloads.get_or_create(&ResultLabel { result }).inc_by(0);
         }
         for oversize in [Oversize::Descriptors, Oversize::Entries, Oversize::ValueBytes] {
-            oversized.get_or_create(&ReasonLabel { reason: oversize.as_str() }).inc_by(0);
+            guards.oversized.get_or_create(&ReasonLabel { reason: oversize.as_str() }).inc_by(0);
         }
         Metrics {
             registry,
-            decisions,
-            hits,
-            request_duration,
-            store_requests,
-            store_duration,
-            config_reloads,
-            config_info,
-            unknown_domain,
-            memory_keys,
-            memory_max_keys,
-            memory_evictions,
-            memory_at_limit_evictions,
-            oversized,
-            local_decisions,
-            breaker_state,
-            breaker_opens,
-            connections_replaced,
-            shadow_overrides,
-            series_dropped,
-            admin_resets,
-            over_limit_cache_hits,
-            config_last_attempt,
-            config_last_success,
+            decisions: answers.decisions,
+            hits: answers.hits,
+            request_duration: answers.request_duration,
+            store_requests: answers.store_requests,
+            store_duration: answers.store_duration,
+            config_reloads: answers.config_reloads,
+            config_info: holding.config_info,
+            unknown_domain: holding.unknown_domain,
+            memory_keys: holding.memory_keys,
+            memory_max_keys: holding.memory_max_keys,
+            memory_evictions: holding.memory_evictions,
+            memory_at_limit_evictions: holding.memory_at_limit_evictions,
+            oversized: guards.oversized,
+            local_decisions: guards.local_decisions,
+            breaker_state: guards.breaker_state,
+            breaker_opens: guards.breaker_opens,
+            connections_replaced: guards.connections_replaced,
+            shadow_overrides: operator.shadow_overrides,
+            series_dropped: guards.series_dropped,
+            admin_resets: operator.admin_resets,
+            over_limit_cache_hits: operator.over_limit_cache_hits,
+            config_last_attempt: operator.config_last_attempt,
+            config_last_success: operator.config_last_success,
             limits,
             installed: counters::Installed::default(),
             history: history::History::new(),

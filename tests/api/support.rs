@@ -39,7 +39,7 @@ pub struct Options {
     pub tls: Option<tollgate::app::TlsFiles>,
     pub response_headers: bool,
     /// `--limit-headers` with these names.
-    pub limit_headers: Option<tollgate::service::respond::LimitHeaderNames>,
+    pub limit_headers: Option<tollgate::service::headers::LimitHeaderNames>,
     /// `--response-dynamic-metadata`.
     pub response_dynamic_metadata: bool,
     pub breaker: tollgate::store::breaker::BreakerSettings,

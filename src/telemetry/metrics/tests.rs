@@ -1,5 +1,6 @@
 //! Unit tests of the metric families: saturation, buckets, config timestamps.
 
+use super::families::latency_buckets;
 use super::*;
 
 #[test]
