@@ -2,10 +2,10 @@
 //! server and hand back its JSON. Their arguments (`AdminCall`) live here, below the CLI,
 //! which embeds them as the two subcommands.
 //!
-//! A minimal HTTP/1.1 client over a plain TCP connection (one request, `Connection:
-//! close`): the admin port is plain HTTP, on loopback by default, so no TLS and no HTTP
-//! library are needed. `https://` is refused with a message; reach a remote admin port
-//! through a tunnel (`kubectl port-forward`). The descriptor travels as
+//! One HTTP/1.1 request per call over a plain TCP connection (hyper's client connection:
+//! it reads answers by length, chunks or to close): the admin port is plain HTTP, on
+//! loopback by default, so no TLS. `https://` is refused with a message; reach a remote
+//! admin port through a tunnel (`kubectl port-forward`). The descriptor travels as
 //! `--descriptor`'s syntax, every byte percent-encoded (`query::encode`), so values that are
 //! not UTF-8 arrive exactly.
 
@@ -13,7 +13,11 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Args;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use http_body_util::{BodyExt, Empty};
+use hyper::body::Bytes;
+use hyper::header::{AUTHORIZATION, CONNECTION, CONTENT_LENGTH, HOST};
+use hyper::Method;
+use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
 use crate::operate::explain::DescriptorArg;
@@ -63,23 +67,15 @@ pub async fn call(
 ) -> Result<String, String> {
     let authority = authority(admin)?;
     let (method, path) = match verb {
-        Verb::Usage => ("GET", "/v1/usage"),
-        Verb::Reset => ("POST", "/v1/reset"),
+        Verb::Usage => (Method::GET, "/v1/usage"),
+        Verb::Reset => (Method::POST, "/v1/reset"),
     };
     let target = format!(
         "{path}?domain={}&descriptor={}",
         encode(domain.as_bytes()),
         encode(&descriptor_bytes(&descriptor.0))
     );
-    let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
-    let head = format!(
-        "{method} {target} HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\nContent-Length: 0\r\n{auth}\r\n"
-    );
-    let raw = tokio::time::timeout(CALL_TIMEOUT, exchange(authority, head.as_bytes()))
-        .await
-        .map_err(|_| format!("{authority}: no answer within {} s", CALL_TIMEOUT.as_secs()))?
-        .map_err(|e| format!("{authority}: {e}"))?;
-    let (status, body) = parse_response(&raw).ok_or_else(|| format!("{authority}: malformed HTTP answer"))?;
+    let (status, body) = within_timeout(authority, exchange(authority, method, &target, token)).await?;
     if (200..300).contains(&status) {
         return Ok(body);
     }
@@ -98,15 +94,9 @@ pub async fn explain(admin: &str, domain: &str, descriptors: &[DescriptorArg]) -
     for descriptor in descriptors {
         target.push_str(&format!("&descriptor={}", encode(&descriptor_bytes(&descriptor.0))));
     }
-    let head = format!("GET {target} HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n\r\n");
-    let raw = tokio::time::timeout(CALL_TIMEOUT, exchange(authority, head.as_bytes()))
-        .await
-        .map_err(|_| format!("{authority}: no answer within {} s", CALL_TIMEOUT.as_secs()))?
-        .map_err(|e| format!("{authority}: {e}"))?;
-    match parse_response(&raw) {
-        Some((200, body)) => Ok(body),
-        Some((status, body)) => Err(format!("HTTP {status}: {}", body.trim())),
-        None => Err(format!("{authority}: malformed HTTP answer")),
+    match within_timeout(authority, exchange(authority, Method::GET, &target, None)).await? {
+        (200, body) => Ok(body),
+        (status, body) => Err(format!("HTTP {status}: {}", body.trim())),
     }
 }
 
@@ -153,47 +143,51 @@ fn authority(admin: &str) -> Result<&str, String> {
     Ok(rest)
 }
 
-async fn exchange(authority: &str, head: &[u8]) -> std::io::Result<Vec<u8>> {
-    let mut stream = TcpStream::connect(authority).await?;
-    stream.write_all(head).await?;
-    let mut raw = Vec::new();
-    stream.read_to_end(&mut raw).await?;
-    Ok(raw)
+/// `call` or its error, by [`CALL_TIMEOUT`].
+async fn within_timeout(
+    authority: &str,
+    call: impl std::future::Future<Output = Result<(u16, String), String>>,
+) -> Result<(u16, String), String> {
+    tokio::time::timeout(CALL_TIMEOUT, call)
+        .await
+        .map_err(|_| format!("{authority}: no answer within {} s", CALL_TIMEOUT.as_secs()))?
 }
 
-/// Status and body of a whole HTTP/1.1 answer (`Content-Length`, chunked, or to close).
-fn parse_response(raw: &[u8]) -> Option<(u16, String)> {
-    let text = String::from_utf8_lossy(raw);
-    let (head, body) = text.split_once("\r\n\r\n")?;
-    let status = head.split_whitespace().nth(1)?.parse().ok()?;
-    let header = |name: &str| {
-        head.lines().skip(1).find_map(|line| {
-            let (k, v) = line.split_once(':')?;
-            k.trim().eq_ignore_ascii_case(name).then(|| v.trim().to_ascii_lowercase())
-        })
-    };
-    let body = if header("transfer-encoding").is_some_and(|v| v.contains("chunked")) {
-        dechunk(body)?
-    } else {
-        match header("content-length") {
-            Some(n) => body.get(..n.parse::<usize>().ok()?)?.to_string(),
-            None => body.to_string(),
-        }
-    };
-    Some((status, body))
-}
-
-fn dechunk(mut rest: &str) -> Option<String> {
-    let mut body = String::new();
-    loop {
-        let (size, after) = rest.split_once("\r\n")?;
-        let size = usize::from_str_radix(size.split(';').next()?.trim(), 16).ok()?;
-        if size == 0 {
-            return Some(body);
-        }
-        body.push_str(after.get(..size)?);
-        rest = after.get(size + 2..)?;
+/// One request (`Connection: close`, an empty body) and the whole answer: its status and
+/// its body as text.
+async fn exchange(
+    authority: &str,
+    method: Method,
+    target: &str,
+    token: Option<&str>,
+) -> Result<(u16, String), String> {
+    let failed = |e: &dyn std::fmt::Display| format!("{authority}: {e}");
+    let stream = TcpStream::connect(authority).await.map_err(|e| failed(&e))?;
+    let (mut sender, connection) =
+        hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.map_err(|e| failed(&e))?;
+    // The connection is driven beside the request; it ends with the answer (close).
+    let driver = tokio::spawn(connection);
+    let mut request = hyper::Request::builder()
+        .method(method.clone())
+        .uri(target)
+        .header(HOST, authority)
+        .header(CONNECTION, "close");
+    if method == Method::POST {
+        request = request.header(CONTENT_LENGTH, "0");
     }
+    if let Some(token) = token {
+        request = request.header(AUTHORIZATION, format!("Bearer {token}"));
+    }
+    let request = request.body(Empty::<Bytes>::new()).map_err(|e| failed(&e))?;
+    let answer = async {
+        let response = sender.send_request(request).await.map_err(|e| failed(&e))?;
+        let status = response.status().as_u16();
+        let body = response.into_body().collect().await.map_err(|e| failed(&e))?.to_bytes();
+        Ok((status, String::from_utf8_lossy(&body).into_owned()))
+    }
+    .await;
+    driver.abort();
+    answer
 }
 
 #[cfg(test)]
@@ -209,14 +203,32 @@ mod tests {
         assert!(authority("localhost").is_err());
     }
 
-    #[test]
-    fn answers_parse_by_length_chunks_or_close() {
-        let plain = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}extra";
-        assert_eq!(parse_response(plain), Some((200, "{}".into())));
-        let chunked =
-            b"HTTP/1.1 404 Not Found\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n";
-        assert_eq!(parse_response(chunked), Some((404, "abcde".into())));
-        assert_eq!(parse_response(b"HTTP/1.1 503 x\r\n\r\nbody"), Some((503, "body".into())));
-        assert_eq!(parse_response(b"garbage"), None);
+    /// Serves `answer` once on a free loopback port and says where.
+    async fn answering(answer: &'static [u8]) -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let address = listener.local_addr().expect("address").to_string();
+        tokio::spawn(async move {
+            let (mut stream, _) = listener.accept().await.expect("accept");
+            let mut head = [0u8; 1024];
+            let _ = stream.read(&mut head).await;
+            let _ = stream.write_all(answer).await;
+        });
+        address
+    }
+
+    #[tokio::test]
+    async fn answers_read_by_length_chunks_or_close() {
+        let at = answering(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}").await;
+        assert_eq!(exchange(&at, Method::GET, "/", None).await, Ok((200, "{}".into())));
+        let at = answering(
+            b"HTTP/1.1 404 Not Found\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n",
+        )
+        .await;
+        assert_eq!(exchange(&at, Method::GET, "/", None).await, Ok((404, "abcde".into())));
+        let at = answering(b"HTTP/1.1 503 x\r\nconnection: close\r\n\r\nbody").await;
+        assert_eq!(exchange(&at, Method::POST, "/", Some("t")).await, Ok((503, "body".into())));
+        let at = answering(b"garbage\r\n\r\n").await;
+        assert!(exchange(&at, Method::GET, "/", None).await.is_err());
     }
 }
