@@ -27,7 +27,6 @@ const KNOWN: &[(&str, &str, &str)] = &[
     ("src/service/limiter.rs", "", "splits with `decide_codes` (a decision record the tracer reads)"),
     ("src/service/limiter.rs", "decide_codes", "to become a decision record the tracer describes afterwards"),
     ("src/store/redis/scripts.rs", "", "the script set and its calls; to be split"),
-    ("src/telemetry/metrics/approx.rs", "register", "registers every approximate-mode family; to be split"),
 ];
 
 fn src() -> PathBuf {

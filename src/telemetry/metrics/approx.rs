@@ -68,82 +68,93 @@ impl ApproxMetrics {
             backlog: Gauge::default(),
             backlog_oldest: Gauge::default(),
         };
+        metrics.register_sync(registry);
+        metrics.register_health(registry);
+        metrics
+    }
+
+    /// The sync task's and the heartbeat's families (registered first, in this order).
+    fn register_sync(&self, registry: &mut Registry) {
         registry.register(
             "tollgate_approximate_syncs",
             "Sync calls of approximate mode's background task, by result (ok, failed)",
-            metrics.syncs.clone(),
+            self.syncs.clone(),
         );
         registry.register(
             "tollgate_approximate_sync_keys",
             "Buckets sent by approximate mode's sync: with increments (write) or only to be read (read)",
-            metrics.sync_keys.clone(),
+            self.sync_keys.clone(),
         );
         registry.register(
             "tollgate_approximate_buckets",
             "Approximate buckets held by this instance, by tier (idle, low, normal, hot)",
-            metrics.buckets.clone(),
+            self.buckets.clone(),
         );
         registry.register(
             "tollgate_approximate_instances",
             "The N of approximate mode's share rule: the most instances a heartbeat counted in the last 30 s",
-            metrics.instances.clone(),
+            self.instances.clone(),
         );
         registry.register(
             "tollgate_approximate_live_instances",
             "Instances the last heartbeat counted (each beat within the liveness span)",
-            metrics.live.clone(),
+            self.live.clone(),
         );
         registry.register(
             "tollgate_approximate_ready",
             "1 once the heartbeat has counted the other instances and approximate domains are decided locally; 0 while they are decided exactly",
-            metrics.ready.clone(),
+            self.ready.clone(),
         );
         registry.register(
             "tollgate_approximate_first_reads",
             "Buckets read on a request's path before their first local decision, by result (ok, failed: held to a share)",
-            metrics.first_reads.clone(),
+            self.first_reads.clone(),
         );
         registry.register(
             "tollgate_approximate_backlog_buckets",
             "Buckets with increments due that the last sync wake left waiting (its budget was spent)",
-            metrics.backlog.clone(),
+            self.backlog.clone(),
         );
         registry.register(
             "tollgate_approximate_backlog_oldest_seconds",
             "Age of the oldest admitted increment not yet written to Redis",
-            metrics.backlog_oldest.clone(),
+            self.backlog_oldest.clone(),
         );
+    }
+
+    /// The families of its health: the last sync, stale decisions, share denials, dropped
+    /// increments, evictions, sync restarts (registered after the others, in this order).
+    fn register_health(&self, registry: &mut Registry) {
         registry.register(
             "tollgate_approximate_last_sync_timestamp_seconds",
             "Unix time of the last approximate sync Redis answered (0: none yet)",
-            metrics.last_sync.clone(),
+            self.last_sync.clone(),
         );
         registry.register(
             "tollgate_approximate_stale_decisions",
             "Charges of approximate domains answered by the failure policy: syncs had failed past --sync-staleness-ms",
-            metrics.stale.clone(),
+            self.stale.clone(),
         );
         registry.register(
             "tollgate_approximate_share_denials",
             "Charges denied because this instance had spent its share of the headroom since the bucket's last sync",
-            metrics.share_denials.clone(),
+            self.share_denials.clone(),
         );
         registry.register(
             "tollgate_approximate_dropped_increments",
             "Admitted hits never written to Redis: evicted buckets' increments past the bound (should stay 0)",
-            metrics.dropped.clone(),
+            self.dropped.clone(),
         );
         registry.register(
             "tollgate_approximate_evictions",
             "Approximate buckets dropped to make room (their unsent increments are kept)",
-            metrics.evictions.clone(),
+            self.evictions.clone(),
         );
         registry.register(
             "tollgate_approximate_sync_restarts",
             "Times approximate mode's sync task (which beats the heartbeat) ended or panicked and was started again; approximate domains are decided exactly until its heartbeat answers again",
-            metrics.sync_restarts.clone(),
+            self.sync_restarts.clone(),
         );
-        metrics
     }
 
     /// Copies the table's counters and gauges.
