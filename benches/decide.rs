@@ -9,10 +9,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
-use tollgate::live::Live;
-use tollgate::metrics::Metrics;
 use tollgate::service::{RateLimitRequest, RateLimiter, Settings};
+use tollgate::sources::serving::Live;
 use tollgate::store::{MemoryStore, Store};
+use tollgate::telemetry::metrics::Metrics;
 
 const POLICY: &str = "domain: bench\ndescriptors:\n  - key: user\n    \
                       rate_limit: { unit: hour, requests_per_unit: 1, burst: 100000 }\n";

@@ -11,8 +11,8 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tollgate::live::Live;
-use tollgate::metrics::Metrics;
+use tollgate::sources::serving::Live;
+use tollgate::telemetry::metrics::Metrics;
 
 const RUNS: usize = 11;
 

@@ -4,6 +4,8 @@
 //! Layout: this file starts, serves and stops (listeners, health, drain, signals);
 //! `settings` is what it runs with (`ServeSettings`, from the CLI or a test) and `store`
 //! builds the store those settings name.
+//!
+//! Layers inside, top to bottom (`tests/layers.rs`): this file; `store`; `settings`.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -21,13 +23,13 @@ use tonic::transport::{Certificate, Identity, ServerTlsConfig};
 use tonic_health::server::HealthReporter;
 use tonic_health::ServingStatus;
 
-use crate::admin::Admin;
-use crate::live::Live;
-use crate::metrics::Metrics;
+use crate::operate::admin::Admin;
 use crate::service::{RateLimitServer, RateLimiter, Settings};
+use crate::sources::serving::Live;
 use crate::store::approx::sync::SyncTarget;
 use crate::store::syncing::SyncTask;
 use crate::store::Store;
+use crate::telemetry::metrics::Metrics;
 
 mod settings;
 mod store;
@@ -59,7 +61,7 @@ pub struct Running {
     /// the servers (it writes what they admitted last).
     sync: Option<SyncTask>,
     /// Span export, when tracing is on: its queue is sent last.
-    tracing: Option<Arc<crate::trace::Tracing>>,
+    tracing: Option<Arc<crate::telemetry::trace::Tracing>>,
     _watcher: Option<notify::RecommendedWatcher>,
 }
 
@@ -121,7 +123,7 @@ pub async fn spawn(settings: ServeSettings) -> anyhow::Result<Running> {
     let live = Arc::new(load_config(&settings, metrics.clone())?);
     // The xDS client starts at once; gRPC serves after its first snapshot (below).
     let xds_client = match &settings.xds {
-        Some(xds) => Some(crate::xds::spawn(xds.clone(), live.clone(), signal.clone())),
+        Some(xds) => Some(crate::sources::xds::spawn(xds.clone(), live.clone(), signal.clone())),
         None => {
             log_loaded(&live);
             None
@@ -131,7 +133,8 @@ pub async fn spawn(settings: ServeSettings) -> anyhow::Result<Running> {
     warn_unserved_consistency(&live, &store);
     let tracing = match &settings.tracing {
         Some(trace) => {
-            let started = crate::trace::Tracing::start(trace, metrics.clone()).map_err(anyhow::Error::msg)?;
+            let started = crate::telemetry::trace::Tracing::start(trace, metrics.clone())
+                .map_err(anyhow::Error::msg)?;
             tracing::info!(
                 protocol = trace.protocol.as_str(),
                 endpoint = %trace.endpoint,
@@ -242,7 +245,7 @@ pub async fn spawn(settings: ServeSettings) -> anyhow::Result<Running> {
         let (overrides, store, stop) = (overrides.clone(), store.clone(), stopped(signal.clone()));
         tasks.push(tokio::spawn(async move {
             tokio::select! {
-                () = crate::overrides::sync_forever(overrides, store) => {}
+                () = crate::sources::overrides::sync_forever(overrides, store) => {}
                 () = stop => {}
             }
             Ok(())
@@ -269,9 +272,12 @@ pub async fn spawn(settings: ServeSettings) -> anyhow::Result<Running> {
         SyncTask::spawn(approx, store_for_sync, target, configured)
     });
     #[cfg(unix)]
-    tokio::spawn(crate::reload::reload_on_sighup(live.clone(), signal.clone()));
+    tokio::spawn(crate::sources::reload::reload_on_sighup(live.clone(), signal.clone()));
     let watcher = if settings.watch_config && settings.xds.is_none() {
-        Some(crate::reload::watch_config(live.clone(), signal.clone()).context("watching the config")?)
+        Some(
+            crate::sources::reload::watch_config(live.clone(), signal.clone())
+                .context("watching the config")?,
+        )
     } else {
         None
     };
@@ -361,7 +367,7 @@ fn load_config(settings: &ServeSettings, metrics: Arc<Metrics>) -> anyhow::Resul
             .map_err(|errors| anyhow::anyhow!("invalid config {}:\n{errors}", settings.config.display()))?,
         Some(xds) => {
             if let Some(tls) = &xds.tls {
-                crate::xds::check_files(tls).map_err(|e| anyhow::anyhow!("xDS TLS: {e}"))?;
+                crate::sources::xds::check_files(tls).map_err(|e| anyhow::anyhow!("xDS TLS: {e}"))?;
             }
             for (key, value) in &xds.headers {
                 tonic::metadata::MetadataKey::<tonic::metadata::Ascii>::from_bytes(key.as_bytes()).map_err(
@@ -371,7 +377,7 @@ fn load_config(settings: &ServeSettings, metrics: Arc<Metrics>) -> anyhow::Resul
                     |_| anyhow::anyhow!("the value of xDS header {key:?} is not valid gRPC metadata"),
                 )?;
             }
-            let state = crate::live::XdsState {
+            let state = crate::sources::serving::XdsState {
                 server: xds.server.clone(),
                 node_id: xds.node_id.clone(),
                 force_start: xds.force_start,
@@ -386,7 +392,7 @@ fn load_config(settings: &ServeSettings, metrics: Arc<Metrics>) -> anyhow::Resul
 /// Without force start, waits for the xDS client's first snapshot (for ever, or
 /// `initial_wait`) before gRPC serves: until then every domain is unknown, so nothing would
 /// be limited. The admin server already answers (`/readyz`: 503, waiting).
-async fn first_snapshot(xds: &crate::xds::XdsSettings, mut first: watch::Receiver<bool>) {
+async fn first_snapshot(xds: &crate::sources::xds::XdsSettings, mut first: watch::Receiver<bool>) {
     if xds.force_start {
         tracing::warn!(server = %xds.server, "serving before the first xDS snapshot: nothing is limited until it arrives");
         return;
@@ -434,11 +440,11 @@ fn tls_config(tls: &TlsFiles) -> anyhow::Result<ServerTlsConfig> {
 
 /// The admin token from `--admin-token-file`: an unreadable or empty file is a startup error
 /// (an operator who asked for a token must not get an open admin port).
-fn admin_token(settings: &ServeSettings) -> anyhow::Result<Option<crate::admin::AdminToken>> {
+fn admin_token(settings: &ServeSettings) -> anyhow::Result<Option<crate::operate::admin::AdminToken>> {
     let Some(path) = &settings.admin_token_file else { return Ok(None) };
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("reading the admin token {}", path.display()))?;
-    let token = crate::admin::AdminToken::new(&text)
+    let token = crate::operate::admin::AdminToken::new(&text)
         .with_context(|| format!("the admin token file {} is empty", path.display()))?;
     tracing::info!(
         token = token.id(),

@@ -4,6 +4,9 @@
 //! `tollgate serve` and the settings they make, `load` the flags every config-loading
 //! subcommand shares, `values` the parsers of flag values, `peer` envoyproxy/ratelimit's
 //! environment (peer mode). `usage` and `reset` take the admin client's `AdminCall`.
+//!
+//! Layers inside, top to bottom (`tests/layers.rs`): `peer`; this file; `serve`; `tracing`;
+//! `load`, `values`, `xds`.
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -20,7 +23,7 @@ pub mod tracing;
 mod values;
 pub mod xds;
 
-pub use crate::admin::client::AdminCall;
+pub use crate::operate::admin::client::AdminCall;
 pub use load::{DefaultAlgorithm, LoadFlags};
 pub use serve::Serve;
 pub use values::{
@@ -123,7 +126,7 @@ pub struct Explain {
     /// One descriptor as `key=value,key=value` (entries in order; `\,` for a comma in a
     /// value). Repeat for the descriptors of one request.
     #[arg(long = "descriptor", required = true)]
-    pub descriptors: Vec<crate::explain::DescriptorArg>,
+    pub descriptors: Vec<crate::operate::explain::DescriptorArg>,
     #[command(flatten)]
     pub load: LoadFlags,
 }

@@ -1,44 +1,32 @@
 //! Tollgate: a rate-limit service for Envoy.
 //!
-//! The layers, top to bottom. A module imports only from its own layer or below, and no two
-//! files import each other (`tests/layers.rs` reads every `use` line of `src/` and checks
-//! both; it also holds `store/`'s own layers, named in `store`'s comment):
+//! The house by concern, top to bottom. A module imports only from its own area or an area
+//! below it, inside an area only from its own layer or below (each area's comment names its
+//! layers), and no two files import each other. `tests/layers.rs` reads every `use` line of
+//! `src/`, follows `pub use` re-exports, and checks all three.
 //!
-//! | layer | modules | what |
-//! |---|---|---|
-//! | 1 | `main` | the binary: parses the command line and runs it |
-//! | 2 | `cli` | the flags and subcommands (`serve`, `check`, `explain`, `usage`, `reset`) |
-//! | 3 | `app` | the wiring: settings to a running server (store, tasks, gRPC, admin, shutdown) |
-//! | 4 | `admin` | the admin HTTP server and the `usage`/`reset` client |
-//! | 5 | `explain` | `tollgate explain`: how a descriptor is matched and charged |
-//! | 6 | `status`, `reload`, `xds` | the status page; reloading the config from its files; the xDS config source (ADS client) |
-//! | 7 | `service` | the gRPC request path: validate, plan, charge, record, respond |
-//! | 8 | `live`, `check` | the serving config and its swap; `tollgate check` |
-//! | 9 | `metrics`, `hotkeys`, `fresh`, `overrides` | counting (the one-minute history included), the busiest buckets, rules new in a reload, the incident switch |
-//! | 10 | `store`, `rlconfig` | where buckets live (memory, Redis); the `/rlconfig` dump |
-//! | 11 | `config` | policies: the YAML model, validation, the compiled matcher, loading |
-//! | 12 | `algorithm`, `escape` | the pure math of every algorithm; escaping bytes for text |
+//! | layer | area | modules | what |
+//! |---|---|---|---|
+//! | 1 | `main` | | the binary: parses the command line and runs it |
+//! | 2 | `cli` | `serve`, `xds`, `tracing`, `peer`, `load`, `values` | the flags and subcommands (`serve`, `check`, `explain`, `usage`, `reset`) |
+//! | 3 | `app` | `settings`, `store` | the wiring: settings to a running server (store, tasks, gRPC, admin, shutdown) |
+//! | 4 | `operate` | `admin`, `explain`, `status`, `check`, `rlconfig` | operating it: the admin HTTP server and its client, `tollgate explain`, the status page, `tollgate check`, the `/rlconfig` dump |
+//! | 5 | `service` | `server`, `limiter`, `traced`, `record`, `respond`, `headers`, `dynamic_metadata`, `plan`, `bounds`, `wire` | the gRPC request path: validate, plan, charge, record, respond |
+//! | 6 | `sources` | `reload`, `xds`, `serving`, `key_changes`, `overrides` | where policies come from: the serving snapshot and its swap, file reloads, xDS, which buckets a change resets, the incident overrides |
+//! | 7 | `telemetry` | `trace`, `metrics`, `hotkeys`, `escape` | what it tells: spans, metrics and the one-minute history, the busiest buckets, escaped request bytes |
+//! | 8 | `store` | (see `store`'s comment) | where buckets live (memory, Redis), the approximate mode, leases, the shared Redis hashes and Lua scripts |
+//! | 9 | `config` | (see `config`'s comment) | policies: the YAML model, validation, the compiled matcher, loading |
+//! | 10 | `algorithm` | `gcra`, `sliding_window`, `fixed_window`, `joint`, `penalty`, `bucket`, `saturating` | the pure math of every algorithm |
 //!
 //! `config` and `algorithm` do no network I/O. No upward import is kept on purpose.
 #![forbid(unsafe_code)]
 
-pub mod admin;
 pub mod algorithm;
 pub mod app;
-pub mod check;
 pub mod cli;
 pub mod config;
-pub mod escape;
-pub mod explain;
-pub mod fresh;
-pub mod hotkeys;
-pub mod live;
-pub mod metrics;
-pub mod overrides;
-pub mod reload;
-pub mod rlconfig;
+pub mod operate;
 pub mod service;
-pub mod status;
+pub mod sources;
 pub mod store;
-pub mod trace;
-pub mod xds;
+pub mod telemetry;

@@ -40,7 +40,7 @@ fn main() -> ExitCode {
 async fn run(cli: Cli) -> ExitCode {
     match cli.command {
         Command::Check { path, against, load } => {
-            match tollgate::check::check(&path, against.as_deref(), &load.options()) {
+            match tollgate::operate::check::check(&path, against.as_deref(), &load.options()) {
                 Ok(report) => {
                     print!("{report}");
                     ExitCode::SUCCESS
@@ -54,9 +54,9 @@ async fn run(cli: Cli) -> ExitCode {
         Command::Explain(args) => {
             let explained = match (&args.from, &args.path) {
                 (Some(admin), _) => {
-                    tollgate::admin::client::explain(admin, &args.domain, &args.descriptors).await
+                    tollgate::operate::admin::client::explain(admin, &args.domain, &args.descriptors).await
                 }
-                (None, Some(path)) => tollgate::explain::explain_path(
+                (None, Some(path)) => tollgate::operate::explain::explain_path(
                     path,
                     &args.load.options(),
                     &args.domain,
@@ -77,10 +77,10 @@ async fn run(cli: Cli) -> ExitCode {
             }
         }
         Command::Usage(call) => {
-            tollgate::admin::client::run(tollgate::admin::client::Verb::Usage, &call).await
+            tollgate::operate::admin::client::run(tollgate::operate::admin::client::Verb::Usage, &call).await
         }
         Command::Reset(call) => {
-            tollgate::admin::client::run(tollgate::admin::client::Verb::Reset, &call).await
+            tollgate::operate::admin::client::run(tollgate::operate::admin::client::Verb::Reset, &call).await
         }
         Command::Serve(serve) => {
             let settings = match serve.settings() {

@@ -1,12 +1,21 @@
 //! Every import points down: the layers of `src/`, read from the `use` lines.
 //!
 //! Reads every `.rs` file under `src/` (tests included: a test module may reach no higher
-//! than its file), resolves each `use` path that starts with `crate::`, `super::` or
-//! `self::` to the file of the deepest module it names, and checks two rules:
+//! than its file) and resolves each path of a `use` line — `crate::`, `super::`, `self::`
+//! and a bare path that starts with a child module (`pub use limiter::X`) — and each
+//! `crate::` path written out in the code to the file of the deepest module it names. When
+//! the rest of the path names an item that module re-exports (`pub use child::Item`, or a
+//! glob), the import is followed on to the file the item comes from, so that an import
+//! through a re-export is an import of both files. Three rules:
 //! 1. no cycle between files (`a.rs` imports `b.rs`, which imports `a.rs`, directly or
 //!    through others; `pub use` re-exports count, `mod` declarations do not);
-//! 2. a file of one top-level module imports only modules of its own layer or below, in the
-//!    order of `LAYERS` (the same order as `src/lib.rs`'s module comment).
+//! 2. a file of one area (a top-level module of `src/`) imports only areas of its own
+//!    layer or below, in the order of `LAYERS` (the same order as `src/lib.rs`'s table);
+//! 3. inside an area, a file of one part (the second-level module; `mod` for the area's own
+//!    file) imports only parts of its own layer or below, in the order of `AREAS` (the same
+//!    order as each area's module comment). Where an area's own file re-exports its parts
+//!    (`service`), it is the top of its area, so importing a re-export of it from inside
+//!    the area runs up: import the file that holds the item.
 //!
 //! A failure names the files and the `use` line. Keeping an upward import on purpose means
 //! adding it to `ALLOWED` here with why, and to `src/lib.rs`'s comment.
@@ -15,92 +24,152 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::{Path, PathBuf};
 
-/// The layers of `src/`, top to bottom: a module imports only from its own layer or one
-/// below it. Same as `src/lib.rs`'s comment.
+/// The areas of `src/`, top to bottom: an area imports only from its own layer or below.
+/// Same as `src/lib.rs`'s table.
 const LAYERS: &[&[&str]] = &[
     &["main"],
     &["cli"],
     &["app"],
-    &["admin"],
-    &["explain"],
-    &["status", "reload", "xds"],
+    &["operate"],
     &["service"],
-    &["live", "check", "trace"],
-    &["metrics", "hotkeys", "fresh", "overrides"],
-    &["store", "rlconfig"],
+    &["sources"],
+    &["telemetry"],
+    &["store"],
     &["config"],
-    &["algorithm", "escape"],
+    &["algorithm"],
     &["lib"],
 ];
 
-/// The layers inside `store/`, top to bottom (as `src/store/mod.rs`'s comment names them);
-/// `mod` is `store/mod.rs` itself, the dispatch.
-const STORE_LAYERS: &[&[&str]] = &[
-    &["leasing", "approximating", "syncing", "reset", "shared"],
-    &["mod"],
-    &["guarded"],
-    &["approx", "coalesce", "breaker", "lease", "overlimit"],
-    &["memory", "redis"],
-    &["remote"],
-    &["charge", "key", "deadline", "probe"],
+/// The layers inside each area, top to bottom, as the area's module comment names them;
+/// `mod` is the area's own file (`store/mod.rs`, `cli.rs`). Every part of every area is in
+/// one layer.
+const AREAS: &[(&str, &[&[&str]])] = &[
+    ("cli", &[&["peer", "tests"], &["mod"], &["serve"], &["tracing"], &["load", "values", "xds"]]),
+    ("app", &[&["mod"], &["store"], &["settings"]]),
+    ("operate", &[&["mod"], &["admin"], &["check", "explain", "rlconfig", "status"]]),
+    (
+        "service",
+        &[
+            &["mod"],
+            &["server"],
+            &["limiter"],
+            &["dynamic_metadata", "record", "traced"],
+            &["respond"],
+            &["headers"],
+            &["plan"],
+            &["bounds"],
+            &["wire"],
+        ],
+    ),
+    ("sources", &[&["mod"], &["reload", "xds"], &["serving"], &["key_changes", "overrides"]]),
+    ("telemetry", &[&["mod"], &["trace"], &["metrics"], &["hotkeys"], &["escape"]]),
+    (
+        "store",
+        &[
+            &["leasing", "approximating", "syncing", "reset", "shared"],
+            &["mod"],
+            &["guarded"],
+            &["approx", "coalesce", "breaker", "lease", "overlimit"],
+            &["memory", "redis"],
+            &["remote"],
+            &["charge", "key", "deadline", "probe"],
+        ],
+    ),
+    (
+        "config",
+        &[
+            &["tests", "xds"],
+            &["mod"],
+            &["loader"],
+            &["compile"],
+            &["domains"],
+            &["model", "yaml"],
+            &["matcher", "merge_keys"],
+            &["error", "floats", "options", "raw", "rule"],
+        ],
+    ),
+    (
+        "algorithm",
+        &[
+            &["joint"],
+            &["fixed_window", "gcra", "overdraft_tests", "penalty", "sliding_window"],
+            &["mod"],
+            &["bucket", "saturating"],
+        ],
+    ),
 ];
 
 /// Imports kept against the layers on purpose: (importing file, imported file, why).
 const ALLOWED: &[(&str, &str, &str)] = &[];
 
-/// One `use` of one file: the line it starts on and the module path it names.
+/// One `use` of one file: the line it starts on, the module path it names, the name it
+/// brings into scope (the last segment or its `as` alias; `*` for a glob) and whether it
+/// is a re-export (`pub use`, `pub(crate) use`, `pub(super) use`) at the file's top level.
 #[derive(Debug)]
 struct Use {
     line: usize,
     path: Vec<String>,
+    name: String,
+    reexport: bool,
 }
 
-fn src() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+/// The source files, by their path under `src/` (`store/redis/link.rs`), with their text.
+struct Tree {
+    files: BTreeMap<PathBuf, String>,
 }
 
-/// Every `.rs` file under `dir`.
-fn files(dir: &Path, out: &mut Vec<PathBuf>) {
-    for entry in fs::read_dir(dir).expect("read src") {
-        let path = entry.expect("dir entry").path();
-        if path.is_dir() {
-            files(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path);
+impl Tree {
+    /// Every `.rs` file under `src/`.
+    fn read() -> Tree {
+        fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<PathBuf, String>) {
+            for entry in fs::read_dir(dir).expect("read src") {
+                let path = entry.expect("dir entry").path();
+                if path.is_dir() {
+                    walk(root, &path, out);
+                } else if path.extension().is_some_and(|e| e == "rs") {
+                    let text = fs::read_to_string(&path).expect("read a source file");
+                    out.insert(path.strip_prefix(root).expect("under src").to_path_buf(), text);
+                }
+            }
         }
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let mut files = BTreeMap::new();
+        walk(&root, &root, &mut files);
+        Tree { files }
+    }
+
+    /// A tree of the given files (for the reader's own tests).
+    fn of(files: &[(&str, &str)]) -> Tree {
+        Tree { files: files.iter().map(|(p, t)| (PathBuf::from(p), t.to_string())).collect() }
+    }
+
+    /// The file a module path lives in, if it is a module of this crate.
+    fn file_of(&self, module: &[String]) -> Option<PathBuf> {
+        if module.is_empty() {
+            return Some(PathBuf::from("lib.rs"));
+        }
+        let joined: PathBuf = module.iter().collect();
+        let flat = joined.with_extension("rs");
+        if self.files.contains_key(&flat) {
+            return Some(flat);
+        }
+        let nested = joined.join("mod.rs");
+        self.files.contains_key(&nested).then_some(nested)
     }
 }
 
-/// The module path of a file: `src/store/redis/link.rs` → `store::redis::link`;
-/// `src/store/mod.rs` → `store`; `src/lib.rs` → `` (the crate root).
+/// The module path of a file: `store/redis/link.rs` → `store::redis::link`;
+/// `store/mod.rs` → `store`; `lib.rs` → `` (the crate root).
 fn module_of(file: &Path) -> Vec<String> {
-    let relative = file.strip_prefix(src()).expect("under src");
-    let mut parts: Vec<String> = relative.iter().map(|p| p.to_string_lossy().into_owned()).collect();
+    let mut parts: Vec<String> = file.iter().map(|p| p.to_string_lossy().into_owned()).collect();
     let last = parts.pop().expect("a file name");
     let stem = last.trim_end_matches(".rs");
-    if stem != "mod" && stem != "lib" {
+    if stem != "mod" && stem != "lib" && stem != "main" {
         parts.push(stem.to_string());
     }
     parts
 }
 
-/// The file a module path lives in, if it is a module of this crate.
-fn file_of(module: &[String]) -> Option<PathBuf> {
-    let base = src();
-    if module.is_empty() {
-        return Some(base.join("lib.rs"));
-    }
-    let joined: PathBuf = module.iter().collect();
-    let flat = base.join(&joined).with_extension("rs");
-    if flat.is_file() {
-        return Some(flat);
-    }
-    let nested = base.join(&joined).join("mod.rs");
-    nested.is_file().then_some(nested)
-}
-
-/// Code without comments and string literals (so that a `use` in a doc example or a
-/// string is not read), line breaks kept.
 fn strip(text: &str) -> String {
     let bytes = text.as_bytes();
     let mut out = String::with_capacity(text.len());
@@ -158,8 +227,9 @@ fn strip(text: &str) -> String {
     out
 }
 
-/// The paths a `use` tree names, each as its segments (`a::{b, c::d}` → `a::b`, `a::c::d`).
-fn expand(tree: &str, prefix: &[String], out: &mut Vec<Vec<String>>) {
+/// The paths a `use` tree names, each as its segments and the name it brings into scope
+/// (`a::{b, c::d as e}` → `a::b` as `b`, `a::c::d` as `e`).
+fn expand(tree: &str, prefix: &[String], out: &mut Vec<(Vec<String>, String)>) {
     let tree = tree.trim();
     if tree.is_empty() {
         return;
@@ -187,10 +257,19 @@ fn expand(tree: &str, prefix: &[String], out: &mut Vec<Vec<String>>) {
         expand(&inner[start..], &path, out);
         return;
     }
-    let tree = tree.split(" as ").next().unwrap_or(tree).trim();
+    let mut parts = tree.split(" as ");
+    let named = parts.next().unwrap_or(tree).trim();
+    let alias = parts.next().map(str::trim);
     let mut path = prefix.to_vec();
-    path.extend(tree.split("::").map(str::trim).filter(|s| !s.is_empty()).map(String::from));
-    out.push(path);
+    path.extend(named.split("::").map(str::trim).filter(|s| !s.is_empty()).map(String::from));
+    let last = path.last().cloned().unwrap_or_default();
+    let name = match (alias, last.as_str()) {
+        (Some(alias), _) => alias.to_string(),
+        // `use a::b::{self}` brings `b`.
+        (None, "self") => path.iter().rev().nth(1).cloned().unwrap_or_default(),
+        (None, _) => last,
+    };
+    out.push((path, name));
 }
 
 /// The inline modules of a file's code (`mod tests { … }`): their name and byte span.
@@ -227,8 +306,8 @@ fn inline_modules(code: &str) -> Vec<(usize, usize, String)> {
 }
 
 /// Every `use` of a file's code, also those inside functions and test modules, and every
-/// path written out in full in the code (`crate::a::b::c`); `self`/`super` of a `use` in an
-/// inline module are made relative to the file's module.
+/// path written out in the code (`crate::a::b::c`, `super::b::C`, `self::c::f`);
+/// `self`/`super` in an inline module are made relative to the file's module.
 fn uses(text: &str) -> Vec<Use> {
     let code = strip(text);
     let inline = inline_modules(&code);
@@ -239,12 +318,13 @@ fn uses(text: &str) -> Vec<Use> {
         let start = offset + at;
         let end = start + code[start..].find(';').expect("use ends with ;");
         let line = code[..start].matches('\n').count() + 1;
-        let body = code[start..end].trim_start_matches("pub(crate) ").trim_start_matches("pub ");
-        let body = body.trim_start_matches("use ").replace(['\n', '\r'], " ");
+        let line_start = code[..start].rfind('\n').map_or(0, |i| i + 1);
+        let public = code[line_start..start].trim_start().starts_with("pub");
+        let body = code[start..end].trim_start_matches("use ").replace(['\n', '\r'], " ");
         let mut paths = Vec::new();
         expand(&body, &[], &mut paths);
         let depth = depth_at(start);
-        for mut path in paths {
+        for (mut path, name) in paths {
             // Inside `mod tests { … }`, `super` is the file's module and `self` is below it.
             if depth > 0 && matches!(path.first().map(String::as_str), Some("super" | "self")) {
                 let ups = path.iter().take_while(|s| *s == "super").count();
@@ -258,29 +338,57 @@ fn uses(text: &str) -> Vec<Use> {
                     path.drain(..depth);
                 }
             }
-            found.push(Use { line, path });
+            found.push(Use { line, path, name, reexport: public && depth == 0 });
         }
         offset = end;
     }
-    for (index, line) in code.lines().enumerate() {
+    let mut line_start = 0;
+    for (index, line) in code.split_inclusive('\n').enumerate() {
+        let at_line = line_start;
+        line_start += line.len();
         let trimmed = line.trim_start();
-        let trimmed =
-            trimmed.strip_prefix("pub(crate) ").or(trimmed.strip_prefix("pub(super) ")).unwrap_or(trimmed);
-        if trimmed.starts_with("use ") || trimmed.starts_with("pub use ") {
+        let trimmed = trimmed
+            .strip_prefix("pub(crate) ")
+            .or(trimmed.strip_prefix("pub(super) "))
+            .or(trimmed.strip_prefix("pub "))
+            .unwrap_or(trimmed);
+        if trimmed.starts_with("use ") {
             continue;
         }
-        let mut rest = line;
-        while let Some(at) = rest.find("crate::") {
-            let before = rest[..at].chars().last();
-            let tail = &rest[at..];
+        // Paths written out in the code: `crate::a::b`, `super::b::C`, `self::c::f()`.
+        let mut from = 0;
+        while let Some((at, head)) = ["crate::", "super::", "self::"]
+            .iter()
+            .filter_map(|head| line[from..].find(head).map(|at| (from + at, *head)))
+            .min()
+        {
+            let before = line[..at].chars().last();
+            let tail = &line[at..];
             let len =
                 tail.find(|c: char| !(c.is_alphanumeric() || c == '_' || c == ':')).unwrap_or(tail.len());
-            if !before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':') {
-                let path: Vec<String> =
+            // `pub(in crate::a::b)` restricts who sees an item: it imports nothing.
+            let visibility = line[..at].trim_end().ends_with("(in");
+            if !visibility && !before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':') {
+                let mut path: Vec<String> =
                     tail[..len].split("::").filter(|s| !s.is_empty()).map(String::from).collect();
-                found.push(Use { line: index + 1, path });
+                let depth = depth_at(at_line + at);
+                if depth > 0 && head != "crate::" {
+                    let ups = path.iter().take_while(|s| *s == "super").count();
+                    if head == "self::" || ups <= depth {
+                        // An item of the inline module or of the file's own module.
+                        path.drain(..ups.max(1));
+                        path.insert(0, "self".into());
+                        if head == "self::" {
+                            from = at + len.max(1);
+                            continue;
+                        }
+                    } else {
+                        path.drain(..depth);
+                    }
+                }
+                found.push(Use { line: index + 1, path, name: String::new(), reexport: false });
             }
-            rest = &tail[len.max(1)..];
+            from = at + len.max(1);
         }
     }
     found
@@ -302,19 +410,26 @@ fn find_use(code: &str) -> Option<usize> {
     None
 }
 
-/// The file a `use` path of `module` (the importing file's module) points at: the deepest
-/// module of this crate the path names, or `None` for other crates and the module itself.
-fn target(module: &[String], own_file: &Path, path: &[String]) -> Option<PathBuf> {
+/// A `use` path of `module` made absolute (from the crate root), or `None` for a path of
+/// another crate. A bare path is this crate's when its first segment is a child module.
+fn absolute(tree: &Tree, module: &[String], path: &[String]) -> Option<Vec<String>> {
     let mut absolute: Vec<String> = match path.first().map(String::as_str) {
         Some("crate") => Vec::new(),
         Some("super") => {
-            // `super` of a file's module; in a `mod.rs`/`lib.rs` the module is the folder.
             let mut base = module.to_vec();
             base.pop();
             base
         }
         Some("self") => module.to_vec(),
-        _ => return None,
+        Some(first) => {
+            let mut child = module.to_vec();
+            child.push(first.to_string());
+            tree.file_of(&child)?;
+            let mut base = module.to_vec();
+            base.extend(path.iter().cloned());
+            return Some(base.into_iter().filter(|s| s != "*" && s != "self").collect());
+        }
+        None => return None,
     };
     let mut rest = &path[1..];
     while rest.first().is_some_and(|s| s == "super") {
@@ -322,111 +437,170 @@ fn target(module: &[String], own_file: &Path, path: &[String]) -> Option<PathBuf
         rest = &rest[1..];
     }
     absolute.extend(rest.iter().cloned());
-    // `use super::*` / glob: the module itself.
     absolute.retain(|s| s != "*" && s != "self");
+    Some(absolute)
+}
+
+/// The files a `use` path of `module` points at: the deepest module of this crate the path
+/// names and, when the rest of the path names an item that module re-exports, the files the
+/// re-export leads to (followed through further re-exports).
+fn targets(
+    tree: &Tree,
+    reexports: &BTreeMap<PathBuf, Vec<Use>>,
+    module: &[String],
+    path: &[String],
+) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    follow(tree, reexports, module, path, 0, &mut out);
+    out
+}
+
+fn follow(
+    tree: &Tree,
+    reexports: &BTreeMap<PathBuf, Vec<Use>>,
+    module: &[String],
+    path: &[String],
+    depth: usize,
+    out: &mut Vec<PathBuf>,
+) {
+    let Some(mut absolute) = absolute(tree, module, path) else { return };
+    let mut rest = Vec::new();
     while !absolute.is_empty() {
-        if let Some(file) = file_of(&absolute) {
-            return (file != own_file).then_some(file);
+        if let Some(file) = tree.file_of(&absolute) {
+            if !out.contains(&file) {
+                out.push(file.clone());
+            }
+            let Some(item) = rest.first() else { return };
+            if depth >= 16 {
+                return;
+            }
+            for r in reexports.get(&file).into_iter().flatten() {
+                let via = module_of(&file);
+                if &r.name == item {
+                    let mut next = r.path.clone();
+                    next.extend(rest[1..].iter().cloned());
+                    follow(tree, reexports, &via, &next, depth + 1, out);
+                } else if r.name == "*" {
+                    let mut next: Vec<String> = r.path.iter().filter(|s| *s != "*").cloned().collect();
+                    next.extend(rest.iter().cloned());
+                    follow(tree, reexports, &via, &next, depth + 1, out);
+                }
+            }
+            return;
         }
-        absolute.pop();
+        rest.insert(0, absolute.pop().expect("not empty"));
     }
-    None
 }
 
-/// The top-level module of a file (`store` for `src/store/redis/link.rs`; `lib` for the root).
-fn top(file: &Path) -> String {
-    module_of(file).first().cloned().unwrap_or_else(|| "lib".into())
+/// The area of a file (`store` for `store/redis/link.rs`; `lib`/`main` for the roots).
+fn area(file: &Path) -> String {
+    match module_of(file).first() {
+        Some(first) => first.clone(),
+        None => file.to_string_lossy().trim_end_matches(".rs").to_string(),
+    }
 }
 
-/// The part of `store/` a file is in (`redis` for `src/store/redis/link.rs`, `mod` for
-/// `src/store/mod.rs`), if it is in `store/`.
-fn store_part(file: &Path) -> Option<String> {
+/// The part of its area a file is in (`redis` for `store/redis/link.rs`, `mod` for
+/// `store/mod.rs` or `cli.rs`), if it is in an area.
+fn part(file: &Path) -> Option<String> {
     let module = module_of(file);
-    (module.first().map(String::as_str) == Some("store"))
-        .then(|| module.get(1).cloned().unwrap_or_else(|| "mod".into()))
+    module.first()?;
+    Some(module.get(1).cloned().unwrap_or_else(|| "mod".into()))
 }
 
-fn store_layer(part: &str) -> usize {
-    STORE_LAYERS.iter().position(|layer| layer.contains(&part)).unwrap_or_else(|| {
-        panic!("`store::{part}` is in no layer: add it to STORE_LAYERS and to src/store/mod.rs")
+fn layer(area: &str) -> usize {
+    LAYERS
+        .iter()
+        .position(|layer| layer.contains(&area))
+        .unwrap_or_else(|| panic!("area `{area}` is in no layer: add it to LAYERS and to src/lib.rs"))
+}
+
+fn part_layer(area: &str, part: &str) -> usize {
+    let (_, layers) = AREAS
+        .iter()
+        .find(|(name, _)| *name == area)
+        .unwrap_or_else(|| panic!("area `{area}` has no layers: add it to AREAS and to its module comment"));
+    layers.iter().position(|layer| layer.contains(&part)).unwrap_or_else(|| {
+        panic!("`{area}::{part}` is in no layer: add it to AREAS and to `{area}`'s module comment")
     })
 }
 
-fn layer(top: &str) -> usize {
-    LAYERS
-        .iter()
-        .position(|layer| layer.contains(&top))
-        .unwrap_or_else(|| panic!("module `{top}` is in no layer: add it to LAYERS and to src/lib.rs"))
-}
-
 fn shown(file: &Path) -> String {
-    file.strip_prefix(Path::new(env!("CARGO_MANIFEST_DIR"))).unwrap_or(file).display().to_string()
+    Path::new("src").join(file).display().to_string()
 }
 
 /// Every file's imports of other files: (from, to) → the first line that imports it.
-fn graph() -> BTreeMap<(PathBuf, PathBuf), usize> {
-    let mut all = Vec::new();
-    files(&src(), &mut all);
+fn graph(tree: &Tree) -> BTreeMap<(PathBuf, PathBuf), usize> {
+    let all: BTreeMap<PathBuf, Vec<Use>> = tree.files.iter().map(|(f, t)| (f.clone(), uses(t))).collect();
+    let mut reexports: BTreeMap<PathBuf, Vec<Use>> = BTreeMap::new();
+    for (file, found) in &all {
+        for u in found.iter().filter(|u| u.reexport) {
+            reexports.entry(file.clone()).or_default().push(Use {
+                line: u.line,
+                path: u.path.clone(),
+                name: u.name.clone(),
+                reexport: true,
+            });
+        }
+    }
     let mut edges = BTreeMap::new();
-    for file in &all {
-        let text = fs::read_to_string(file).expect("read a source file");
+    for (file, found) in &all {
         let module = module_of(file);
-        // `super` in `x/mod.rs` and `lib.rs` is one level up from the folder: module_of
-        // already names the folder, so treat it like any file of that module.
-        for u in uses(&text) {
-            if let Some(to) = target(&module, file, &u.path) {
-                edges.entry((file.clone(), to)).or_insert(u.line);
+        for u in found {
+            for to in targets(tree, &reexports, &module, &u.path) {
+                if &to != file {
+                    edges.entry((file.clone(), to)).or_insert(u.line);
+                }
             }
         }
     }
     edges
 }
 
-#[test]
-fn no_import_runs_up_a_layer() {
+/// Imports from an area of a lower layer to one of a higher layer.
+fn upward_between_areas(edges: &BTreeMap<(PathBuf, PathBuf), usize>) -> Vec<String> {
     let mut wrong = Vec::new();
-    for ((from, to), line) in graph() {
-        let (a, b) = (top(&from), top(&to));
+    for ((from, to), line) in edges {
+        let (a, b) = (area(from), area(to));
         if a == b || layer(&a) <= layer(&b) {
             continue;
         }
-        let (from_shown, to_shown) = (shown(&from), shown(&to));
+        let (from_shown, to_shown) = (shown(from), shown(to));
         if ALLOWED.iter().any(|(f, t, _)| *f == from_shown && *t == to_shown) {
             continue;
         }
         wrong.push(format!("{from_shown}:{line} imports {to_shown} (`{a}` is below `{b}`)"));
     }
-    assert!(wrong.is_empty(), "imports from a lower layer to a higher one:\n{}", wrong.join("\n"));
+    wrong
 }
 
-#[test]
-fn no_import_runs_up_a_layer_of_the_store() {
+/// Imports inside one area from a part of a lower layer to one of a higher layer.
+fn upward_inside_areas(edges: &BTreeMap<(PathBuf, PathBuf), usize>) -> Vec<String> {
     let mut wrong = Vec::new();
-    for ((from, to), line) in graph() {
-        let (Some(a), Some(b)) = (store_part(&from), store_part(&to)) else { continue };
-        if a != b && store_layer(&a) > store_layer(&b) {
-            wrong.push(format!(
-                "{}:{line} imports {} (`store::{a}` is below `store::{b}`)",
-                shown(&from),
-                shown(&to)
-            ));
+    for ((from, to), line) in edges {
+        let (area_from, area_to) = (area(from), area(to));
+        let (Some(a), Some(b)) = (part(from), part(to)) else { continue };
+        if area_from != area_to || a == b || part_layer(&area_from, &a) <= part_layer(&area_from, &b) {
+            continue;
         }
+        let (from_shown, to_shown) = (shown(from), shown(to));
+        if ALLOWED.iter().any(|(f, t, _)| *f == from_shown && *t == to_shown) {
+            continue;
+        }
+        wrong.push(format!(
+            "{from_shown}:{line} imports {to_shown} (`{area_from}::{a}` is below `{area_from}::{b}`)"
+        ));
     }
-    assert!(
-        wrong.is_empty(),
-        "imports from a lower layer of the store to a higher one:\n{}",
-        wrong.join("\n")
-    );
+    wrong
 }
 
-#[test]
-fn no_two_files_import_each_other() {
-    let edges = graph();
+/// A cycle of imports between files, each step with its line, if there is one.
+fn cycle(edges: &BTreeMap<(PathBuf, PathBuf), usize>) -> Option<Vec<String>> {
     let mut next: BTreeMap<&PathBuf, BTreeSet<&PathBuf>> = BTreeMap::new();
     for (from, to) in edges.keys() {
         next.entry(from).or_default().insert(to);
     }
-    // Depth-first search for a back edge; the cycle is printed with each step's line.
+    // Depth-first search for a back edge.
     fn visit<'a>(
         node: &'a PathBuf,
         next: &BTreeMap<&'a PathBuf, BTreeSet<&'a PathBuf>>,
@@ -459,20 +633,48 @@ fn no_two_files_import_each_other() {
     for node in next.keys() {
         if state.get(node).copied().unwrap_or(0) == 0 {
             if let Some(cycle) = visit(node, &next, &mut state, &mut Vec::new()) {
-                let steps: Vec<String> = cycle
-                    .windows(2)
-                    .map(|w| {
-                        format!(
-                            "{}:{} imports {}",
-                            shown(w[0]),
-                            edges[&(w[0].clone(), w[1].clone())],
-                            shown(w[1])
-                        )
-                    })
-                    .collect();
-                panic!("files import each other:\n{}", steps.join("\n"));
+                return Some(
+                    cycle
+                        .windows(2)
+                        .map(|w| {
+                            let line = edges[&(w[0].clone(), w[1].clone())];
+                            format!("{}:{line} imports {}", shown(w[0]), shown(w[1]))
+                        })
+                        .collect(),
+                );
             }
         }
+    }
+    None
+}
+
+#[test]
+fn no_import_runs_up_a_layer() {
+    let wrong = upward_between_areas(&graph(&Tree::read()));
+    assert!(wrong.is_empty(), "imports from a lower layer to a higher one:\n{}", wrong.join("\n"));
+}
+
+#[test]
+fn no_import_runs_up_a_layer_inside_an_area() {
+    let wrong = upward_inside_areas(&graph(&Tree::read()));
+    assert!(wrong.is_empty(), "imports from a lower layer of an area to a higher one:\n{}", wrong.join("\n"));
+}
+
+#[test]
+fn every_part_of_every_area_has_a_layer() {
+    for file in Tree::read().files.keys() {
+        if let Some(part) = part(file) {
+            part_layer(&area(file), &part);
+        } else {
+            layer(&area(file));
+        }
+    }
+}
+
+#[test]
+fn no_two_files_import_each_other() {
+    if let Some(steps) = cycle(&graph(&Tree::read())) {
+        panic!("files import each other:\n{}", steps.join("\n"));
     }
 }
 
@@ -481,8 +683,10 @@ fn the_reader_sees_use_lines_as_the_compiler_does() {
     let text = "use crate::store::{charge::{Charge, Groups}, Store};\n\
                 // use crate::admin;\n\
                 pub use self::x::Y;\n\
-                fn f() { let s = \"use crate::cli;\"; crate::config::load(); }\n";
-    let paths: Vec<String> = uses(text).iter().map(|u| u.path.join("::")).collect();
+                pub use limiter::{validate as check, RateLimiter};\n\
+                fn f() { let s = \"use crate::cli;\"; crate::config::load(); super::resets::Log::new(); }\n";
+    let found = uses(text);
+    let paths: Vec<String> = found.iter().map(|u| u.path.join("::")).collect();
     assert_eq!(
         paths,
         [
@@ -490,7 +694,73 @@ fn the_reader_sees_use_lines_as_the_compiler_does() {
             "crate::store::charge::Groups",
             "crate::store::Store",
             "self::x::Y",
-            "crate::config::load"
+            "limiter::validate",
+            "limiter::RateLimiter",
+            "crate::config::load",
+            "super::resets::Log::new"
         ]
     );
+    let reexported: Vec<(&str, bool)> = found.iter().map(|u| (u.name.as_str(), u.reexport)).collect();
+    assert_eq!(
+        reexported,
+        [
+            ("Charge", false),
+            ("Groups", false),
+            ("Store", false),
+            ("Y", true),
+            ("check", true),
+            ("RateLimiter", true),
+            ("", false),
+            ("", false)
+        ]
+    );
+}
+
+/// A small crate in the shape of `service/`: the area's own file re-exports its children.
+fn planted(traced: &str) -> Tree {
+    Tree::of(&[
+        ("lib.rs", "pub mod service;\npub mod store;\n"),
+        ("store/mod.rs", "pub mod key;\npub use key::Key;\n"),
+        ("store/key.rs", "pub struct Key;\n"),
+        (
+            "service/mod.rs",
+            "pub mod limiter;\npub mod server;\npub mod traced;\npub use server::{Server, NAME};\n",
+        ),
+        (
+            "service/server.rs",
+            "use super::limiter::Limiter;\npub const NAME: &str = \"\";\npub struct Server;\n",
+        ),
+        ("service/limiter.rs", "use super::traced::describe;\nuse crate::store::Key;\npub struct Limiter;\n"),
+        ("service/traced.rs", traced),
+    ])
+}
+
+#[test]
+fn a_cycle_through_a_reexport_is_seen() {
+    // traced → (mod.rs re-exports server's NAME) → server → limiter → traced.
+    let edges = graph(&planted("use super::NAME;\npub fn describe() {}\n"));
+    let steps = cycle(&edges).expect("the cycle through `pub use server::…` is seen");
+    assert!(steps.iter().any(|s| s.contains("src/service/server.rs")), "{steps:?}");
+    // The same item imported from a file below the others is no cycle.
+    let edges = graph(&planted("pub fn describe() {}\n"));
+    assert_eq!(cycle(&edges), None);
+    // A re-export followed to its file: limiter's `crate::store::Key` is store/key.rs's.
+    assert!(edges.contains_key(&(PathBuf::from("service/limiter.rs"), PathBuf::from("store/key.rs"))));
+}
+
+#[test]
+fn an_import_up_an_area_is_seen() {
+    // traced imports through service/mod.rs (`service::mod`, the top of the area).
+    let edges = graph(&planted("use super::Server;\npub fn describe() {}\n"));
+    let wrong = upward_inside_areas(&edges);
+    assert!(
+        wrong.iter().any(|w| w.starts_with("src/service/traced.rs:1 imports src/service/mod.rs")),
+        "{wrong:?}"
+    );
+    // store below service: an import of service from store runs up between areas.
+    let mut tree = planted("pub fn describe() {}\n");
+    tree.files
+        .insert("store/key.rs".into(), "use crate::service::limiter::Limiter;\npub struct Key;\n".into());
+    let wrong = upward_between_areas(&graph(&tree));
+    assert_eq!(wrong, ["src/store/key.rs:1 imports src/service/limiter.rs (`store` is below `service`)"]);
 }

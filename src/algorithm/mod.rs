@@ -11,6 +11,8 @@
 //! envoyproxy/ratelimit) over them; this file dispatches to those three (`apply`,
 //! `standing`); `joint.rs`, over the dispatch, decides a group of charges that stand or
 //! fall together (several limits of one descriptor, a domain charged all-or-nothing).
+//! Layers inside, top to bottom (`tests/layers.rs`): `joint`; `fixed_window`, `gcra`,
+//! `penalty`, `sliding_window`; this file; `bucket`, `saturating`.
 
 mod bucket;
 pub mod fixed_window;

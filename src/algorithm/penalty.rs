@@ -77,7 +77,7 @@ fn expiry(state: State, algorithm: Algorithm, unit: u64) -> u64 {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{apply, joint, standing, Algorithm, Decision, Hits, Params, State, Write};
+    use super::super::{apply, standing, Algorithm, Decision, Hits, Params, State, Write};
 
     const NOW: u64 = 1_700_000_000_000_000;
     const MINUTE: u64 = 60_000_000;
@@ -165,25 +165,5 @@ mod tests {
         let later = NOW + 5 * MINUTE;
         let s = standing(state.expect("stored"), later, &p);
         assert!(s.at_limit && s.given_back == 2, "{s:?}");
-    }
-
-    #[test]
-    fn a_vetoed_group_still_writes_the_penalty_it_started() {
-        let wide =
-            Params { algorithm: Algorithm::Gcra, limit: 100, unit_us: MINUTE, burst: 100, penalty_us: 0 };
-        let narrow = params(Algorithm::FixedWindow);
-        let members = [
-            joint::Member { key: 0, params: wide, hits: Hits::Consume(1) },
-            joint::Member { key: 1, params: narrow, hits: Hits::Consume(3) },
-        ];
-        let out = joint::apply(&[None, None], NOW, &members);
-        assert!(!out.passed());
-        assert_eq!(out.decisions[1].reset_us, PENALTY);
-        assert_eq!(out.marks.len(), 1, "{out:?}");
-        assert_eq!(out.marks[0].key, 1);
-        let Write::Put { state, expires_at } = out.marks[0].write else { panic!("{out:?}") };
-        assert_eq!((state.until(), expires_at), (NOW + PENALTY, NOW + PENALTY));
-        // The member that passed charged nothing.
-        assert_eq!(out.decisions[0].remaining, 100);
     }
 }

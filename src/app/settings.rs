@@ -7,11 +7,11 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::config::LoadOptions;
-use crate::metrics::SeriesLimits;
 use crate::service::bounds::Bounds;
-use crate::service::respond::LimitHeaderNames;
+use crate::service::headers::LimitHeaderNames;
 use crate::store::approx::ApproxSettings;
 use crate::store::RedisSettings;
+use crate::telemetry::metrics::SeriesLimits;
 
 /// Which store backs the buckets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -73,7 +73,7 @@ pub struct ServeSettings {
     /// The policy files (unused when `xds` is set).
     pub config: PathBuf,
     /// `Some`: policies come from this xDS server instead of files.
-    pub xds: Option<crate::xds::XdsSettings>,
+    pub xds: Option<crate::sources::xds::XdsSettings>,
     /// `/readyz` only once a domain is configured (`HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED`).
     pub ready_needs_domain: bool,
     /// `--merge-domains`, `--default-algorithm`: how the config's files load (every reload
@@ -118,8 +118,8 @@ pub struct ServeSettings {
     pub metric_series: SeriesLimits,
     /// How long to keep serving after SIGTERM while endpoints are withdrawn.
     pub drain: Duration,
-    /// `Some`: spans of sampled requests are exported (`crate::trace`).
-    pub tracing: Option<crate::trace::TraceSettings>,
+    /// `Some`: spans of sampled requests are exported (`crate::telemetry::trace`).
+    pub tracing: Option<crate::telemetry::trace::TraceSettings>,
     /// Connections older than this (± 10 % jitter per process) are asked to reconnect.
     pub max_connection_age: Option<Duration>,
     pub tls: Option<TlsFiles>,

@@ -4,7 +4,7 @@
 
 use anyhow::Context;
 
-use crate::live::Live;
+use crate::sources::serving::Live;
 use crate::store::approx::ApproxSettings;
 use crate::store::cluster::{ClusterSettings, ClusterStore};
 use crate::store::lease::LeaseSettings;

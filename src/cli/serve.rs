@@ -8,11 +8,11 @@ use std::time::Duration;
 use clap::Args;
 
 use crate::app::{MetricsListener, RedisTopology, ServeSettings, StoreKind, TlsFiles};
-use crate::metrics::SeriesLimits;
 use crate::service::bounds::Bounds;
-use crate::service::respond::LimitHeaderNames;
+use crate::service::headers::LimitHeaderNames;
 use crate::store::breaker::BreakerSettings;
 use crate::store::RedisSettings;
+use crate::telemetry::metrics::SeriesLimits;
 
 use super::load::LoadFlags;
 use super::tracing::TracingFlags;
@@ -210,13 +210,13 @@ pub struct Serve {
     #[arg(
         long,
         env = "TOLLGATE_MAX_LABEL_VALUE_BYTES",
-        default_value_t = crate::metrics::label::DEFAULT_MAX_LABEL_VALUE_BYTES as u64,
-        value_parser = clap::value_parser!(u64).range(crate::metrics::label::MIN_LABEL_VALUE_BYTES as u64..)
+        default_value_t = crate::telemetry::metrics::label::DEFAULT_MAX_LABEL_VALUE_BYTES as u64,
+        value_parser = clap::value_parser!(u64).range(crate::telemetry::metrics::label::MIN_LABEL_VALUE_BYTES as u64..)
     )]
     pub max_label_value_bytes: u64,
     /// Distinct value label sets per domain for rules that carry request values in their
     /// `rule` label (each ≤ 9 series); past it they count under `rule="<rule>:_other_"`.
-    #[arg(long, env = "TOLLGATE_MAX_DETAILED_SERIES", default_value_t = crate::metrics::DEFAULT_MAX_DETAILED_SERIES)]
+    #[arg(long, env = "TOLLGATE_MAX_DETAILED_SERIES", default_value_t = crate::telemetry::metrics::DEFAULT_MAX_DETAILED_SERIES)]
     pub max_detailed_series: usize,
     /// Seconds to keep serving after SIGTERM while not ready (endpoints being withdrawn).
     #[arg(long, env = "TOLLGATE_DRAIN_SECONDS", default_value_t = 5)]

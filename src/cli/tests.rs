@@ -2,9 +2,9 @@ use std::time::Duration;
 
 use super::*;
 use crate::app::ServeSettings;
-use crate::metrics::SeriesLimits;
-use crate::service::respond::LimitHeaderNames;
+use crate::service::headers::LimitHeaderNames;
 use crate::store::breaker::BreakerSettings;
+use crate::telemetry::metrics::SeriesLimits;
 
 fn breaker(args: &[&str]) -> Result<BreakerSettings, clap::Error> {
     let cli = Cli::try_parse_from(["tollgate", "serve"].iter().chain(args))?;

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 
-use crate::trace::{BatchSettings, ExportProtocol, Sampling, TraceSettings};
+use crate::telemetry::trace::{BatchSettings, ExportProtocol, Sampling, TraceSettings};
 
 use super::values::parse_share;
 use super::xds::parse_go_bool;

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::service::respond::LimitHeaderNames;
+use crate::service::headers::LimitHeaderNames;
 
 /// `--redis-sentinel`: the master's name and the sentinels.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 
-use crate::xds::{parse_headers, parse_node_metadata, BackoffSettings, XdsSettings, XdsTls};
+use crate::sources::xds::{parse_headers, parse_node_metadata, BackoffSettings, XdsSettings, XdsTls};
 
 /// `--config-source`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

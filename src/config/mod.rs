@@ -12,6 +12,10 @@
 //! (`RateLimitConfig` resources from xDS, compiled one by one like files). Everything but
 //! `loader` is pure.
 //! The request path only sees `model` types (`Snapshot`, `Domain::lookup`, `Rule`).
+//!
+//! Layers inside, top to bottom (`tests/layers.rs`): `xds`; this file; `loader`; `compile`;
+//! `domains`; `model`, `yaml`; `matcher`, `merge_keys`; `error`, `floats`, `options`, `raw`,
+//! `rule`.
 
 pub mod compile;
 mod domains;

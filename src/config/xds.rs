@@ -12,7 +12,7 @@
 //! response is removed (state of the world).
 //! Pure: no network, no clock but the snapshot's load time; `apply` returns the next state
 //! and never changes the current one, so a caller that fails midway still has it. The client
-//! (`crate::xds`) owns the stream and decides what to ACK.
+//! (`crate::sources::xds`) owns the stream and decides what to ACK.
 
 use std::collections::BTreeMap;
 use std::fmt;

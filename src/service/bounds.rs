@@ -10,7 +10,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
 
 use super::wire::RateLimitRequest;
 use crate::config::FailureMode;
-use crate::metrics::Oversize;
+use crate::telemetry::metrics::Oversize;
 
 /// Limits on one request's shape.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -22,7 +22,7 @@
 //! request's own `limit` override, as with the peer.
 //!
 //! Text: descriptor keys, values and the domain are bytes on the wire, while `Struct`
-//! strings must be UTF-8. They appear in `crate::escape`'s text form: printable text exactly
+//! strings must be UTF-8. They appear in `crate::telemetry::escape`'s text form: printable text exactly
 //! as sent, a byte that is not UTF-8 or a control character as `\xNN`, a hidden character
 //! as `\u{NNNN}`, a backslash doubled — one form for logs, `explain`, metric labels and
 //! this, never two requests' values shown alike. Pure: no I/O.
@@ -34,7 +34,7 @@ use serde_json::{Map, Value as Json};
 
 use super::plan::Plan;
 use super::wire::{RateLimitDescriptor, RateLimitOverride, RateLimitRequest};
-use crate::escape::escape;
+use crate::telemetry::escape::escape;
 
 /// The merged `metadata` of the rules whose descriptors passed (see the module doc).
 /// `plans` and `statuses` are in request order, one per descriptor.

@@ -16,18 +16,18 @@ use tracing::Instrument;
 
 use crate::algorithm::Decision;
 use crate::config::{Consistency, FailureMode};
-use crate::escape::escape;
-use crate::live::Live;
-use crate::metrics::Metrics;
-use crate::overrides::{Mode, Overrides};
+use crate::sources::overrides::{Mode, Overrides};
+use crate::sources::serving::Live;
 use crate::store::approx::Approx;
 use crate::store::key::KeySecret;
 use crate::store::{probe, Charge, Groups, MemoryStore, Store, StoreError};
-use crate::trace::{RequestSpan, Tracing};
+use crate::telemetry::escape::escape;
+use crate::telemetry::metrics::Metrics;
+use crate::telemetry::trace::{RequestSpan, Tracing};
 
 use super::traced::{self, decided_by, Observed, StoreCall};
 use super::wire::RateLimitRequest;
-use super::{bounds, dynamic_metadata, plan, record, respond};
+use super::{bounds, dynamic_metadata, headers, plan, record, respond};
 
 /// Request-path settings fixed at startup.
 #[derive(Debug, Clone)]
@@ -43,7 +43,7 @@ pub struct Settings {
     /// Add `x-ratelimit-*` and `retry-after` to `response_headers_to_add`.
     pub response_headers: bool,
     /// Add the peer's `RateLimit-Limit/-Remaining/-Reset` under these names.
-    pub limit_headers: Option<respond::LimitHeaderNames>,
+    pub limit_headers: Option<headers::LimitHeaderNames>,
     /// `--ratelimit-headers ietf`: add the draft standard's `RateLimit-Policy` and `RateLimit`.
     pub ietf_headers: bool,
     /// `--retry-after-jitter`: up to this share of the wait added to `retry-after` at random.
@@ -100,7 +100,7 @@ impl RateLimiter {
         RateLimiter { live, store, metrics, settings: Arc::new(settings), local, tracing: None, overrides }
     }
 
-    /// With the incident switch the admin port sets (`crate::overrides`).
+    /// With the incident switch the admin port sets (`crate::sources::overrides`).
     pub fn with_overrides(mut self, overrides: Arc<Overrides>) -> RateLimiter {
         self.overrides = overrides;
         self
@@ -111,7 +111,7 @@ impl RateLimiter {
         self.overrides.clone()
     }
 
-    /// With spans of sampled requests (`crate::trace`).
+    /// With spans of sampled requests (`crate::telemetry::trace`).
     pub fn with_tracing(mut self, tracing: Option<Arc<Tracing>>) -> RateLimiter {
         self.tracing = tracing;
         self
@@ -152,15 +152,15 @@ impl RateLimiter {
             }
         }
         if self.settings.response_headers {
-            respond::add_headers(&mut response, &decided, self.settings.retry_after_jitter);
+            headers::add_headers(&mut response, &decided, self.settings.retry_after_jitter);
         }
         if let Some(names) = &self.settings.limit_headers {
-            respond::add_limit_headers(&mut response, names);
+            headers::add_limit_headers(&mut response, names);
         }
         if self.settings.ietf_headers {
-            respond::add_ietf_headers(&mut response, &decided);
+            headers::add_ietf_headers(&mut response, &decided);
         }
-        respond::add_denial_response(&mut response, &decided);
+        headers::add_denial_response(&mut response, &decided);
         if self.settings.response_dynamic_metadata {
             response.dynamic_metadata = Some(dynamic_metadata::build(request, metadata));
         }
@@ -176,7 +176,7 @@ impl RateLimiter {
         deadline: Instant,
         incident: Option<Mode>,
         mut observed: Option<&mut Observed>,
-    ) -> (RateLimitResponse, serde_json::Map<String, serde_json::Value>, Vec<Option<respond::Decided>>) {
+    ) -> (RateLimitResponse, serde_json::Map<String, serde_json::Value>, Vec<Option<headers::Decided>>) {
         let active = self.live.load();
         if let Some(observed) = observed.as_deref_mut() {
             observed.config_version = active.snapshot.version.clone();
@@ -425,12 +425,12 @@ impl RateLimiter {
 }
 
 /// Per descriptor, what the headers take from the limit that decided it (see
-/// `respond::Decided`); its policy name only when `named`.
+/// `headers::Decided`); its policy name only when `named`.
 fn decided(
     plans: &[plan::Plan<'_>],
     verdicts: &[Option<respond::Verdict>],
     named: bool,
-) -> Vec<Option<respond::Decided>> {
+) -> Vec<Option<headers::Decided>> {
     plans
         .iter()
         .zip(verdicts)
@@ -441,7 +441,7 @@ fn decided(
                     (true, "", Some(rule)) => rule.label().to_string(),
                     (true, name, _) => name.to_string(),
                 };
-                respond::Decided {
+                headers::Decided {
                     count: one.params.limit,
                     window: one.window_seconds(),
                     policy,

@@ -10,9 +10,15 @@
 //! `server::RateLimitServer`: Envoy sends header bytes that are not UTF-8, and a request
 //! must never fail to decode because of them. A domain that is not UTF-8 is an unknown
 //! domain; such keys and values are opaque bytes to the matcher and the key builder.
+//!
+//! Layers inside, top to bottom (`tests/layers.rs`): this file (the re-exports for callers
+//! outside); `server`; `limiter`; `dynamic_metadata`, `record`, `traced`; `respond`;
+//! `headers`; `plan`; `bounds`; `wire`. A file here imports the file that holds an item,
+//! never this file's re-export of it.
 
 pub mod bounds;
 pub mod dynamic_metadata;
+pub mod headers;
 pub mod plan;
 pub(crate) mod record;
 pub mod respond;
@@ -23,5 +29,5 @@ pub mod wire;
 mod limiter;
 
 pub use limiter::{grpc_timeout, store_budget, validate, RateLimiter, Settings};
-pub use server::{RateLimitServer, SERVICE_NAME};
-pub use wire::RateLimitRequest;
+pub use server::RateLimitServer;
+pub use wire::{RateLimitRequest, SERVICE_NAME};

@@ -335,4 +335,4 @@ fn override_unit(unit: i32) -> Option<Unit> {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -6,16 +6,16 @@
 //! snapshot was built, so counting allocates nothing. The status page's one-minute history
 //! (`metrics::history`) counts each decided descriptor once more, per rule, on the
 //! snapshot's rings: one clock read per request, two relaxed atomics per descriptor. The
-//! hot-key sketch (`crate::hotkeys`) counts each charged descriptor once, at that second:
+//! hot-key sketch (`crate::telemetry::hotkeys`) counts each charged descriptor once, at that second:
 //! `hot_buckets` says which bucket that is.
 
 use crate::algorithm::Hits;
 use crate::config::Domain;
-use crate::hotkeys::ChargedBucket;
-use crate::live::Active;
-use crate::metrics::history::Class;
-use crate::metrics::{Metrics, RuleSeries};
+use crate::sources::serving::Active;
 use crate::store::Charge;
+use crate::telemetry::hotkeys::ChargedBucket;
+use crate::telemetry::metrics::history::Class;
+use crate::telemetry::metrics::{Metrics, RuleSeries};
 
 use super::plan::Plan;
 use super::respond::Verdict;

@@ -17,10 +17,7 @@ use tonic::{Request, Response, Status};
 use tonic_prost::ProstCodec;
 
 use super::limiter::RateLimiter;
-use super::wire::RateLimitRequest;
-
-/// The gRPC service name: the endpoint's path prefix, and the name health checks ask about.
-pub const SERVICE_NAME: &str = "envoy.service.ratelimit.v3.RateLimitService";
+use super::wire::{RateLimitRequest, SERVICE_NAME};
 
 /// The one method this service has.
 const SHOULD_RATE_LIMIT: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";

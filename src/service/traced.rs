@@ -1,5 +1,5 @@
-//! What the spans of a traced request say (`crate::trace` makes and exports them). The
-//! names are contracts, listed in docs/observability.md ("Tracing").
+//! What the spans of a traced request say (`crate::telemetry::trace` makes and exports them).
+//! The names are contracts, listed in docs/observability.md ("Tracing").
 //!
 //! The server span: the RPC (`rpc.*`), the domain, the number of descriptors, the answer
 //! (`ratelimit.overall_code`), the config version, and per descriptor — the first
@@ -16,15 +16,14 @@ use opentelemetry::trace::SpanKind;
 use opentelemetry::KeyValue;
 
 use crate::algorithm::Decision;
-use crate::metrics::label::{escape_into, DEFAULT_MAX_LABEL_VALUE_BYTES};
 use crate::store::probe::{Answered, Seen};
 use crate::store::StoreError;
-use crate::trace::{RequestSpan, STORE_SPAN};
+use crate::telemetry::metrics::label::{escape_into, DEFAULT_MAX_LABEL_VALUE_BYTES};
+use crate::telemetry::trace::{RequestSpan, STORE_SPAN};
 
 use super::plan::Plan;
 use super::respond::Verdict;
-use super::wire::RateLimitRequest;
-use super::SERVICE_NAME;
+use super::wire::{RateLimitRequest, SERVICE_NAME};
 
 /// Descriptors described in a span, at most; `ratelimit.descriptors` still counts all.
 pub const MAX_TRACED_DESCRIPTORS: usize = 16;

@@ -22,6 +22,9 @@ use prost::bytes::Bytes;
 
 pub use envoy_descriptor::rate_limit_descriptor::RateLimitOverride;
 
+/// The gRPC service name: the endpoint's path prefix, and the name health checks ask about.
+pub const SERVICE_NAME: &str = "envoy.service.ratelimit.v3.RateLimitService";
+
 /// `envoy.service.ratelimit.v3.RateLimitRequest` with a `bytes` domain.
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct RateLimitRequest {

@@ -1,4 +1,4 @@
-//! What the store did for one request, for its trace (`crate::trace`): which charges the
+//! What the store did for one request, for its trace (`crate::telemetry::trace`): which charges the
 //! over-limit cache or a lease answered, how many calls went out, whether one was another
 //! request's, what the breaker said.
 //!

@@ -107,7 +107,7 @@ async fn limit_headers_carry_the_numbers_of_response_headers_under_the_peers_nam
 
     // Renamed, and without --response-headers: only the three renamed headers.
     let mut options = Options::new(StoreKind::Memory);
-    options.limit_headers = Some(tollgate::service::respond::LimitHeaderNames {
+    options.limit_headers = Some(tollgate::service::headers::LimitHeaderNames {
         limit: "A-Limit".into(),
         remaining: "A-Remaining".into(),
         reset: "A-Reset".into(),

@@ -39,7 +39,7 @@ pub struct Options {
     pub tls: Option<tollgate::app::TlsFiles>,
     pub response_headers: bool,
     /// `--limit-headers` with these names.
-    pub limit_headers: Option<tollgate::service::respond::LimitHeaderNames>,
+    pub limit_headers: Option<tollgate::service::headers::LimitHeaderNames>,
     /// `--response-dynamic-metadata`.
     pub response_dynamic_metadata: bool,
     pub breaker: tollgate::store::breaker::BreakerSettings,
@@ -59,7 +59,7 @@ pub struct Options {
     /// `--lease-time-ms`.
     pub lease_time: Duration,
     /// `--tracing` and its settings.
-    pub tracing: Option<tollgate::trace::TraceSettings>,
+    pub tracing: Option<tollgate::telemetry::trace::TraceSettings>,
     /// `--key-secret-file`.
     pub key_secret_file: Option<PathBuf>,
 }

@@ -9,7 +9,9 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use tollgate::app::StoreKind;
 use tollgate::store::breaker::BreakerSettings;
-use tollgate::trace::{BatchSettings, ExportProtocol, Sampling, TraceSettings, SERVER_SPAN, STORE_SPAN};
+use tollgate::telemetry::trace::{
+    BatchSettings, ExportProtocol, Sampling, TraceSettings, SERVER_SPAN, STORE_SPAN,
+};
 
 use crate::otlp::{closed_port, of_trace, Collector, Received, Stall, Transport};
 use crate::support::{metric_value, request, spawn_with, Options, TestApp};

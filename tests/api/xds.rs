@@ -9,7 +9,7 @@ use envoy_types::pb::google::protobuf::Any;
 use tollgate::app::{MetricsListener, ServeSettings};
 use tollgate::config::xds::proto::RateLimitUnit;
 use tollgate::config::xds::TYPE_URL;
-use tollgate::xds::{BackoffSettings, XdsSettings, XdsTls};
+use tollgate::sources::xds::{BackoffSettings, XdsSettings, XdsTls};
 
 use crate::support::{eventually, is_ok, metric, request, TestApp};
 
@@ -120,8 +120,8 @@ async fn snapshots_apply_a_bad_domain_is_rejected_alone_and_a_restart_keeps_the_
     );
     // `tollgate explain --from`: against what the server serves, its source first.
     let admin = app.admin_addr().to_string();
-    let descriptor: tollgate::explain::DescriptorArg = "user=u9".parse().expect("descriptor");
-    let explained = tollgate::admin::client::explain(&admin, "b", std::slice::from_ref(&descriptor))
+    let descriptor: tollgate::operate::explain::DescriptorArg = "user=u9".parse().expect("descriptor");
+    let explained = tollgate::operate::admin::client::explain(&admin, "b", std::slice::from_ref(&descriptor))
         .await
         .expect("explain --from");
     assert!(

@@ -80,7 +80,7 @@ fn sha256_hex(value: &str) -> String {
     Sha256::digest(value.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// Every GET the admin port answers (grep `.route(` in src/admin.rs), those that take a
+/// Every GET the admin port answers (grep `.route(` in src/operate/admin.rs), those that take a
 /// descriptor asked about a value no request carries (they echo what they are asked).
 fn admin_gets() -> Vec<String> {
     let stranger = format!("descriptor=remote_address={STRANGER}");

@@ -184,3 +184,31 @@ proptest! {
         }
     }
 }
+
+/// A penalty (`penalty_us`) started by the member that denied a group.
+const PENALTY: u64 = 10 * MINUTE;
+
+#[test]
+fn a_vetoed_group_still_writes_the_penalty_it_started() {
+    let wide = Params { algorithm: Algorithm::Gcra, limit: 100, unit_us: MINUTE, burst: 100, penalty_us: 0 };
+    let narrow = Params {
+        algorithm: Algorithm::FixedWindow,
+        limit: 2,
+        unit_us: MINUTE,
+        burst: 2,
+        penalty_us: PENALTY,
+    };
+    let members = [
+        Member { key: 0, params: wide, hits: Hits::Consume(1) },
+        Member { key: 1, params: narrow, hits: Hits::Consume(3) },
+    ];
+    let out = apply(&[None, None], NOW, &members);
+    assert!(!out.passed());
+    assert_eq!(out.decisions[1].reset_us, PENALTY);
+    assert_eq!(out.marks.len(), 1, "{out:?}");
+    assert_eq!(out.marks[0].key, 1);
+    let Write::Put { state, expires_at } = out.marks[0].write else { panic!("{out:?}") };
+    assert_eq!((state.until(), expires_at), (NOW + PENALTY, NOW + PENALTY));
+    // The member that passed charged nothing.
+    assert_eq!(out.decisions[0].remaining, 100);
+}

@@ -3,7 +3,7 @@ use std::time::Duration;
 
 use clap::Parser;
 
-use crate::trace::{ExportProtocol, Sampling, TraceSettings};
+use crate::telemetry::trace::{ExportProtocol, Sampling, TraceSettings};
 
 use super::TracingFlags;
 

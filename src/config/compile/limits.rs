@@ -290,7 +290,16 @@ impl Builder<'_> {
                 ),
             );
         }
-        let rollout = match raw.rollout {
+        let rollout = self.rollout(raw, at)?;
+        let response = self.response(raw, at)?;
+        let overdraft = self.overdraft(raw, at)?;
+        let limit = Limit { name: None, params, unit, multiplier, rollout, response, overdraft };
+        (self.errors.len() == before).then_some(limit)
+    }
+
+    /// `rollout`, the share of buckets enforced (every one when absent); `None` after an error.
+    fn rollout(&mut self, raw: &RawRateLimit, at: &str) -> Option<Rollout> {
+        match raw.rollout {
             None => Some(Rollout::FULL),
             Some(r) => {
                 let parsed = Rollout::from_share(r);
@@ -305,12 +314,7 @@ impl Builder<'_> {
                 }
                 parsed
             }
-        };
-        let rollout = rollout?;
-        let response = self.response(raw, at)?;
-        let overdraft = self.overdraft(raw, at)?;
-        let limit = Limit { name: None, params, unit, multiplier, rollout, response, overdraft };
-        (self.errors.len() == before).then_some(limit)
+        }
     }
 
     /// `penalty` in µs (0 when absent): a whole number of seconds, minutes or hours (`30s`,

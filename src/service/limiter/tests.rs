@@ -141,7 +141,7 @@ fn headers_come_from_the_tightest_status_and_retry_after_from_the_longest_denial
         ],
         ..Default::default()
     };
-    respond::add_headers(&mut response, &[], 0.0);
+    headers::add_headers(&mut response, &[], 0.0);
     let headers: Vec<(String, String)> =
         response.response_headers_to_add.iter().map(|h| (h.key.clone(), h.value.clone())).collect();
     let get = |k: &str| headers.iter().find(|(key, _)| key == k).map(|(_, v)| v.as_str());
@@ -156,26 +156,26 @@ fn headers_come_from_the_tightest_status_and_retry_after_from_the_longest_denial
         statuses: vec![status(Code::Ok, 100, 40, 10)],
         ..Default::default()
     };
-    respond::add_headers(&mut ok, &[], 0.0);
+    headers::add_headers(&mut ok, &[], 0.0);
     assert_eq!(ok.response_headers_to_add.len(), 3, "no retry-after when allowed");
 
     // The peer's names, on the same status, after the x-ratelimit ones (both flags on).
-    respond::add_limit_headers(&mut response, &respond::LimitHeaderNames::default());
+    headers::add_limit_headers(&mut response, &headers::LimitHeaderNames::default());
     let pairs: Vec<(&str, &str)> =
         response.response_headers_to_add.iter().map(|h| (h.key.as_str(), h.value.as_str())).collect();
     assert_eq!(
         &pairs[4..],
         [("RateLimit-Limit", "5"), ("RateLimit-Remaining", "0"), ("RateLimit-Reset", "30")]
     );
-    let names = respond::LimitHeaderNames { limit: "L".into(), remaining: "R".into(), reset: "T".into() };
+    let names = headers::LimitHeaderNames { limit: "L".into(), remaining: "R".into(), reset: "T".into() };
     let mut alone = RateLimitResponse { statuses: vec![status(Code::Ok, 100, 40, 10)], ..Default::default() };
-    respond::add_limit_headers(&mut alone, &names);
+    headers::add_limit_headers(&mut alone, &names);
     let pairs: Vec<(&str, &str)> =
         alone.response_headers_to_add.iter().map(|h| (h.key.as_str(), h.value.as_str())).collect();
     assert_eq!(pairs, [("L", "100"), ("R", "40"), ("T", "10")]);
     let mut unlimited =
         RateLimitResponse { statuses: vec![DescriptorStatus::default()], ..Default::default() };
-    respond::add_limit_headers(&mut unlimited, &names);
+    headers::add_limit_headers(&mut unlimited, &names);
     assert!(unlimited.response_headers_to_add.is_empty(), "no limit, no headers");
 }
 

@@ -5,10 +5,10 @@ use std::path::PathBuf;
 
 use super::hot_buckets;
 use crate::config::{compile_sources, Snapshot};
-use crate::hotkeys::*;
 use crate::service::plan;
 use crate::service::wire::RateLimitDescriptor;
 use crate::store::key::{digest_hex, part_digest};
+use crate::telemetry::hotkeys::*;
 
 const POLICY: &str = r#"
 domain: api

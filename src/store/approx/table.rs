@@ -267,3 +267,37 @@ pub(super) fn lock(shard: &Mutex<Shard>) -> MutexGuard<'_, Shard> {
     // insert, remove or field write, so the map is still consistent.
     shard.lock().unwrap_or_else(|e| e.into_inner())
 }
+
+/// The reset log (`resets`), as the sync and the admin port reach it.
+impl Approx {
+    /// Names the reset log under the store's key prefix (`--redis-key-prefix`); before
+    /// this, and in tests, it is unprefixed. Only the first call counts.
+    pub fn name_reset_log(&self, key_prefix: &str) {
+        self.resets.name(key_prefix);
+    }
+
+    /// The reset log's key.
+    pub fn reset_log_key(&self) -> &str {
+        self.resets.key()
+    }
+
+    /// Where the next read of the log starts (exclusive).
+    pub(super) fn reset_log_from(&self) -> String {
+        self.resets.from()
+    }
+
+    /// The log was read up to `id` (inclusive).
+    pub(super) fn reset_log_read(&self, id: String) {
+        self.resets.read(id);
+    }
+
+    /// A log entry: `key` was reset in Redis before `at` (Redis µs). Its bucket, if held
+    /// here and read before that, is emptied and read again before its next decision.
+    pub(super) fn reset_seen(&self, key: &str, at: u64) {
+        let mut shard = lock(&self.shards[self.shard_of(key)]);
+        if let Some(bucket) = shard.map.get_mut(key) {
+            let now = bucket.redis_now(crate::store::memory::now_us());
+            bucket.reset(at, now);
+        }
+    }
+}

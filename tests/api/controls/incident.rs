@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use serde_json::{json, Value};
 use tollgate::app::StoreKind;
-use tollgate::overrides::VISIBLE_WITHIN;
+use tollgate::sources::overrides::VISIBLE_WITHIN;
 
 use crate::support::*;
 

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use tollgate::app::StoreKind;
-use tollgate::overrides::{MAX_TTL_SECONDS, VISIBLE_WITHIN};
+use tollgate::sources::overrides::{MAX_TTL_SECONDS, VISIBLE_WITHIN};
 
 use super::incident::{admin, user, LOCKED, OTHER, POLICY, TOKEN};
 use crate::front_support::Front;
@@ -160,7 +160,7 @@ async fn an_override_written_in_redis_with_a_longer_ttl_is_read_back_capped() {
     let (_dir, token) = token_file();
     let redis = RedisServer::start();
     let app = spawn_with(production(&token, redis.url()), &FILES).await;
-    let now_ms = tollgate::overrides::now_ms();
+    let now_ms = tollgate::sources::overrides::now_ms();
     let ten_years_ms = 10 * 365 * 86_400_000;
     // As a hand (or an older release, or a skewed clock) could write them: one that claims
     // ten years from its set time, one set "in ten years".
