@@ -5,7 +5,8 @@
 //! run here with `StoreKind::Redis` meaning a cluster (see `support`). `scaling` covers
 //! what only a cluster shows; `faults` a cluster behind TCP fronts (`support/front.rs`)
 //! whose connections go silent; `sentinel` the Sentinel store; `joint` groups charged together on a cluster and on
-//! Sentinel; `approximate` approximate mode's sync on a cluster; `cli` the flags.
+//! Sentinel; `aon_members` all-or-nothing groups spanning slots hammered (each member answers
+//! its own bucket); `approximate` approximate mode's sync on a cluster; `cli` the flags.
 //!
 //! A missing `redis-server` or `redis-cli` is a loud failure (`make test` installs them).
 
@@ -22,6 +23,8 @@ mod front_support;
 #[path = "support/sentinel.rs"]
 mod sentinel_support;
 
+#[path = "cluster/aon_members.rs"]
+mod aon_members;
 #[path = "cluster/approximate.rs"]
 mod approximate;
 #[path = "cluster/approximate_surface.rs"]

@@ -24,7 +24,8 @@
 //! Joint groups (`Groups`, `groups`): the charges of a group on one slot are one entry —
 //! one `joint.lua` call, atomic, redirected like any entry. A group whose keys span slots
 //! goes as one call per slot (in parallel); when a part is denied, the consumes of the
-//! parts that were applied are refunded. Between a part's charge and its refund (one round
+//! parts that were applied are refunded. A part holding a refund or an overdraw (which no
+//! refund undoes) goes only once the group's other parts have passed (`groups`). Between a part's charge and its refund (one round
 //! trip) other requests may see those tokens taken — under-admission by at most the
 //! group's hits, for one round trip — and a refund that fails leaves them taken until the
 //! bucket refills: never over-admission. `groups` says why this beats checking first.
@@ -122,7 +123,7 @@ impl ClusterStore {
     /// other parts refunded (listed in [`Charged::refunds`]). Results are in batch order.
     pub async fn charge_groups(&self, batch: &[Charge], groups: &Groups, deadline: Instant) -> Charged {
         let parts = Parts::of(batch, groups);
-        let mut results = self.shared.charge_parts(batch, &parts, deadline).await;
+        let mut results = self.shared.charge_phased(batch, &parts, deadline).await;
         let refunds = self.shared.undo_denied(batch, &parts, &mut results, deadline).await;
         self.shared.health.record(&results);
         Charged { results, refunds, shared: false }

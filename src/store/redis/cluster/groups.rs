@@ -4,6 +4,11 @@
 //! their members answer as their buckets stand after the refund: allowed, nothing charged
 //! — what a group on one slot answers (`algorithm::joint`).
 //!
+//! Only consumes can be undone. A part holding a refund or an overdraw is *deferred*: sent
+//! in a second round trip once every other part of its group has passed, and not sent at
+//! all when one was denied (its members answer `NOT_EVALUATED`), so a denied group leaves
+//! no refund applied — as on one slot. Only groups that have such a part pay that trip.
+//!
 //! Why charge-then-refund rather than check-then-charge: the common case (every part
 //! passes) then costs one round trip, the same as a group on one slot; a check first would
 //! cost two on every request, and still race — another request can take the tokens
@@ -21,7 +26,7 @@ use tokio::time::Instant;
 
 use crate::algorithm::{Decision, Hits};
 
-use super::super::super::charge::{Charge, Groups, StoreError};
+use super::super::super::charge::{Charge, Groups, StoreError, NOT_EVALUATED};
 use super::super::slots::key_slot;
 use super::shared::Shared;
 
@@ -88,9 +93,58 @@ impl Parts {
         let start = if p == 0 { 0 } else { self.ends[p - 1] };
         &self.order[start..self.ends[p]]
     }
+
+    /// Per part, whether it waits for the other parts of its group: a part of a group cut
+    /// into several that holds a refund or an overdraw. Only consumes can be undone (by a
+    /// refund of their hits); a refund or an overdraw, once applied, cannot (a refund stops
+    /// at an empty bucket, an overdraw at the limit), so such a part is sent only once
+    /// every other part of its group has passed — a group denied meanwhile leaves it unsent,
+    /// as a denied group on one slot applies nothing.
+    pub(super) fn deferred(&self, batch: &[Charge]) -> Vec<bool> {
+        let mut deferred = vec![false; self.len()];
+        for group in &self.spanning {
+            for p in group.clone() {
+                deferred[p] = self
+                    .members(p)
+                    .iter()
+                    .any(|&i| matches!(batch[i].hits, Hits::Refund(_) | Hits::Overdraw(_)));
+            }
+        }
+        deferred
+    }
 }
 
 impl Shared {
+    /// Charges every part: first the parts that can be undone, then (a second round trip,
+    /// only for groups that have one) the `deferred` parts of the groups that no part has
+    /// denied so far. A deferred part left unsent answers [`NOT_EVALUATED`] for each of
+    /// its members (allowed, nothing charged).
+    pub(super) async fn charge_phased(
+        self: &Arc<Self>,
+        batch: &[Charge],
+        parts: &Parts,
+        deadline: Instant,
+    ) -> Vec<Result<Decision, StoreError>> {
+        let deferred = parts.deferred(batch);
+        let mut results = self.charge_parts(batch, parts, |p| !deferred[p], deadline).await;
+        if !deferred.contains(&true) {
+            return results;
+        }
+        let denied = |p: usize| parts.members(p).iter().any(|&i| matches!(results[i], Ok(d) if !d.allowed));
+        let mut send = vec![false; parts.len()];
+        for group in &parts.spanning {
+            let go = !group.clone().filter(|&p| !deferred[p]).any(denied);
+            group.clone().filter(|&p| deferred[p]).for_each(|p| send[p] = go);
+        }
+        let later = self.charge_parts(batch, parts, |p| send[p], deadline).await;
+        for (p, _) in deferred.iter().enumerate().filter(|(_, &d)| d) {
+            for &i in parts.members(p) {
+                results[i] = if send[p] { later[i].clone() } else { Ok(NOT_EVALUATED) };
+            }
+        }
+        results
+    }
+
     /// For every group cut into several parts and denied by one: refunds each consume of
     /// the parts that were applied (all their members allowed), in a task of its own,
     /// waited for until `deadline`. A refunded member then answers as its refund found the
@@ -106,7 +160,10 @@ impl Shared {
         deadline: Instant,
     ) -> Vec<(Charge, Result<Decision, StoreError>)> {
         let denied = |p: usize| parts.members(p).iter().any(|&i| matches!(results[i], Ok(d) if !d.allowed));
-        let applied = |p: usize| parts.members(p).iter().all(|&i| matches!(results[i], Ok(d) if d.allowed));
+        // A deferred part left unsent (`NOT_EVALUATED`) charged nothing.
+        let applied = |p: usize| {
+            parts.members(p).iter().all(|&i| matches!(results[i], Ok(d) if d.allowed && d != NOT_EVALUATED))
+        };
         let (mut refunds, mut refunded) = (Vec::new(), Vec::new());
         for group in &parts.spanning {
             if !group.clone().any(denied) {
@@ -128,7 +185,7 @@ impl Shared {
             let (shared, refunds) = (self.clone(), refunds.clone());
             tokio::spawn(async move {
                 let parts = Parts::of(&refunds, &Groups::each());
-                shared.charge_parts(&refunds, &parts, Instant::now() + REFUND_TIMEOUT).await
+                shared.charge_parts(&refunds, &parts, |_| true, Instant::now() + REFUND_TIMEOUT).await
             })
         };
         let answers = match tokio::time::timeout_at(deadline, task).await {
@@ -178,5 +235,17 @@ mod tests {
         let parts = Parts::of(&batch(&keys), &Groups::from_ends(vec![4, 5, 7]));
         assert_eq!(all(&parts), [vec![0, 2], vec![1], vec![3], vec![4], vec![5, 6]]);
         assert_eq!(parts.spanning, vec![Range { start: 0, end: 3 }], "only the first group spans slots");
+    }
+
+    #[test]
+    fn parts_of_spanning_groups_holding_a_refund_or_an_overdraw_are_deferred() {
+        let mut charges = batch(&["{x}1", "a", "{x}2", "b", "c", "{y}1", "{y}2"]);
+        charges[2].hits = Hits::Refund(1);
+        charges[3].hits = Hits::Overdraw(2);
+        charges[6].hits = Hits::Refund(1);
+        let parts = Parts::of(&charges, &Groups::from_ends(vec![4, 5, 7]));
+        assert_eq!(all(&parts), [vec![0, 2], vec![1], vec![3], vec![4], vec![5, 6]]);
+        // The {y} group is on one slot: one atomic call, nothing to defer.
+        assert_eq!(parts.deferred(&charges), [true, false, true, false, false]);
     }
 }

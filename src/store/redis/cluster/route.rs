@@ -17,18 +17,20 @@ use super::groups::Parts;
 use super::shared::{Lane, Shared};
 
 impl Shared {
-    /// Charges every part (see `groups::Parts`): the parts owned by one master as one
-    /// pipeline, every master's at once, by `deadline`. One result per charge of `batch`.
+    /// Charges the parts `send` selects (see `groups::Parts`): the parts owned by one
+    /// master as one pipeline, every master's at once, by `deadline`. One result per charge
+    /// of `batch`; a charge of a part not sent answers `Timeout` (the caller replaces it).
     pub(super) async fn charge_parts(
         self: &Arc<Self>,
         batch: &[Charge],
         parts: &Parts,
+        send: impl Fn(usize) -> bool,
         deadline: Instant,
     ) -> Vec<Result<Decision, StoreError>> {
         let map = self.map.load_full();
         let mut by_node: Vec<(Node, Vec<usize>)> = Vec::new();
         let mut unrouted = Vec::new();
-        for p in 0..parts.len() {
+        for p in (0..parts.len()).filter(|&p| send(p)) {
             let first = parts.members(p).first().map_or(&[][..], |&i| batch[i].key.as_bytes());
             match map.owner(key_slot(first)) {
                 Some(node) => match by_node.iter_mut().find(|(n, _)| n == node) {
