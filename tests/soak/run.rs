@@ -75,11 +75,8 @@ pub fn run(plan: Plan) -> RunLog {
     let mut clients = Vec::new();
     let mut canaries = Vec::new();
     let mut probes = Vec::new();
-    // A planted run drives one client per instance: its plant needs traffic, not load, and
-    // planted runs overlap one another (`main.rs`).
-    let per_instance = if plan.plant.is_some() { 1 } else { load::CLIENTS_PER_INSTANCE };
     for (i, (grpc, admin)) in addrs.iter().copied().enumerate() {
-        for c in 0..per_instance {
+        for c in 0..load::CLIENTS_PER_INSTANCE {
             let seed = plan.seed.wrapping_mul(1_000).wrapping_add((i * 10 + c) as u64);
             let client = i * load::CLIENTS_PER_INSTANCE + c;
             clients.push(runtime.spawn(load::run_client(seed, client, i, grpc, start, stop.clone())));
