@@ -20,7 +20,7 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
-use approx_support::{admin_get, within_one_window};
+use approx_support::{admin_get, reset, within_one_window};
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
@@ -28,7 +28,6 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::R
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::UInt64Value;
 use redis_support::RedisServer;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::Instant;
 use tollgate::app::{Running, ServeSettings, StoreKind};
 use tollgate::store::RedisSettings;
@@ -320,18 +319,6 @@ async fn a_peek_on_a_bucket_read_once_sees_it_spent_once_redis_holds_the_spend()
     assert_eq!(failure_decisions(b.running.admin_addr).await, 0.0);
     a.running.stop().await.expect("stop");
     b.running.stop().await.expect("stop");
-}
-
-/// `POST /v1/reset?…` on an admin port: the status code.
-async fn reset(admin: SocketAddr, query: &str) -> u16 {
-    let mut stream = tokio::net::TcpStream::connect(admin).await.expect("admin");
-    let head = format!(
-        "POST /v1/reset?{query} HTTP/1.1\r\nhost: x\r\nconnection: close\r\ncontent-length: 0\r\n\r\n"
-    );
-    stream.write_all(head.as_bytes()).await.expect("write");
-    let mut out = String::new();
-    stream.read_to_string(&mut out).await.expect("read");
-    out.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

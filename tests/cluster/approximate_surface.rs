@@ -17,12 +17,11 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::google::protobuf::UInt64Value;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::Instant;
 use tollgate::app::{RedisTopology, Running, ServeSettings, StoreKind};
 use tonic::transport::Channel;
 
-use crate::approx_support::{failure_decisions, metric, within_one_window};
+use crate::approx_support::{failure_decisions, metric, reset, within_one_window};
 use crate::support::{start_cluster, RedisCluster};
 
 const POLICY: &str =
@@ -96,18 +95,6 @@ async fn until<F: std::future::Future<Output = bool>>(
     }
 }
 
-/// `POST /v1/reset?…` on an admin port: the status code.
-async fn reset(instance: &Instance, query: &str) -> u16 {
-    let mut stream = tokio::net::TcpStream::connect(instance.running.admin_addr).await.expect("admin");
-    let head = format!(
-        "POST /v1/reset?{query} HTTP/1.1\r\nhost: x\r\nconnection: close\r\ncontent-length: 0\r\n\r\n"
-    );
-    stream.write_all(head.as_bytes()).await.expect("write");
-    let mut out = String::new();
-    stream.read_to_string(&mut out).await.expect("read");
-    out.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn costly_charges_peeks_and_resets_hold_across_instances_on_a_cluster() {
     let cluster = start_cluster().await;
@@ -136,7 +123,7 @@ async fn costly_charges_peeks_and_resets_hold_across_instances_on_a_cluster() {
     // Hole 3: B only denies "costly" (a local denial writes nothing); a reset through A is
     // seen by B within a second.
     assert!(!charge(&b, "costly", 1).await.0, "B denies the spent bucket");
-    assert_eq!(reset(&a, "domain=approx&descriptor=user%3Dcostly").await, 200);
+    assert_eq!(reset(a.running.admin_addr, "domain=approx&descriptor=user%3Dcostly").await, 200);
     let since = Instant::now();
     until("B admits the reset bucket", SEEN_WITHIN, || async { charge(&b, "costly", 1).await.0 }).await;
     println!("B admitted the reset bucket {:?} after the reset answered", since.elapsed());

@@ -28,6 +28,18 @@ pub fn request(user: &str) -> RateLimitRequest {
 pub const SUM_OF_COUNTS: &str = "local n = 0 for _, k in ipairs(redis.call('KEYS', '*user*')) do \
                                  n = n + tonumber(redis.call('HGET', k, 'c') or 0) end return n";
 
+/// `POST /v1/reset?<query>` on an admin port: the status code (0 when none was read).
+pub async fn reset(admin: SocketAddr, query: &str) -> u16 {
+    let mut stream = tokio::net::TcpStream::connect(admin).await.expect("admin");
+    let head = format!(
+        "POST /v1/reset?{query} HTTP/1.1\r\nhost: x\r\nconnection: close\r\ncontent-length: 0\r\n\r\n"
+    );
+    stream.write_all(head.as_bytes()).await.expect("write");
+    let mut out = String::new();
+    stream.read_to_string(&mut out).await.expect("read");
+    out.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0)
+}
+
 /// `GET path` on an admin port: the body.
 pub async fn admin_get(admin: SocketAddr, path: &str) -> String {
     let mut stream = tokio::net::TcpStream::connect(admin).await.expect("admin");
