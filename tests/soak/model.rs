@@ -35,14 +35,11 @@ pub(crate) enum Mode {
     Approximate,
 }
 
-/// Whether `domain`'s own keys are modelled, and how. Not `soak_multi` (two limits on one
-/// key, the answer reporting one): after unseen charges its candidates lose the true state
-/// of the limit not reported (an open lead, docs/reliability.md); invariants 1 and 5 still
-/// hold its buckets to both limits.
+/// Whether `domain`'s own keys are modelled, and how.
 pub(crate) fn mode(domain: &str) -> Option<Mode> {
     match domain {
         "soak_gcra" | "soak_sliding" | "soak_fixed" | "soak_aon" | "soak_budget_gcra"
-        | "soak_budget_fixed" | "soak_penalty" | "soak_minute" => Some(Mode::Exact),
+        | "soak_budget_fixed" | "soak_penalty" | "soak_minute" | "soak_multi" => Some(Mode::Exact),
         "soak_approx" | "soak_switch" | "soak_approx_minute" => Some(Mode::Approximate),
         _ => None,
     }
@@ -169,10 +166,12 @@ pub(crate) fn events<'a>(log: &RunLog, call: &'a Call) -> Vec<(Key, Mode, Event<
     out
 }
 
-/// One prediction: the statuses answered (allowed, remaining, reset µs) and the state after.
+/// One prediction: the statuses answered (allowed, remaining, reset µs), the state after,
+/// and the index of the candidate it was made from.
 pub(crate) struct Prediction {
     pub statuses: Vec<(bool, u64, u64)>,
     pub next: States,
+    pub from: usize,
 }
 
 /// Applies `hits` (one per member, or one for all the limits of one descriptor) at `t` on
@@ -183,7 +182,7 @@ pub(crate) fn apply(state: &States, t: u64, params: &[Params], hits: &[Hits], mu
         let o = algorithm::apply(state[0], t, &params[0], hits[0]);
         let next = vec![written(state[0], o.write)];
         let d = o.decision;
-        return Prediction { statuses: vec![(d.allowed, d.remaining, d.reset_us)], next };
+        return Prediction { statuses: vec![(d.allowed, d.remaining, d.reset_us)], next, from: 0 };
     }
     let members: Vec<joint::Member> = params
         .iter()
@@ -201,7 +200,7 @@ pub(crate) fn apply(state: &States, t: u64, params: &[Params], hits: &[Hits], mu
     } else {
         j.decisions.iter().map(|d| (d.allowed, d.remaining, d.reset_us)).collect()
     };
-    Prediction { statuses, next }
+    Prediction { statuses, next, from: 0 }
 }
 
 fn written(state: Option<State>, write: Write) -> Option<State> {
@@ -248,13 +247,37 @@ fn instants(sent: u64, recv: u64, params: &[Params]) -> Vec<u64> {
     out
 }
 
-/// Evaluates `event` on every candidate: the predictions, each with its instant.
+/// The instants an unseen charge is tried at when it may have landed in `[from, to]`:
+/// both ends, evenly between (a GCRA bucket refills continuously), and both sides of each
+/// limit's first and last window edge inside (a charge landed in a window that rolled over
+/// before `to` counts no more in it, but a longer window of the key may still hold it).
+pub(crate) fn landing_instants(from: u64, to: u64, params: &[Params]) -> Vec<u64> {
+    const SPREAD: u64 = 4;
+    let to = to.max(from);
+    let mut out: Vec<u64> = (0..=SPREAD).map(|i| from + (to - from) * i / SPREAD).collect();
+    for p in params {
+        let unit = p.unit_us.max(1);
+        let first = (from / unit + 1) * unit;
+        let last = to / unit * unit;
+        for edge in [first, last] {
+            if edge > from && edge <= to {
+                out.extend([edge - 1, edge]);
+            }
+        }
+    }
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
+/// Evaluates `event` on every candidate: the predictions, each with its instant and the
+/// index of its candidate.
 pub(crate) fn predict(candidates: &[States], event: &Event<'_>) -> Vec<Prediction> {
     let mut out = Vec::new();
     for params in &event.variants {
         for t in instants(event.call.sent, event.call.recv, params) {
-            for state in candidates {
-                out.push(apply(state, t, params, &event.hits, event.multi));
+            for (from, state) in candidates.iter().enumerate() {
+                out.push(Prediction { from, ..apply(state, t, params, &event.hits, event.multi) });
             }
         }
     }

@@ -12,22 +12,50 @@ use crate::verdict::{self, Verdict};
 
 /// How many candidate states a key keeps (the extremes and an even spread between).
 const MAX_CANDIDATES: usize = 32;
+/// How many candidates pending charges may make before they are pruned while landing.
+const LANDING_CAP: usize = 512;
 /// How long after its send a charge whose outcome was not seen may still land, when no
 /// store fault holds it: a cancelled request whose script was already sent.
 const SETTLE_US: u64 = 1_000_000;
 
-/// A charge not seen that may still land: its event's params, hits and shape, until when.
+/// A charge not seen that may still land: its event's params, hits and shape, from when
+/// (its send) until when.
 struct Pending {
+    id: u32,
     variants: Vec<Vec<tollgate::algorithm::Params>>,
     hits: Vec<Hits>,
     multi: bool,
+    sent: u64,
     until: u64,
+}
+
+/// One state the key's buckets may be in, and which of the pending charges have landed in
+/// it (each lands once at most).
+#[derive(Clone)]
+struct Candidate {
+    states: States,
+    landed: Vec<u32>,
+}
+
+impl Candidate {
+    fn fresh(n: usize) -> Candidate {
+        Candidate { states: vec![None; n], landed: Vec::new() }
+    }
+
+    /// `states` reached from this candidate, with `landed` one more when the step landed a
+    /// pending charge.
+    fn then(&self, states: States, landed: Option<u32>) -> Candidate {
+        let mut next = Candidate { states, landed: self.landed.clone() };
+        next.landed.extend(landed);
+        next
+    }
 }
 
 /// What the model holds of one key.
 struct KeyModel {
-    candidates: Vec<States>,
+    candidates: Vec<Candidate>,
     pending: Vec<Pending>,
+    next_pending: u32,
     /// The last call's latency: the over-limit cache measures a denial's time left from the
     /// send of the call Redis denied, so it says up to that much less.
     last_latency: u64,
@@ -48,8 +76,9 @@ pub fn judge(log: &RunLog) -> Verdict {
         for (key, mode, event) in model::events(log, call) {
             let n = event.variants[0].len();
             let km = keys.entry(key.clone()).or_insert_with(|| KeyModel {
-                candidates: vec![vec![None; n]],
+                candidates: vec![Candidate::fresh(n)],
                 pending: Vec::new(),
+                next_pending: 0,
                 last_latency: 0,
                 last_recv: 0,
                 tainted_until: 0,
@@ -86,7 +115,7 @@ pub fn judge(log: &RunLog) -> Verdict {
         slack: format!(
             "own keys (one client at a time): code, remaining and reset as the algorithms give them at some instant \
              between send and answer, from a state the earlier answers leave possible (configs of reloads within 2 s \
-             both; unseen charges may land up to 1 s after their send or a fault's heal; a failure-policy answer is \
+             both; unseen charges may land once, any time up to 1 s after their send or a fault's heal; a failure-policy answer is \
              excused when the instance's failure counters grew or a store fault reached it; a data-losing fault adds \
              a fresh bucket and excuses the key until its windows live then rolled over); a denial from the over-limit cache may say up to the previous call's latency less; \
              approximate domains: a charge of at most the limit on an empty window is admitted; {excused} excused"
@@ -107,23 +136,21 @@ impl KeyModel {
     fn step(&mut self, log: &RunLog, mode: Mode, event: &Event<'_>) -> Step {
         let call = event.call;
         if let Some(until) = loss_end(log, self.last_recv.min(call.sent), call.recv) {
-            self.candidates.push(vec![None; event.variants[0].len()]);
+            self.candidates.push(Candidate::fresh(event.variants[0].len()));
             let unit = event.variants.iter().flatten().map(|p| p.unit_us).max().unwrap_or(0);
             self.tainted_until = self.tainted_until.max(until + unit);
         }
         let loss = call.sent <= self.tainted_until;
-        self.land_pending(call.sent);
-        let predictions = model::predict(&self.candidates, event);
+        self.land_pending(call.sent, event);
+        let states: Vec<States> = self.candidates.iter().map(|c| c.states.clone()).collect();
+        let predictions = model::predict(&states, event);
         let Some(observed) = model::observed(event) else {
-            let mut next: Vec<States> = predictions.into_iter().map(|p| p.next).collect();
+            // Landed during the call, or not (yet): a pending charge.
+            let id = self.pend(log, event);
+            let mut next: Vec<Candidate> =
+                predictions.into_iter().map(|p| self.candidates[p.from].then(p.next, Some(id))).collect();
             next.append(&mut self.candidates);
             self.candidates = prune(next, event);
-            self.pending.push(Pending {
-                variants: event.variants.clone(),
-                hits: event.hits.clone(),
-                multi: event.multi,
-                until: settle(log, call.sent, call.recv),
-            });
             self.finish(call);
             return Step::Unanswered;
         };
@@ -134,7 +161,7 @@ impl KeyModel {
             .collect();
         let verdict = match mode {
             Mode::Exact => self.exact(&same_code, &observed, event.call.domain == "soak_aon"),
-            Mode::Approximate => approximate(&self.candidates, event, &observed),
+            Mode::Approximate => approximate(&states, event, &observed),
         };
         // Successors: the predictions that gave exactly this answer, else this code, else all.
         let mut exact: Vec<&model::Prediction> =
@@ -151,23 +178,23 @@ impl KeyModel {
                 })
                 .collect();
         }
-        let mut next: Vec<States> = if mode == Mode::Exact && !exact.is_empty() {
-            exact.iter().map(|p| p.next.clone()).collect()
+        let chosen: Vec<&model::Prediction> = if mode == Mode::Exact && !exact.is_empty() {
+            exact
         } else if !same_code.is_empty() {
-            same_code.iter().map(|p| p.next.clone()).collect()
+            same_code
         } else {
-            predictions.iter().map(|p| p.next.clone()).collect()
+            predictions.iter().collect()
         };
+        let mut next: Vec<Candidate>;
         if failure {
-            // A store timeout answers as the failure policy and may have charged.
-            next.extend(predictions.iter().map(|p| p.next.clone()));
+            // A store timeout answers as the failure policy and may have charged: landed
+            // during the call, or not (yet), a pending charge.
+            let id = self.pend(log, event);
+            next =
+                predictions.iter().map(|p| self.candidates[p.from].then(p.next.clone(), Some(id))).collect();
             next.append(&mut self.candidates);
-            self.pending.push(Pending {
-                variants: event.variants.clone(),
-                hits: event.hits.clone(),
-                multi: event.multi,
-                until: settle(log, call.sent, call.recv),
-            });
+        } else {
+            next = chosen.iter().map(|p| self.candidates[p.from].then(p.next.clone(), None)).collect();
         }
         self.candidates = prune(next, event);
         self.finish(call);
@@ -215,18 +242,55 @@ impl KeyModel {
         (!inside).then(|| format!("answered {}, exact decisions give {}", show(observed), ranges.join("; ")))
     }
 
-    /// Charges not seen that may still land are applied, as one more possibility, at `at`.
-    fn land_pending(&mut self, at: u64) {
-        self.pending.retain(|p| p.until >= at);
-        let mut added = Vec::new();
-        for pending in &self.pending {
-            for params in &pending.variants {
-                for state in &self.candidates {
-                    added.push(model::apply(state, at, params, &pending.hits, pending.multi).next);
+    /// Records `event`'s charge as pending: it may land until it settles.
+    fn pend(&mut self, log: &RunLog, event: &Event<'_>) -> u32 {
+        let id = self.next_pending;
+        self.next_pending = self.next_pending.wrapping_add(1);
+        self.pending.push(Pending {
+            id,
+            variants: event.variants.clone(),
+            hits: event.hits.clone(),
+            multi: event.multi,
+            sent: event.call.sent,
+            until: settle(log, event.call.sent, event.call.recv),
+        });
+        id
+    }
+
+    /// Charges not seen that may have landed since the previous answer (and before `at`,
+    /// this call's send) are applied, as more possibilities, to every candidate they have
+    /// not landed in: several of them together, each at instants spread over the gap (a
+    /// GCRA bucket refills meanwhile; a window may roll over; a refund landing after a
+    /// consume leaves more room than one before, as a count does not go below zero). Then
+    /// the ones settled before `at` are dropped.
+    fn land_pending(&mut self, at: u64, event: &Event<'_>) {
+        for k in 0..self.pending.len() {
+            let p = &self.pending[k];
+            let (from, to) = (self.last_recv.max(p.sent), at.min(p.until));
+            if to < from {
+                continue;
+            }
+            let mut added = Vec::new();
+            for c in self.candidates.iter().filter(|c| !c.landed.contains(&p.id)) {
+                for params in &p.variants {
+                    for t in model::landing_instants(from, to, params) {
+                        let next = model::apply(&c.states, t, params, &p.hits, p.multi).next;
+                        added.push(c.then(next, Some(p.id)));
+                    }
                 }
             }
+            self.candidates.extend(added);
+            if self.candidates.len() > LANDING_CAP {
+                self.candidates = prune(std::mem::take(&mut self.candidates), event);
+            }
         }
-        self.candidates.extend(added);
+        let settled: Vec<u32> = self.pending.iter().filter(|p| p.until < at).map(|p| p.id).collect();
+        self.pending.retain(|p| p.until >= at);
+        if !settled.is_empty() {
+            for c in &mut self.candidates {
+                c.landed.retain(|id| !settled.contains(id));
+            }
+        }
     }
 }
 
@@ -338,11 +402,19 @@ pub fn model_troubled(log: &RunLog, instance: usize, a: u64, b: u64) -> bool {
         || y.first_read_misses > x.first_read_misses
 }
 
-/// Deduplicated candidates, at most [`MAX_CANDIDATES`]: ordered by the room they leave at
-/// the call's answer, the extremes and an even spread between kept.
-fn prune(states: Vec<States>, event: &Event<'_>) -> Vec<States> {
+/// A candidate's room at an instant: summed over its buckets, the summed reset reversed,
+/// each bucket's (remaining, reset µs), and the pending charges landed in it.
+type Room = (u64, std::cmp::Reverse<u64>, Vec<(u64, u64)>, Vec<u32>);
+
+/// Deduplicated candidates, at most [`MAX_CANDIDATES`] and the extremes below: ordered by
+/// the room they leave at the call's answer, the extremes and an even spread between kept;
+/// with several buckets, also for each room of each bucket the candidates leaving the least
+/// and the most room in all (an answer reports one bucket of a key's limits; the others'
+/// count must survive among the candidates it leaves).
+fn prune(states: Vec<Candidate>, event: &Event<'_>) -> Vec<Candidate> {
     let mut seen = HashSet::new();
-    let mut unique: Vec<States> = states.into_iter().filter(|s| seen.insert(fingerprint(s))).collect();
+    let mut unique: Vec<Candidate> =
+        states.into_iter().filter(|c| seen.insert((fingerprint(&c.states), c.landed.clone()))).collect();
     if unique.len() <= MAX_CANDIDATES {
         return unique;
     }
@@ -350,8 +422,9 @@ fn prune(states: Vec<States>, event: &Event<'_>) -> Vec<States> {
     let at = event.call.recv;
     // The room summed over the buckets orders the spread; each bucket's own room and reset
     // tell states apart (two limits of one key leaving 5 + 90 and 4 + 91 do not answer alike).
-    let room = |s: &States| -> (u64, std::cmp::Reverse<u64>, Vec<(u64, u64)>) {
-        let each: Vec<(u64, u64)> = s
+    let room = |c: &Candidate| -> Room {
+        let each: Vec<(u64, u64)> = c
+            .states
             .iter()
             .zip(params)
             .map(|(state, p)| {
@@ -360,7 +433,7 @@ fn prune(states: Vec<States>, event: &Event<'_>) -> Vec<States> {
             })
             .collect();
         let (remaining, reset) = each.iter().fold((0, 0), |(r, t), (a, b)| (r + a, t + b));
-        (remaining, std::cmp::Reverse(reset), each)
+        (remaining, std::cmp::Reverse(reset), each, c.landed.clone())
     };
     unique.sort_by_cached_key(room);
     // One state per room first (states leaving the same rooms answer alike), then a spread.
@@ -375,7 +448,22 @@ fn prune(states: Vec<States>, event: &Event<'_>) -> Vec<States> {
         return unique;
     }
     let last = unique.len() - 1;
-    (0..MAX_CANDIDATES).map(|i| unique[i * last / (MAX_CANDIDATES - 1)].clone()).collect()
+    let mut keep: Vec<usize> = (0..MAX_CANDIDATES).map(|i| i * last / (MAX_CANDIDATES - 1)).collect();
+    let buckets = params.len();
+    if buckets > 1 {
+        // Sorted by room in all: the first and last of each bucket's remaining.
+        let rooms: Vec<Vec<u64>> = unique.iter().map(|c| room(c).2.iter().map(|e| e.0).collect()).collect();
+        for k in 0..buckets {
+            let mut ends: std::collections::BTreeMap<u64, (usize, usize)> = Default::default();
+            for (i, r) in rooms.iter().enumerate() {
+                ends.entry(r[k]).and_modify(|e| e.1 = i).or_insert((i, i));
+            }
+            keep.extend(ends.values().flat_map(|&(a, b)| [a, b]));
+        }
+    }
+    keep.sort_unstable();
+    keep.dedup();
+    keep.into_iter().map(|i| unique[i].clone()).collect()
 }
 
 fn fingerprint(states: &States) -> Vec<(u8, u64, u64, u64, u64)> {
