@@ -23,8 +23,6 @@ const KNOWN: &[(&str, &str, &str)] = &[
     ("src/config/rule.rs", "", "the rule model and its parameters; to be split"),
     ("src/config/compile/limits.rs", "", "limits' validation: every check of a limit; to be split by field"),
     ("src/operate/status/page.rs", "", "the page's HTML, CSS and script in one template; to be split"),
-    ("src/service/limiter.rs", "", "splits with `decide_codes` (a decision record the tracer reads)"),
-    ("src/service/limiter.rs", "decide_codes", "to become a decision record the tracer describes afterwards"),
     ("src/store/redis/scripts.rs", "", "the script set and its calls; to be split"),
 ];
 

@@ -1,4 +1,5 @@
 use std::path::PathBuf;
+use std::time::Duration;
 
 use envoy_types::pb::google::protobuf::UInt64Value;
 
