@@ -45,7 +45,7 @@ const LAYERS: &[&[&str]] = &[
 /// one layer.
 const AREAS: &[(&str, &[&[&str]])] = &[
     ("cli", &[&["peer", "tests"], &["mod"], &["serve"], &["tracing"], &["load", "values", "xds"]]),
-    ("app", &[&["mod"], &["store"], &["settings"]]),
+    ("app", &[&["mod"], &["servers"], &["tasks"], &["loading", "store"], &["settings"]]),
     ("operate", &[&["mod"], &["admin"], &["check", "explain", "rlconfig", "status"]]),
     (
         "service",
