@@ -39,6 +39,8 @@ mod faults;
 mod joint;
 #[path = "api/new_limits.rs"]
 mod new_limits;
+#[path = "cluster/ready.rs"]
+mod ready;
 #[path = "cluster/reset.rs"]
 mod reset;
 #[path = "cluster/scaling.rs"]

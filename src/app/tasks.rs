@@ -83,13 +83,49 @@ pub(super) async fn background(
     Ok(Background { sync, watcher })
 }
 
-/// Before it reports ready, an instance with approximate domains on Redis waits for its
-/// approximate warm-up (`Approx::warmed_up`: two heartbeats an interval apart), so that
-/// the first request a load balancer sends is decided locally, not exactly at the store
-/// timeout while the connections are new and the load arrives at once. Bounded by
-/// [`warm_up_wait`]: with Redis not answering it reports ready anyway, and approximate
-/// domains are decided exactly (their `failure_mode` answers) until the warm-up ends.
+/// Longest startup waits for the store to be prepared ([`Store::prepare`]).
+pub const PREPARE_WAIT: Duration = Duration::from_secs(2);
+
+/// Before it reports ready, an instance on Redis prepares its store and, with approximate
+/// domains, warms them up — both at once, each bounded: with Redis not answering it
+/// reports ready anyway, and the domains' `failure_mode` answers until Redis does.
 pub(super) async fn warm_up(store: &Store, live: &Live) {
+    tokio::join!(prepare(store), approximate_warm_up(store, live));
+}
+
+/// Every connection of the charges made and every script loaded on each server the store
+/// calls ([`Store::prepare`]), so that the first requests pay neither a connect nor a
+/// `NOSCRIPT` round trip inside their store timeout. Bounded by [`PREPARE_WAIT`].
+async fn prepare(store: &Store) {
+    if matches!(store, Store::Memory(_)) {
+        return;
+    }
+    let started = Instant::now();
+    let done = store.prepare(tokio::time::Instant::now() + PREPARE_WAIT).await;
+    let waited_ms = started.elapsed().as_millis() as u64;
+    match done {
+        Ok(servers) => {
+            tracing::info!(
+                servers,
+                waited_ms,
+                "store prepared before ready: connections made, scripts loaded"
+            )
+        }
+        Err(e) => tracing::warn!(
+            error = %e,
+            waited_ms,
+            "store not prepared (Redis not answering): ready anyway; the first requests connect and load \
+             scripts within their store timeout, by their failure_mode on store errors"
+        ),
+    }
+}
+
+/// An instance with approximate domains on Redis waits for its approximate warm-up
+/// (`Approx::warmed_up`: two heartbeats an interval apart), so that the first request a
+/// load balancer sends is decided locally, not exactly at the store timeout while the
+/// connections are new and the load arrives at once. Bounded by [`warm_up_wait`]: then
+/// approximate domains are decided exactly (their `failure_mode` answers) until it ends.
+async fn approximate_warm_up(store: &Store, live: &Live) {
     let Some(approx) = store.approx() else { return };
     if store.sync_via().is_none() || !live.load().snapshot.has_approximate() {
         return;

@@ -138,6 +138,19 @@ impl Store {
         }
     }
 
+    /// Before the instance reports ready: every connection of the charges made and every
+    /// script loaded on each server this store calls (`redis::prepare`), by `deadline`.
+    /// Answers how many servers were prepared (0 for memory); an error is logged by the
+    /// caller and is not fatal (the store connects when Redis answers, as it always does).
+    pub async fn prepare(&self, deadline: Instant) -> Result<usize, StoreError> {
+        match self {
+            Store::Memory(_) => Ok(0),
+            Store::Redis(r) => redis::prepare::prepare_link(r.client().link(), deadline).await.map(|()| 1),
+            Store::Sentinel(s) => redis::prepare::prepare_link(s.client().link(), deadline).await.map(|()| 1),
+            Store::Cluster(c) => c.client().prepare(deadline).await,
+        }
+    }
+
     /// `memory`, `redis`, `redis_cluster` or `redis_sentinel`: the `store` label of metrics.
     pub fn name(&self) -> &'static str {
         match self {

@@ -62,6 +62,7 @@ pub use super::slots::{hash_tag, key_slot, SLOTS};
 
 mod approx;
 mod groups;
+mod prepare;
 mod redirect;
 mod refresh;
 mod reset;

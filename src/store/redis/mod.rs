@@ -20,6 +20,7 @@ pub mod cluster;
 pub mod connect;
 mod health;
 pub mod link;
+pub mod prepare;
 pub(crate) mod reply;
 pub mod scripts;
 pub mod sentinel;
