@@ -25,6 +25,8 @@ use super::yaml;
 mod consistency;
 mod headers;
 mod limits;
+mod numbers;
+mod response;
 
 /// Validates and compiles `(file name, content)` pairs, in load order, into a snapshot,
 /// with today's defaults (one file per domain, gcra): see [`compile_sources_with`].

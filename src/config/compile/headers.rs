@@ -1,7 +1,7 @@
 //! The header names and values a limit's `response` may send: HTTP tokens and printable
 //! values, none that HTTP, Envoy or the answer's generated headers own.
 //!
-//! Part of `compile` (used by `limits`). Pure.
+//! Part of `compile` (used by `response`). Pure.
 
 use super::super::rule::MAX_RESPONSE_VALUE;
 

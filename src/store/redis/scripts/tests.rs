@@ -1,8 +1,11 @@
 //! Unit tests of `scripts`: the commands built for single charges and joint parts, and
 //! their replies parsed into decisions (or server errors).
 
+use redis::{Cmd, Value};
+
 use super::*;
-use crate::algorithm::Params;
+use crate::algorithm::{Algorithm, Decision, Hits, Params};
+use crate::store::charge::{Charge, StoreError};
 
 fn charge(algorithm: Algorithm, hits: Hits) -> Charge {
     Charge {

@@ -1,0 +1,206 @@
+//! The script calls as Redis commands: `Scripts` (the set, hashed once) builds the
+//! `EVALSHA`/`EVAL` of a single charge (its algorithm's script), of a part of a joint group
+//! (`joint.lua`) and of a batch of several requests (`batch.lua`), by the contract in
+//! `lua/README.md`.
+//!
+//! Part of `scripts`; builds commands only: sending them is `pipeline`'s, reading their
+//! replies `replies`'.
+
+use std::collections::HashMap;
+
+use redis::Cmd;
+
+use crate::algorithm::{Algorithm, Hits, Params};
+use crate::store::charge::{Charge, Groups};
+
+use super::sources::{Call, Script, BATCH_LUA, FIXED_LUA, GCRA_LUA, JOINT_LUA, SLIDING_LUA};
+
+/// The three algorithm scripts, the joint one and the batch one (see `lua/README.md` for
+/// their contract).
+#[derive(Debug)]
+pub struct Scripts {
+    gcra: Script,
+    sliding: Script,
+    fixed: Script,
+    joint: Script,
+    batch: Script,
+}
+
+impl Default for Scripts {
+    fn default() -> Scripts {
+        Scripts::new()
+    }
+}
+
+impl Scripts {
+    /// Hashes the embedded sources.
+    pub fn new() -> Scripts {
+        Scripts {
+            gcra: Script::new(GCRA_LUA),
+            sliding: Script::new(SLIDING_LUA),
+            fixed: Script::new(FIXED_LUA),
+            joint: Script::new(JOINT_LUA),
+            batch: Script::new(BATCH_LUA),
+        }
+    }
+
+    /// `EVALSHA <sha> 1 <key> <limit> <unit_us> <burst> <mode> <n>` (or `EVAL <source> …`),
+    /// then `'' <penalty_us>` for a limit with a penalty. The bucket key is the only key: a
+    /// cluster client routes the command by it.
+    pub fn command(&self, charge: &Charge, call: Call) -> Cmd {
+        let script = match charge.params.algorithm {
+            Algorithm::Gcra => &self.gcra,
+            Algorithm::SlidingWindow => &self.sliding,
+            Algorithm::FixedWindow => &self.fixed,
+        };
+        let (name, body) = match call {
+            Call::Sha => ("EVALSHA", script.sha()),
+            Call::Source => ("EVAL", script.source()),
+        };
+        let (mode, n) = mode(charge.hits);
+        let p = &charge.params;
+        let mut cmd = redis::cmd(name);
+        cmd.arg(body).arg(1).arg(&charge.key).arg(p.limit).arg(p.unit_us).arg(p.burst).arg(mode).arg(n);
+        if p.penalty_us > 0 {
+            // No test clock (`''`: the server's TIME), then the penalty.
+            cmd.arg("").arg(p.penalty_us);
+        }
+        cmd
+    }
+
+    /// The script call of the charges `members` of `batch` (indices, in order; every key on
+    /// one slot): [`command`](Self::command) for one member, `joint.lua` for more — in its
+    /// `each` mode when `coalesced` (independent members, see `Groups::coalesced`).
+    pub fn part(&self, batch: &[Charge], members: &[usize], coalesced: bool, call: Call) -> Cmd {
+        match members {
+            [one] => self.command(&batch[*one], call),
+            _ => {
+                let mut cmd = self.joint(members.iter().map(|&i| &batch[i]), call);
+                if coalesced {
+                    // No test clock (`''`: the server's TIME), then the `each` flag.
+                    cmd.arg("").arg(1);
+                }
+                cmd
+            }
+        }
+    }
+
+    /// `EVALSHA <sha> <k> <key>… <m> (<key index> <algorithm> <limit> <unit_us> <burst>
+    /// <mode> <n> <penalty_us>)×m`: the distinct keys in order of first use, then each member.
+    pub fn joint<'a>(&self, members: impl Iterator<Item = &'a Charge> + Clone, call: Call) -> Cmd {
+        let (name, body) = match call {
+            Call::Sha => ("EVALSHA", self.joint.sha()),
+            Call::Source => ("EVAL", self.joint.source()),
+        };
+        let mut keys: Vec<&str> = Vec::new();
+        let mut args: Vec<(usize, &Charge)> = Vec::new();
+        for charge in members {
+            let index = keys.iter().position(|k| *k == charge.key).unwrap_or_else(|| {
+                keys.push(&charge.key);
+                keys.len() - 1
+            });
+            args.push((index + 1, charge));
+        }
+        let mut cmd = redis::cmd(name);
+        cmd.arg(body).arg(keys.len());
+        for key in &keys {
+            cmd.arg(*key);
+        }
+        cmd.arg(args.len());
+        for (index, charge) in args {
+            let p = &charge.params;
+            let (mode, n) = mode(charge.hits);
+            cmd.arg(index)
+                .arg(p.algorithm.as_str())
+                .arg(p.limit)
+                .arg(p.unit_us)
+                .arg(p.burst)
+                .arg(mode)
+                .arg(n)
+                .arg(p.penalty_us);
+        }
+        cmd
+    }
+}
+
+impl Scripts {
+    /// `EVALSHA <sha> <k> <key>… '' <r> (<algorithm> <limit> <unit_us> <burst> <penalty_us>)×r
+    /// (<kind> <m> (<key index> <rule index> <mode> <n>)×m)…`: every group of every rider
+    /// (a request's charges and how they are grouped), in order, as one `batch.lua` call;
+    /// the keys and the rules (algorithm and numbers) once each, by first use. A rider's
+    /// groups of one and coalesced groups are independent (`e`), its other groups joint
+    /// (`j`). The reply holds one entry per charge, riders in order ([`parse_batch`](super::replies::parse_batch)).
+    pub fn batch<'a>(&self, riders: &[(&'a [Charge], &Groups)], call: Call) -> Cmd {
+        let (name, body) = match call {
+            Call::Sha => ("EVALSHA", self.batch.sha()),
+            Call::Source => ("EVAL", self.batch.source()),
+        };
+        let charges: usize = riders.iter().map(|(batch, _)| batch.len()).sum();
+        // Keys by first use: a linear scan for a small call, a map past that (a call holds
+        // at most 64 charges, `batch::MAX_CHARGES`). Rules are few: always a scan.
+        let mut keys: Vec<&'a str> = Vec::with_capacity(charges);
+        let mut key_index: Option<HashMap<&'a str, usize>> = (charges > 16).then(HashMap::new);
+        let mut rules: Vec<&'a Params> = Vec::new();
+        let mut members: Vec<u64> = Vec::with_capacity(4 * charges);
+        let mut layout: Vec<(&str, usize)> = Vec::new();
+        for &(batch, groups) in riders {
+            for range in groups.ranges(batch.len()) {
+                let kind = if range.len() == 1 || groups.is_coalesced() { "e" } else { "j" };
+                layout.push((kind, range.len()));
+                for charge in &batch[range] {
+                    let key = charge.key.as_str();
+                    let k = match &mut key_index {
+                        Some(map) => *map.entry(key).or_insert_with(|| {
+                            keys.push(key);
+                            keys.len()
+                        }),
+                        None => match keys.iter().position(|k| *k == key) {
+                            Some(i) => i + 1,
+                            None => {
+                                keys.push(key);
+                                keys.len()
+                            }
+                        },
+                    };
+                    let r = match rules.iter().position(|p| **p == charge.params) {
+                        Some(i) => i + 1,
+                        None => {
+                            rules.push(&charge.params);
+                            rules.len()
+                        }
+                    };
+                    let (mode, n) = mode(charge.hits);
+                    members.extend([k as u64, r as u64, u64::from(mode), n]);
+                }
+            }
+        }
+        let mut cmd = redis::cmd(name);
+        cmd.arg(body).arg(keys.len());
+        for key in &keys {
+            cmd.arg(*key);
+        }
+        // No test clock: the server's TIME.
+        cmd.arg("").arg(rules.len());
+        for p in rules {
+            cmd.arg(p.algorithm.as_str()).arg(p.limit).arg(p.unit_us).arg(p.burst).arg(p.penalty_us);
+        }
+        let mut members = members.chunks_exact(4);
+        for (kind, m) in layout {
+            cmd.arg(kind).arg(m);
+            for member in members.by_ref().take(m) {
+                cmd.arg(member);
+            }
+        }
+        cmd
+    }
+}
+
+/// The script's `mode` and `n` for `hits`.
+fn mode(hits: Hits) -> (u8, u64) {
+    match hits {
+        Hits::Consume(n) => (0, n),
+        Hits::Peek => (1, 0),
+        Hits::Overdraw(n) => (3, n),
+        Hits::Refund(n) => (2, n),
+    }
+}
