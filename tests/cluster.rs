@@ -23,6 +23,8 @@ mod front_support;
 #[path = "support/sentinel.rs"]
 mod sentinel_support;
 
+#[path = "cluster/aon_late.rs"]
+mod aon_late;
 #[path = "cluster/aon_members.rs"]
 mod aon_members;
 #[path = "cluster/approximate.rs"]

@@ -54,7 +54,7 @@ use super::link::{Link, Replaced};
 use super::scripts::Scripts;
 use super::slots::SlotMap;
 
-use self::groups::Parts;
+use self::groups::{Parts, REFUND_TIMEOUT};
 use self::shared::{redacted, RefreshState, Shared};
 
 pub use self::shared::{ClusterSettings, ClusterStore, Lane};
@@ -124,8 +124,31 @@ impl ClusterStore {
     /// other parts refunded (listed in [`Charged::refunds`]). Results are in batch order.
     pub async fn charge_groups(&self, batch: &[Charge], groups: &Groups, deadline: Instant) -> Charged {
         let parts = Parts::of(batch, groups);
-        let mut results = self.shared.charge_phased(batch, &parts, deadline).await;
-        let refunds = self.shared.undo_denied(batch, &parts, &mut results, deadline).await;
+        if !parts.spans() {
+            let results = self.shared.charge_phased(batch, &parts, (deadline, deadline)).await;
+            self.shared.health.record(&results);
+            return Charged { results, refunds: Vec::new(), shared: false };
+        }
+        // A group cut into parts is charged, and undone when a part was denied, in a task of
+        // its own that waits for the parts' replies past the request's deadline: a request
+        // that gives up (its deadline, or its client gone) never leaves a denied group's
+        // applied parts charged.
+        let (shared, owned, groups) = (self.shared.clone(), batch.to_vec(), groups.clone());
+        let task = tokio::spawn(async move {
+            let parts = Parts::of(&owned, &groups);
+            let replies_by = deadline + REFUND_TIMEOUT;
+            let mut results = shared.charge_phased(&owned, &parts, (deadline, replies_by)).await;
+            let refunds = shared.undo_denied(&owned, &parts, &mut results, deadline).await;
+            (results, refunds)
+        });
+        let (results, refunds) = match tokio::time::timeout_at(deadline, task).await {
+            Ok(Ok(done)) => done,
+            Ok(Err(join)) => (
+                vec![Err(StoreError::Unavailable(format!("cluster group: {join}"))); batch.len()],
+                Vec::new(),
+            ),
+            Err(_) => (vec![Err(StoreError::Timeout); batch.len()], Vec::new()),
+        };
         self.shared.health.record(&results);
         Charged { results, refunds, shared: false }
     }

@@ -100,7 +100,7 @@ impl Link {
         count: usize,
         deadline: Instant,
     ) -> Result<Vec<Value>, SendError> {
-        self.send_on(pipe, count, count, deadline, false).await
+        self.send_on(pipe, count, count, (deadline, deadline), false).await
     }
 
     /// As [`send`](Self::send), counted as `weight` commands against `max_inflight`: a
@@ -113,15 +113,32 @@ impl Link {
         weight: usize,
         deadline: Instant,
     ) -> Result<Vec<Value>, SendError> {
-        self.send_on(pipe, count, weight, deadline, true).await
+        self.send_on(pipe, count, weight, (deadline, deadline), true).await
     }
 
-    async fn send_on(
+    /// As [`send_weighted`](Self::send_weighted), sent by `deadline` (or not at all) and
+    /// its replies waited for until `replies_by`: for a caller that must learn whether the
+    /// commands ran after its own request gave up (a cluster group's parts, whose applied
+    /// consumes are refunded when another part was denied).
+    pub async fn send_weighted_until(
         &self,
         pipe: Pipeline,
         count: usize,
         weight: usize,
         deadline: Instant,
+        replies_by: Instant,
+    ) -> Result<Vec<Value>, SendError> {
+        self.send_on(pipe, count, weight, (deadline, replies_by.max(deadline)), true).await
+    }
+
+    /// `(deadline, replies_by)`: sent by the first (never after: a command sent late could
+    /// charge for a request answered long ago), answered by the second.
+    async fn send_on(
+        &self,
+        pipe: Pipeline,
+        count: usize,
+        weight: usize,
+        (deadline, replies_by): (Instant, Instant),
         turn: bool,
     ) -> Result<Vec<Value>, SendError> {
         let conn = match tokio::time::timeout_at(deadline, self.lease(turn)).await {
@@ -137,7 +154,7 @@ impl Link {
         }
         let mut call = tokio::spawn(call(self.inner.clone(), conn, pipe, count, weight));
         // A reply the runtime has not read yet when a late timer fires still counts.
-        let Some(finished) = crate::store::deadline::within(deadline, &mut call).await else {
+        let Some(finished) = crate::store::deadline::within(replies_by, &mut call).await else {
             return Err(SendError::MaybeRan(StoreError::Timeout));
         };
         match finished {

@@ -31,8 +31,10 @@ use super::super::slots::key_slot;
 use super::shared::Shared;
 
 /// How long the refunds of a denied group may take, whatever the request's deadline (they
-/// run in their own task: a request that gives up does not leave tokens taken).
-const REFUND_TIMEOUT: Duration = Duration::from_secs(1);
+/// run in their own task: a request that gives up does not leave tokens taken); also how
+/// long past the request's deadline a spanning group's parts' replies are waited for, so
+/// that a part applied late is refunded when another was denied.
+pub(super) const REFUND_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// A batch cut into parts: runs of charges of one slot that go as one script call.
 #[derive(Debug)]
@@ -88,6 +90,11 @@ impl Parts {
         self.ends.len()
     }
 
+    /// Whether some group is cut into several parts (then denied groups are undone).
+    pub(super) fn spans(&self) -> bool {
+        !self.spanning.is_empty()
+    }
+
     /// The batch indices of part `p`.
     pub(super) fn members(&self, p: usize) -> &[usize] {
         let start = if p == 0 { 0 } else { self.ends[p - 1] };
@@ -115,18 +122,19 @@ impl Parts {
 }
 
 impl Shared {
-    /// Charges every part: first the parts that can be undone, then (a second round trip,
-    /// only for groups that have one) the `deferred` parts of the groups that no part has
-    /// denied so far. A deferred part left unsent answers [`NOT_EVALUATED`] for each of
-    /// its members (allowed, nothing charged).
+    /// Charges every part: first the parts that can be undone (sent by `deadline`, their
+    /// replies waited for until `replies_by`), then (a second round trip, only for groups
+    /// that have one, and only before `deadline`) the `deferred` parts of the groups that no
+    /// part has denied so far. A deferred part left unsent answers [`NOT_EVALUATED`] for
+    /// each of its members (allowed, nothing charged), or `Timeout` past the deadline.
     pub(super) async fn charge_phased(
         self: &Arc<Self>,
         batch: &[Charge],
         parts: &Parts,
-        deadline: Instant,
+        (deadline, replies_by): (Instant, Instant),
     ) -> Vec<Result<Decision, StoreError>> {
         let deferred = parts.deferred(batch);
-        let mut results = self.charge_parts(batch, parts, |p| !deferred[p], deadline).await;
+        let mut results = self.charge_parts(batch, parts, |p| !deferred[p], (deadline, replies_by)).await;
         if !deferred.contains(&true) {
             return results;
         }
@@ -136,7 +144,14 @@ impl Shared {
             let go = !group.clone().filter(|&p| !deferred[p]).any(denied);
             group.clone().filter(|&p| deferred[p]).for_each(|p| send[p] = go);
         }
-        let later = self.charge_parts(batch, parts, |p| send[p], deadline).await;
+        if Instant::now() >= deadline {
+            // The request gave up: what it was not sent does not run.
+            deferred.iter().enumerate().filter(|(_, &d)| d).for_each(|(p, _)| {
+                parts.members(p).iter().for_each(|&i| results[i] = Err(StoreError::Timeout));
+            });
+            return results;
+        }
+        let later = self.charge_parts(batch, parts, |p| send[p], (deadline, deadline)).await;
         for (p, _) in deferred.iter().enumerate().filter(|(_, &d)| d) {
             for &i in parts.members(p) {
                 results[i] = if send[p] { later[i].clone() } else { Ok(NOT_EVALUATED) };
@@ -185,7 +200,8 @@ impl Shared {
             let (shared, refunds) = (self.clone(), refunds.clone());
             tokio::spawn(async move {
                 let parts = Parts::of(&refunds, &Groups::each());
-                shared.charge_parts(&refunds, &parts, |_| true, Instant::now() + REFUND_TIMEOUT).await
+                let by = Instant::now() + REFUND_TIMEOUT;
+                shared.charge_parts(&refunds, &parts, |_| true, (by, by)).await
             })
         };
         let answers = match tokio::time::timeout_at(deadline, task).await {

@@ -18,14 +18,16 @@ use super::shared::{Lane, Shared};
 
 impl Shared {
     /// Charges the parts `send` selects (see `groups::Parts`): the parts owned by one
-    /// master as one pipeline, every master's at once, by `deadline`. One result per charge
-    /// of `batch`; a charge of a part not sent answers `Timeout` (the caller replaces it).
+    /// master as one pipeline, every master's at once, sent by `deadline` and answered by
+    /// `replies_by` (later than `deadline` only where a late answer is still acted on). One
+    /// result per charge of `batch`; a charge of a part not sent answers `Timeout` (the
+    /// caller replaces it).
     pub(super) async fn charge_parts(
         self: &Arc<Self>,
         batch: &[Charge],
         parts: &Parts,
         send: impl Fn(usize) -> bool,
-        deadline: Instant,
+        (deadline, replies_by): (Instant, Instant),
     ) -> Vec<Result<Decision, StoreError>> {
         let map = self.map.load_full();
         let mut by_node: Vec<(Node, Vec<usize>)> = Vec::new();
@@ -40,7 +42,9 @@ impl Shared {
                 None => unrouted.push(p),
             }
         }
-        let routed = by_node.iter().map(|(node, owned)| self.charge_on(node, batch, parts, owned, deadline));
+        let routed = by_node
+            .iter()
+            .map(|(node, owned)| self.charge_on(node, batch, parts, owned, (deadline, replies_by)));
         let alone = unrouted.iter().map(|&p| async move {
             let members = parts.members(p);
             let results = self.charge_part(batch, members, parts.coalesced, None, deadline).await;
@@ -62,7 +66,7 @@ impl Shared {
         batch: &[Charge],
         parts: &Parts,
         owned: &[usize],
-        deadline: Instant,
+        (deadline, replies_by): (Instant, Instant),
     ) -> Vec<(usize, Result<Decision, StoreError>)> {
         let mut pipe = Pipeline::with_capacity(owned.len());
         for &p in owned {
@@ -71,7 +75,8 @@ impl Shared {
         // A coalesced call weighs its charges against `--redis-max-inflight` (see `Link`).
         let weight =
             if parts.coalesced { owned.iter().map(|&p| parts.members(p).len()).sum() } else { owned.len() };
-        let values = match self.link(node).send_weighted(pipe, owned.len(), weight, deadline).await {
+        let sent = self.link(node).send_weighted_until(pipe, owned.len(), weight, deadline, replies_by).await;
+        let values = match sent {
             Ok(values) => values,
             Err(e) => {
                 self.failed(&e);
