@@ -91,13 +91,14 @@ pub fn judge(log: &RunLog) -> Verdict {
                 Step::Violated(what) => {
                     checked += 1;
                     violations.push(format!(
-                        "{} {} ({}) at {:.3}–{:.3} s on instance {}: {what}; earlier: {}{}",
+                        "{} {} ({}) at {:.3}–{:.3} s on instance {}: {:?} {what}; earlier: {}{}",
                         key.0,
                         key.1,
                         if key.2 { "override" } else { "rule" },
                         verdict::secs(log, call.sent),
                         verdict::secs(log, call.recv),
                         call.instance,
+                        event.hits,
                         km.history.join(" | "),
                         verdict::faults_around(log, call.sent, call.recv)
                     ));
