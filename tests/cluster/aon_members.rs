@@ -238,12 +238,7 @@ async fn spanning_groups_answer_each_member_its_own_bucket_at_the_store() {
         .enumerate()
         .map(|(i, keys)| tokio::spawn(own_pair(store.clone(), keys.clone(), i as u64)))
         .collect();
-    let mut finals = Vec::new();
-    for owner in owners {
-        finals.push(owner.await.expect("owner task").unwrap_or_else(|e| panic!("{e}")));
-    }
-    noisy.iter().for_each(tokio::task::JoinHandle::abort);
-    assert!(finals.iter().any(|p| p.count != [0, 0]), "the pairs were charged: {finals:?}");
+    let finals = settle(owners, &noisy).await;
     for (keys, pair) in pairs.iter().zip(&finals) {
         let stored = [stored_count(&cluster, &keys[0]), stored_count(&cluster, &keys[1])];
         assert_eq!(stored, pair.count, "{keys:?}: each bucket charged exactly what it admitted");
@@ -381,14 +376,24 @@ async fn spanning_groups_answer_each_member_its_own_bucket_through_the_service()
         .enumerate()
         .map(|(i, value)| tokio::spawn(grpc_pair(app.client.clone(), value.clone(), 50 + i as u64)))
         .collect();
+    let finals = settle(owners, &noisy).await;
+    for (value, pair) in values.iter().zip(&finals) {
+        let stored = [grpc_count(&cluster, "a", value), grpc_count(&cluster, "b", value)];
+        assert_eq!(stored, pair.count, "{value}: each bucket charged exactly what it admitted");
+    }
+}
+
+/// Each owner's pair as it must stand once its requests are done; the noise stopped. At
+/// least one pair was charged (else the test proved nothing).
+async fn settle(
+    owners: Vec<tokio::task::JoinHandle<Result<Pair, String>>>,
+    noisy: &[tokio::task::JoinHandle<()>],
+) -> Vec<Pair> {
     let mut finals = Vec::new();
     for owner in owners {
         finals.push(owner.await.expect("owner task").unwrap_or_else(|e| panic!("{e}")));
     }
     noisy.iter().for_each(tokio::task::JoinHandle::abort);
     assert!(finals.iter().any(|p| p.count != [0, 0]), "the pairs were charged: {finals:?}");
-    for (value, pair) in values.iter().zip(&finals) {
-        let stored = [grpc_count(&cluster, "a", value), grpc_count(&cluster, "b", value)];
-        assert_eq!(stored, pair.count, "{value}: each bucket charged exactly what it admitted");
-    }
+    finals
 }
