@@ -5,7 +5,8 @@
 //! must be one of those the algorithms give at some instant between its send and its
 //! answer, from some state the earlier answers leave possible (`Candidates`).
 //! Approximate domains are held to what their mode states for one client: a charge exact
-//! mode admits on an empty bucket is admitted.
+//! mode admits on an empty bucket is admitted. On a cluster an all-or-nothing pair may
+//! span two masters, each part charged at its own instant of the call.
 //!
 //! What the model cannot know it widens, never guesses: a call without an answer (cancelled,
 //! an instance killed) or answered by the failure policy (a store timeout may have run the
@@ -88,6 +89,9 @@ pub(crate) struct Event<'a> {
     /// descriptor, reported by the deciding one) or two (an all-or-nothing pair).
     pub answers: Vec<usize>,
     pub multi: bool,
+    /// An all-or-nothing pair on a cluster: its members may hash to different masters,
+    /// each charged at its own instant of the call (a window may roll over between them).
+    pub spanning: bool,
 }
 
 fn hits_of(call: &Call, i: usize, overdraw: bool) -> Hits {
@@ -131,7 +135,12 @@ pub(crate) fn events<'a>(log: &RunLog, call: &'a Call) -> Vec<(Key, Mode, Event<
             let hits = vec![hits_of(call, 0, false), hits_of(call, 1, false)];
             let key = (call.domain, call.descriptors[0].1.clone(), false);
             let variants = variants(&|t| limits(call.domain, t).0);
-            out.push((key, mode, Event { call, variants, hits, answers: vec![0, 1], multi: false }));
+            let spanning = log.plan.topology == crate::plan::Topology::Cluster;
+            out.push((
+                key,
+                mode,
+                Event { call, variants, hits, answers: vec![0, 1], multi: false, spanning },
+            ));
         }
         return out;
     }
@@ -147,6 +156,7 @@ pub(crate) fn events<'a>(log: &RunLog, call: &'a Call) -> Vec<(Key, Mode, Event<
                 hits: vec![hits_of(call, i, false)],
                 answers: vec![i],
                 multi: false,
+                spanning: false,
             },
             None => {
                 let overdraw = limits(call.domain, Default::default()).1;
@@ -158,6 +168,7 @@ pub(crate) fn events<'a>(log: &RunLog, call: &'a Call) -> Vec<(Key, Mode, Event<
                     hits: vec![hits_of(call, i, overdraw); n],
                     answers: vec![i],
                     multi: n > 1,
+                    spanning: false,
                 }
             }
         };
@@ -275,13 +286,37 @@ pub(crate) fn landing_instants(from: u64, to: u64, params: &[Params]) -> Vec<u64
 pub(crate) fn predict(candidates: &[States], event: &Event<'_>) -> Vec<Prediction> {
     let mut out = Vec::new();
     for params in &event.variants {
-        for t in instants(event.call.sent, event.call.recv, params) {
+        let ts = instants(event.call.sent, event.call.recv, params);
+        for &t in &ts {
             for (from, state) in candidates.iter().enumerate() {
                 out.push(Prediction { from, ..apply(state, t, params, &event.hits, event.multi) });
             }
         }
+        if event.spanning && params.len() == 2 {
+            for (&a, &b) in ts.iter().flat_map(|a| ts.iter().map(move |b| (a, b))).filter(|(a, b)| a != b) {
+                for (from, state) in candidates.iter().enumerate() {
+                    out.extend(apart(state, [a, b], params, &event.hits).map(|p| Prediction { from, ..p }));
+                }
+            }
+        }
     }
     out
+}
+
+/// A spanning pair whose members were charged at instants `at`, one each, when both are
+/// admitted (a denied part undoes the others: `apply` at one instant models that).
+fn apart(state: &States, at: [u64; 2], params: &[Params], hits: &[Hits]) -> Option<Prediction> {
+    let mut statuses = Vec::new();
+    let mut next = state.clone();
+    for (k, &t) in at.iter().enumerate() {
+        let o = algorithm::apply(state[k], t, &params[k], hits[k.min(hits.len() - 1)]);
+        if !o.decision.allowed {
+            return None;
+        }
+        statuses.push((true, o.decision.remaining, o.decision.reset_us));
+        next[k] = written(state[k], o.write);
+    }
+    Some(Prediction { statuses, next, from: 0 })
 }
 
 /// The observed statuses of the event's answers, when the call was answered.

@@ -3,7 +3,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use tollgate::algorithm::{self, Hits, State};
+use tollgate::algorithm::{self, Hits, Params, State};
 
 use crate::load::Status;
 use crate::model::{self, Event, Key, Mode, States};
@@ -68,10 +68,57 @@ struct KeyModel {
 }
 
 pub fn judge(log: &RunLog) -> Verdict {
+    let walked = walk(log, &HashSet::new());
+    let mut violations: Vec<String> = walked.violations.iter().map(|(_, v)| v.clone()).collect();
+    if !walked.violations.is_empty() {
+        // The walk again, recording each violating key's candidates step by step.
+        let keys: HashSet<Key> = walked.violations.iter().map(|(k, _)| k.clone()).collect();
+        let traced = walk(log, &keys);
+        let path = std::env::temp_dir().join(format!(
+            "tollgate-soak-trace-{}-{}.txt",
+            log.plan.seed,
+            log.plan.topology.name()
+        ));
+        match std::fs::write(&path, traced.traces.join("\n")) {
+            Ok(()) => violations.push(format!("(the model's walk of these keys: {})", path.display())),
+            Err(e) => {
+                violations.push(format!("(the model's walk could not be written to {}: {e})", path.display()))
+            }
+        }
+    }
+    violations.sort();
+    let excused = walked.excused;
+    Verdict {
+        name: "7 exact answers",
+        slack: format!(
+            "own keys (one client at a time): code, remaining and reset as the algorithms give them at some instant \
+             between send and answer, from a state the earlier answers leave possible (configs of reloads within 2 s \
+             both; unseen charges may land once, any time up to 1 s after their send or a fault's heal; a failure-policy answer is \
+             excused when the instance's failure counters grew or a store fault reached it; a data-losing fault adds \
+             a fresh bucket and excuses the key until its windows live then rolled over); a denial from the over-limit cache may say up to the previous call's latency less; \
+             approximate domains: a charge of at most the limit on an empty window is admitted; {excused} excused"
+        ),
+        checked: walked.checked,
+        violations,
+    }
+}
+
+/// What one walk over the calls found; `traces`: the traced keys' steps.
+struct Walked {
+    violations: Vec<(Key, String)>,
+    checked: usize,
+    excused: usize,
+    traces: Vec<String>,
+}
+
+/// Walks every modelled key's calls in send order; for the keys in `traced`, records each
+/// step: the call (times in µs since the run's start, and within the second), its answer,
+/// and the candidates and pending charges after it.
+fn walk(log: &RunLog, traced: &HashSet<Key>) -> Walked {
     let mut calls: Vec<&crate::load::Call> = log.calls.iter().collect();
     calls.sort_by_key(|c| c.sent);
     let mut keys: HashMap<Key, KeyModel> = HashMap::new();
-    let (mut violations, mut checked, mut excused) = (Vec::new(), 0usize, 0usize);
+    let mut out = Walked { violations: Vec::new(), checked: 0, excused: 0, traces: Vec::new() };
     for call in calls {
         for (key, mode, event) in model::events(log, call) {
             let n = event.variants[0].len();
@@ -84,13 +131,17 @@ pub fn judge(log: &RunLog) -> Verdict {
                 tainted_until: 0,
                 history: Vec::new(),
             });
-            match km.step(log, mode, &event) {
+            let step = km.step(log, mode, &event);
+            if traced.contains(&key) {
+                out.traces.push(km.trace(log, &key, &event, &step));
+            }
+            match step {
                 Step::Unanswered => {}
-                Step::Checked => checked += 1,
-                Step::Excused => excused += 1,
+                Step::Checked => out.checked += 1,
+                Step::Excused => out.excused += 1,
                 Step::Violated(what) => {
-                    checked += 1;
-                    violations.push(format!(
+                    out.checked += 1;
+                    let text = format!(
                         "{} {} ({}) at {:.3}–{:.3} s on instance {}: {:?} {what}; earlier: {}{}",
                         key.0,
                         key.1,
@@ -101,7 +152,8 @@ pub fn judge(log: &RunLog) -> Verdict {
                         event.hits,
                         km.history.join(" | "),
                         verdict::faults_around(log, call.sent, call.recv)
-                    ));
+                    );
+                    out.violations.push((key.clone(), text));
                 }
             }
             km.history.push(describe(log, &event));
@@ -110,20 +162,7 @@ pub fn judge(log: &RunLog) -> Verdict {
             }
         }
     }
-    violations.sort();
-    Verdict {
-        name: "7 exact answers",
-        slack: format!(
-            "own keys (one client at a time): code, remaining and reset as the algorithms give them at some instant \
-             between send and answer, from a state the earlier answers leave possible (configs of reloads within 2 s \
-             both; unseen charges may land once, any time up to 1 s after their send or a fault's heal; a failure-policy answer is \
-             excused when the instance's failure counters grew or a store fault reached it; a data-losing fault adds \
-             a fresh bucket and excuses the key until its windows live then rolled over); a denial from the over-limit cache may say up to the previous call's latency less; \
-             approximate domains: a charge of at most the limit on an empty window is admitted; {excused} excused"
-        ),
-        checked,
-        violations,
-    }
+    out
 }
 
 enum Step {
@@ -151,7 +190,7 @@ impl KeyModel {
             let mut next: Vec<Candidate> =
                 predictions.into_iter().map(|p| self.candidates[p.from].then(p.next, Some(id))).collect();
             next.append(&mut self.candidates);
-            self.candidates = prune(next, event);
+            self.candidates = prune(next, &event.variants[0], event.call.recv);
             self.finish(call);
             return Step::Unanswered;
         };
@@ -197,7 +236,7 @@ impl KeyModel {
         } else {
             next = chosen.iter().map(|p| self.candidates[p.from].then(p.next.clone(), None)).collect();
         }
-        self.candidates = prune(next, event);
+        self.candidates = prune(next, &event.variants[0], event.call.recv);
         self.finish(call);
         match verdict {
             None => Step::Checked,
@@ -206,6 +245,42 @@ impl KeyModel {
             }
             Some(what) => Step::Violated(what),
         }
+    }
+
+    /// One traced step: the call, its answer and verdict, then every candidate (each
+    /// bucket's state, the pending charges landed in it) and the charges still pending.
+    fn trace(&self, log: &RunLog, key: &Key, event: &Event<'_>, step: &Step) -> String {
+        let call = event.call;
+        let at = |t: u64| format!("{:.6} (+{:06} µs in its second)", verdict::secs(log, t), t % 1_000_000);
+        let verdict = match step {
+            Step::Unanswered => "unanswered".to_string(),
+            Step::Checked => "checked".to_string(),
+            Step::Excused => "excused".to_string(),
+            Step::Violated(what) => format!("VIOLATED: {what}"),
+        };
+        let mut out = format!(
+            "{} {}: sent {} answered {} on instance {}: {:?} → {}; {verdict}\n",
+            key.0,
+            key.1,
+            at(call.sent),
+            at(call.recv),
+            call.instance,
+            event.hits,
+            describe(log, event)
+        );
+        for c in &self.candidates {
+            out.push_str(&format!("    candidate {:?} landed {:?}\n", c.states, c.landed));
+        }
+        for p in &self.pending {
+            out.push_str(&format!(
+                "    pending #{} {:?} sent {} until {}\n",
+                p.id,
+                p.hits,
+                verdict::secs(log, p.sent),
+                verdict::secs(log, p.until)
+            ));
+        }
+        out
     }
 
     fn finish(&mut self, call: &crate::load::Call) {
@@ -282,7 +357,8 @@ impl KeyModel {
             }
             self.candidates.extend(added);
             if self.candidates.len() > LANDING_CAP {
-                self.candidates = prune(std::mem::take(&mut self.candidates), event);
+                self.candidates =
+                    prune(std::mem::take(&mut self.candidates), &event.variants[0], event.call.recv);
             }
         }
         let settled: Vec<u32> = self.pending.iter().filter(|p| p.until < at).map(|p| p.id).collect();
@@ -404,23 +480,44 @@ pub fn model_troubled(log: &RunLog, instance: usize, a: u64, b: u64) -> bool {
 }
 
 /// A candidate's room at an instant: summed over its buckets, the summed reset reversed,
-/// each bucket's (remaining, reset µs), and the pending charges landed in it.
-type Room = (u64, std::cmp::Reverse<u64>, Vec<(u64, u64)>, Vec<u32>);
+/// and each bucket's (remaining, reset µs).
+type Room = (u64, std::cmp::Reverse<u64>, Vec<(u64, u64)>);
 
-/// Deduplicated candidates, at most [`MAX_CANDIDATES`] and the extremes below: ordered by
-/// the room they leave at the call's answer, the extremes and an even spread between kept;
-/// with several buckets, also for each room of each bucket the candidates leaving the least
-/// and the most room in all (an answer reports one bucket of a key's limits; the others'
-/// count must survive among the candidates it leaves).
-fn prune(states: Vec<Candidate>, event: &Event<'_>) -> Vec<Candidate> {
+/// Deduplicated candidates, at most [`MAX_CANDIDATES`] and the extremes below, judged by
+/// the room each leaves at `at` (the call's answer) under `params`.
+///
+/// A candidate whose landed charges include another's with the same states adds nothing
+/// (the other may still land all it can). Distinct rooms at the call's answer come first:
+/// one candidate per room, the one with the fewest charges landed — candidates that differ
+/// only in which pending charges landed in them must not crowd out a state that answers
+/// differently. Ordered by room, the extremes and an even spread between are kept; with
+/// several buckets, also for each room of each bucket the candidates leaving the least and
+/// the most room in all (an answer reports one bucket of a key's limits; the others' count
+/// must survive among the candidates it leaves). Slots left are filled, evenly spread, with
+/// the other candidates.
+fn prune(states: Vec<Candidate>, params: &[Params], at: u64) -> Vec<Candidate> {
     let mut seen = HashSet::new();
     let mut unique: Vec<Candidate> =
-        states.into_iter().filter(|c| seen.insert((fingerprint(&c.states), c.landed.clone()))).collect();
+        states.into_iter().filter(|c| seen.insert((fingerprint(&c.states), sorted(&c.landed)))).collect();
     if unique.len() <= MAX_CANDIDATES {
         return unique;
     }
-    let params = &event.variants[0];
-    let at = event.call.recv;
+    // Drop the candidates another with the same states and fewer landed charges covers.
+    unique.sort_by_cached_key(|c| (fingerprint(&c.states), c.landed.len()));
+    let mut minimal: Vec<Candidate> = Vec::new();
+    for c in unique {
+        let covered = minimal
+            .iter()
+            .rev()
+            .take_while(|m| m.states == c.states)
+            .any(|m| m.landed.iter().all(|id| c.landed.contains(id)));
+        if !covered {
+            minimal.push(c);
+        }
+    }
+    if minimal.len() <= MAX_CANDIDATES {
+        return minimal;
+    }
     // The room summed over the buckets orders the spread; each bucket's own room and reset
     // tell states apart (two limits of one key leaving 5 + 90 and 4 + 91 do not answer alike).
     let room = |c: &Candidate| -> Room {
@@ -434,26 +531,43 @@ fn prune(states: Vec<Candidate>, event: &Event<'_>) -> Vec<Candidate> {
             })
             .collect();
         let (remaining, reset) = each.iter().fold((0, 0), |(r, t), (a, b)| (r + a, t + b));
-        (remaining, std::cmp::Reverse(reset), each, c.landed.clone())
+        (remaining, std::cmp::Reverse(reset), each)
     };
-    unique.sort_by_cached_key(room);
-    // One state per room first (states leaving the same rooms answer alike), then a spread.
+    minimal.sort_by_cached_key(|c| (room(c), c.landed.len()));
+    // One candidate per room (the first: fewest landed), the others set aside.
+    let (mut firsts, mut rest) = (Vec::new(), Vec::new());
     let mut last_room = None;
-    unique.retain(|s| {
-        let r = Some(room(s));
-        let keep = r != last_room;
+    for c in minimal {
+        let r = Some(room(&c));
+        if r != last_room {
+            firsts.push(c);
+        } else {
+            rest.push(c);
+        }
         last_room = r;
-        keep
-    });
-    if unique.len() <= MAX_CANDIDATES {
-        return unique;
     }
-    let last = unique.len() - 1;
+    let mut kept = spread(&firsts, |c| room(c).2.iter().map(|e| e.0).collect(), params.len());
+    let left = MAX_CANDIDATES.saturating_sub(kept.len());
+    if rest.len() <= left {
+        kept.extend(rest);
+    } else if left > 0 {
+        let last = rest.len() - 1;
+        let picks = (0..left).map(|i| if left == 1 { 0 } else { i * last / (left - 1) });
+        kept.extend(picks.map(|i| rest[i].clone()));
+    }
+    kept
+}
+
+/// Of `ordered` (by room), at most [`MAX_CANDIDATES`] spread evenly with both ends, and with
+/// several buckets each bucket's room's first and last (`rooms`: each bucket's remaining).
+fn spread(ordered: &[Candidate], rooms: impl Fn(&Candidate) -> Vec<u64>, buckets: usize) -> Vec<Candidate> {
+    if ordered.len() <= MAX_CANDIDATES {
+        return ordered.to_vec();
+    }
+    let last = ordered.len() - 1;
     let mut keep: Vec<usize> = (0..MAX_CANDIDATES).map(|i| i * last / (MAX_CANDIDATES - 1)).collect();
-    let buckets = params.len();
     if buckets > 1 {
-        // Sorted by room in all: the first and last of each bucket's remaining.
-        let rooms: Vec<Vec<u64>> = unique.iter().map(|c| room(c).2.iter().map(|e| e.0).collect()).collect();
+        let rooms: Vec<Vec<u64>> = ordered.iter().map(&rooms).collect();
         for k in 0..buckets {
             let mut ends: std::collections::BTreeMap<u64, (usize, usize)> = Default::default();
             for (i, r) in rooms.iter().enumerate() {
@@ -464,7 +578,13 @@ fn prune(states: Vec<Candidate>, event: &Event<'_>) -> Vec<Candidate> {
     }
     keep.sort_unstable();
     keep.dedup();
-    keep.into_iter().map(|i| unique[i].clone()).collect()
+    keep.into_iter().map(|i| ordered[i].clone()).collect()
+}
+
+fn sorted(ids: &[u32]) -> Vec<u32> {
+    let mut v = ids.to_vec();
+    v.sort_unstable();
+    v
 }
 
 fn fingerprint(states: &States) -> Vec<(u8, u64, u64, u64, u64)> {
@@ -478,4 +598,55 @@ fn fingerprint(states: &States) -> Vec<(u8, u64, u64, u64, u64)> {
             }
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use tollgate::algorithm::{Algorithm, Params, State};
+
+    use super::{prune, Candidate, MAX_CANDIDATES};
+
+    fn minute(limit: u64) -> Params {
+        Params { algorithm: Algorithm::FixedWindow, limit, unit_us: 60_000_000, burst: limit, penalty_us: 0 }
+    }
+
+    fn counted(current: u64, landed: Vec<u32>) -> Candidate {
+        let state = State::Window { start: 0, current, previous: 0, until: 0 };
+        Candidate { states: vec![Some(state)], landed }
+    }
+
+    /// Seen in a soak run: a large charge answered by the failure policy landed when Redis
+    /// thawed (49 of 50), while many candidates at 50 differed only in which of six small
+    /// pending charges landed in them; the spread kept those and dropped the only 49.
+    #[test]
+    fn a_room_of_its_own_survives_candidates_that_differ_only_in_what_landed() {
+        let mut all: Vec<Candidate> = Vec::new();
+        for mask in 0u32..64 {
+            let landed: Vec<u32> = (0..6).filter(|b| mask & (1 << b) != 0).map(|b| b + 1).collect();
+            all.push(counted(50, [vec![0], landed.clone()].concat()));
+            all.push(counted(7 + landed.len() as u64, landed));
+        }
+        all.push(counted(49, vec![0]));
+        let kept = prune(all, &[minute(50)], 1_000_000);
+        assert!(kept.len() <= MAX_CANDIDATES + 2, "{} kept", kept.len());
+        let currents: Vec<u64> = kept
+            .iter()
+            .map(|c| match c.states[0] {
+                Some(State::Window { current, .. }) => current,
+                _ => unreachable!(),
+            })
+            .collect();
+        for want in [7, 8, 9, 10, 11, 12, 13, 49, 50] {
+            assert!(currents.contains(&want), "no candidate at {want}: {currents:?}");
+        }
+    }
+
+    /// A candidate with the same states as another and more charges landed adds nothing.
+    #[test]
+    fn a_candidate_covered_by_one_with_fewer_landed_is_dropped() {
+        let mut all: Vec<Candidate> = (0..40).map(|i| counted(i, vec![])).collect();
+        all.push(counted(3, vec![1, 2]));
+        let kept = prune(all, &[minute(50)], 1_000_000);
+        assert!(!kept.iter().any(|c| c.landed == vec![1, 2]));
+    }
 }

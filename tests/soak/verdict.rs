@@ -402,6 +402,8 @@ fn healthy_means_deciding(log: &RunLog) -> Verdict {
             .filter(|s| s.instance == instance && s.counted && s.metrics.is_some())
             .collect();
         let (mut failures, mut healthy_us) = (0.0, 0u64);
+        // The intervals that failed most, to tell a burst from a steady rate.
+        let mut worst: Vec<(f64, u64, u64)> = Vec::new();
         let mut by_outcome: std::collections::BTreeMap<String, f64> = Default::default();
         for pair in samples.windows(2) {
             let (a, b) = (pair[0], pair[1]);
@@ -418,6 +420,7 @@ fn healthy_means_deciding(log: &RunLog) -> Verdict {
                 ));
             }
             failures += (mb.failures - ma.failures).max(0.0);
+            worst.push(((mb.failures - ma.failures).max(0.0), a.at, b.at));
             for (outcome, value) in &mb.by_outcome {
                 let before = ma.by_outcome.get(outcome).copied().unwrap_or(0.0);
                 *by_outcome.entry(outcome.clone()).or_default() += (value - before).max(0.0);
@@ -427,9 +430,23 @@ fn healthy_means_deciding(log: &RunLog) -> Verdict {
         if healthy_us > 0 {
             let rate = failures / (healthy_us as f64 / 10e6);
             if rate > HEALTHY_FAILURES_PER_10S {
+                worst.sort_by(|x, y| y.0.total_cmp(&x.0));
+                let worst: Vec<String> = worst
+                    .iter()
+                    .take(3)
+                    .map(|(n, a, b)| {
+                        format!(
+                            "{n} in {:.1}–{:.1} s{}",
+                            secs(log, *a),
+                            secs(log, *b),
+                            faults_around(log, *a, *b)
+                        )
+                    })
+                    .collect();
                 violations.push(format!(
-                    "instance {instance}: {failures} store failures in {:.1} s of healthy time ({rate:.1} per 10 s)",
-                    healthy_us as f64 / 1e6
+                    "instance {instance}: {failures} store failures in {:.1} s of healthy time ({rate:.1} per 10 s); most: {}",
+                    healthy_us as f64 / 1e6,
+                    worst.join(" | ")
                 ));
             }
             println!(
