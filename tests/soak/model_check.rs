@@ -457,6 +457,19 @@ fn loss_end(log: &RunLog, a: u64, b: u64) -> Option<u64> {
 /// (or in the recovery time before), or its failure counters grew between the scrapes
 /// around `[a, b]`, or no scrape brackets it.
 pub fn model_troubled(log: &RunLog, instance: usize, a: u64, b: u64) -> bool {
+    counters_grew(log, instance, a, b, true)
+}
+
+/// Whether instance `instance` may have answered in `[a, b]` from an approximate read that
+/// missed its deadline (a denial that is not the failure policy's): a fault kept it from
+/// its store, its first-read misses grew between the scrapes around `[a, b]`, or no scrape
+/// brackets it. Store failures elsewhere on the instance do not count: a busy machine's
+/// lone timeouts must not excuse a real denial.
+pub fn read_missed(log: &RunLog, instance: usize, a: u64, b: u64) -> bool {
+    counters_grew(log, instance, a, b, false)
+}
+
+fn counters_grew(log: &RunLog, instance: usize, a: u64, b: u64, failures: bool) -> bool {
     let faulted = log.faults.iter().any(|f| {
         // A drained or killed instance answers by its failure policy while its store goes.
         let own = matches!(f.fault, crate::plan::Fault::KillInstance { instance: i } | crate::plan::Fault::DrainInstance { instance: i } if i % log.instances == instance);
@@ -474,8 +487,7 @@ pub fn model_troubled(log: &RunLog, instance: usize, a: u64, b: u64) -> bool {
     let (Some(before), Some(after)) = (before, after) else { return true };
     let (x, y) = (before.metrics.as_ref().expect("scraped"), after.metrics.as_ref().expect("scraped"));
     before.pid != after.pid
-        || y.failures > x.failures
-        || y.failure_decisions > x.failure_decisions
+        || (failures && (y.failures > x.failures || y.failure_decisions > x.failure_decisions))
         || y.first_read_misses > x.first_read_misses
 }
 
