@@ -9,10 +9,14 @@ use crate::plan::{Fault, Reload};
 use crate::policies::{self, Toggles};
 use crate::run::RunLog;
 
-/// Store failures per 10 s of healthy time per instance that invariant 2 allows, at the
-/// soak's load (`load::CLIENTS_PER_INSTANCE` clients every `load::PACE` per instance, about
-/// 375 requests/s and 1,000 descriptors/s each, three instances on this 2-core machine).
-pub const HEALTHY_FAILURES_PER_10S: f64 = 20.0;
+/// The share of an instance's store calls in healthy time that invariant 2 allows to fail,
+/// at the soak's load (`load::CLIENTS_PER_INSTANCE` clients every `load::PACE` per instance,
+/// about 375 requests/s and 1,000 descriptors/s each, three debug-built instances, their
+/// Redis, fronts and clients on this 2-core machine): lone 10 ms store timeouts while the
+/// process was descheduled, 0–0.9 % of calls in runs on a quiet machine. What the invariant
+/// is for — a breaker opening, a connection pool gone bad, a stall — fails far above it (the
+/// planted freeze: 25–30 %).
+pub const HEALTHY_FAILURE_SHARE: f64 = 0.02;
 /// Invariant 6's bounds per process.
 pub const MAX_RSS_KB: u64 = 256 * 1024;
 pub const MAX_FDS: u64 = 256;
@@ -401,7 +405,7 @@ fn healthy_means_deciding(log: &RunLog) -> Verdict {
             .iter()
             .filter(|s| s.instance == instance && s.counted && s.metrics.is_some())
             .collect();
-        let (mut failures, mut healthy_us) = (0.0, 0u64);
+        let (mut failures, mut calls, mut healthy_us) = (0.0, 0.0, 0u64);
         // The intervals that failed most, to tell a burst from a steady rate.
         let mut worst: Vec<(f64, u64, u64)> = Vec::new();
         let mut by_outcome: std::collections::BTreeMap<String, f64> = Default::default();
@@ -420,6 +424,7 @@ fn healthy_means_deciding(log: &RunLog) -> Verdict {
                 ));
             }
             failures += (mb.failures - ma.failures).max(0.0);
+            calls += (mb.calls - ma.calls).max(0.0);
             worst.push(((mb.failures - ma.failures).max(0.0), a.at, b.at));
             for (outcome, value) in &mb.by_outcome {
                 let before = ma.by_outcome.get(outcome).copied().unwrap_or(0.0);
@@ -429,7 +434,8 @@ fn healthy_means_deciding(log: &RunLog) -> Verdict {
         }
         if healthy_us > 0 {
             let rate = failures / (healthy_us as f64 / 10e6);
-            if rate > HEALTHY_FAILURES_PER_10S {
+            let share = if calls > 0.0 { failures / calls } else { 0.0 };
+            if share > HEALTHY_FAILURE_SHARE {
                 worst.sort_by(|x, y| y.0.total_cmp(&x.0));
                 let worst: Vec<String> = worst
                     .iter()
@@ -444,20 +450,25 @@ fn healthy_means_deciding(log: &RunLog) -> Verdict {
                     })
                     .collect();
                 violations.push(format!(
-                    "instance {instance}: {failures} store failures in {:.1} s of healthy time ({rate:.1} per 10 s); most: {}",
+                    "instance {instance}: {failures} of {calls} store calls failed in {:.1} s of healthy time ({:.2} %, {rate:.1} per 10 s); most: {}",
                     healthy_us as f64 / 1e6,
+                    share * 100.0,
                     worst.join(" | ")
                 ));
             }
             println!(
-                "  instance {instance}: {failures} store failures {by_outcome:?} in {:.1} s healthy ({rate:.2} per 10 s)",
-                healthy_us as f64 / 1e6
+                "  instance {instance}: {failures} of {calls} store calls failed {by_outcome:?} in {:.1} s healthy ({:.2} %, {rate:.2} per 10 s)",
+                healthy_us as f64 / 1e6,
+                share * 100.0
             );
         }
     }
     Verdict {
         name: "2 healthy means deciding",
-        slack: format!("breaker never open; store failures ≤ {HEALTHY_FAILURES_PER_10S} per 10 s per instance outside faults + recovery"),
+        slack: format!(
+            "breaker never open; store failures ≤ {} % of the instance's store calls outside faults + recovery",
+            HEALTHY_FAILURE_SHARE * 100.0
+        ),
         checked,
         violations,
     }

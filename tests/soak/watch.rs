@@ -39,6 +39,8 @@ pub struct Scrape {
     pub opens: f64,
     /// Store calls that timed out, failed, were refused by the breaker or overloaded.
     pub failures: f64,
+    /// Store calls of every outcome (`tollgate_store_requests_total`).
+    pub calls: f64,
     pub timeouts: f64,
     /// Every outcome but `ok` of `tollgate_store_requests_total`, by outcome.
     pub by_outcome: std::collections::BTreeMap<String, f64>,
@@ -123,7 +125,10 @@ fn scrape(text: &str) -> Scrape {
             s.breaker_open |= value >= 1.0;
         } else if line.starts_with("tollgate_breaker_opens_total") {
             s.opens += value;
-        } else if line.starts_with("tollgate_store_requests_total{") && !line.contains("outcome=\"ok\"") {
+        } else if line.starts_with("tollgate_store_requests_total{") && line.contains("outcome=\"ok\"") {
+            s.calls += value;
+        } else if line.starts_with("tollgate_store_requests_total{") {
+            s.calls += value;
             s.failures += value;
             if line.contains("outcome=\"timeout\"") {
                 s.timeouts += value;
