@@ -182,6 +182,35 @@ async fn a_charge_larger_than_a_share_is_decided_as_exact_mode_would() {
     b.running.stop().await.expect("stop");
 }
 
+/// A refund this instance has not synced yet still counts for a charge larger than a
+/// share: a bucket spent and given back is empty, and the whole limit fits (seen in the
+/// soak: a hit charged and synced, refunded, then 40 of 40 denied within the window).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_charge_larger_than_a_share_counts_a_refund_not_yet_synced() {
+    within_one_window(Duration::from_secs(15)).await;
+    let redis = RedisServer::start();
+    let dir = config_dir();
+    let mut a = instance(&redis.url(), dir.path()).await;
+    for round in 0..5 {
+        let user = format!("given-back-{round}");
+        assert!(charge(&mut a, &user, 1).await.0, "read and charged");
+        wait_for("the hit synced", || async { redis_count(&redis, &user) == 1 }).await;
+        let response = ask(&mut a.client, "approx", vec![refund(&user, 1)]).await;
+        assert_eq!(response.overall_code, Code::Ok as i32, "a refund is always allowed");
+        assert_eq!(
+            charge(&mut a, &user, 10).await,
+            (true, 0),
+            "round {round}: the whole limit of an empty bucket"
+        );
+    }
+    assert_eq!(failure_decisions(a.running.admin_addr).await, 0.0, "a failure-policy answer");
+    a.running.stop().await.expect("stop");
+}
+
+fn refund(user: &str, hits: u64) -> RateLimitDescriptor {
+    RateLimitDescriptor { is_negative_hits: true, ..descriptor("user", user, Some(hits)) }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_charge_larger_than_a_share_answers_the_failure_mode_when_redis_misses_its_deadline() {
     within_one_window(Duration::from_secs(15)).await;

@@ -96,12 +96,21 @@ impl Bucket {
         self.dirtied(local);
     }
 
-    /// Takes `n` refunded hits off `own` (never below 0) and sends `-n` with the next sync,
-    /// to the window of `now`.
+    /// Takes `n` refunded hits off `own`, the rest (hits a sync already wrote) off `base`
+    /// — never below 0, as Redis's count goes — and sends `-n` with the next sync, to the
+    /// window of `now`. The estimate frees the room at once, as exact mode does: a refund
+    /// of hits already synced must not wait for the sync's answer to count (a charge of the
+    /// whole limit right after it would be denied on an empty bucket).
     pub fn refund(&mut self, n: u64, now: u64, local: u64) {
         let mut own = self.own.at(now, &self.params);
-        own.current = own.current.saturating_sub(n);
+        let taken = own.current.min(n);
+        own.current -= taken;
         self.own = own;
+        if n > taken {
+            let mut base = self.base.at(now, &self.params);
+            base.current = base.current.saturating_sub(n - taken);
+            self.base = base;
+        }
         self.pending.add(-i64::try_from(n).unwrap_or(i64::MAX), now, &self.params);
         self.dirtied(local);
     }
@@ -151,7 +160,10 @@ impl Bucket {
             self.inflight = Unsent::default();
             return;
         }
-        self.base = counts;
+        // Redis's counts hold what the call wrote; what is still to write holds this
+        // instance's admissions since (`own`) and its refunds beyond them (off the base).
+        self.base =
+            counts.at(now_redis, &self.params).minus(self.pending.refunds_as_counts(now_redis, &self.params));
         self.base_at = now_redis;
         self.own = self.pending.as_counts(now_redis, &self.params);
         self.inflight = Unsent::default();
@@ -235,6 +247,29 @@ mod tests {
         b.fold(Counts { start: 0, current: 12, previous: 0 }, 30, 30, 0);
         assert_eq!(b.estimate(40).level(40, &b.params), 14);
         assert_eq!((b.pending.delta, b.inflight), (2, Unsent::default()));
+    }
+
+    #[test]
+    fn a_refund_of_hits_already_synced_frees_their_room_before_the_next_sync() {
+        let p = Params { algorithm: Algorithm::FixedWindow, ..sliding(10) };
+        let mut b = Bucket::new(p, 0);
+        b.admit(3, 10, 10);
+        b.send();
+        b.fold(Counts { start: 0, current: 3, previous: 0 }, 20, 20, 0);
+        // All 3 are Redis's now (the base); one more admitted since (own).
+        b.admit(1, 30, 30);
+        b.refund(2, 40, 40);
+        assert_eq!(b.estimate(50).level(50, &p), 2, "4 charged, 2 given back");
+        assert_eq!(b.pending.delta, -1, "the sync takes 1 off Redis's count");
+        // A refund made while the sync is out stays off the base its answer brings.
+        b.send();
+        b.refund(1, 60, 60);
+        assert_eq!(b.estimate(65).level(65, &p), 1);
+        b.fold(Counts { start: 0, current: 2, previous: 0 }, 70, 70, 0);
+        assert_eq!(b.estimate(80).level(80, &p), 1, "Redis wrote -1; -1 more to write");
+        // Never below 0.
+        b.refund(9, 90, 90);
+        assert_eq!(b.estimate(95).level(95, &p), 0);
     }
 
     #[test]

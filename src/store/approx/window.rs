@@ -40,6 +40,15 @@ impl Counts {
         }
     }
 
+    /// `other` taken off, never below 0 (two counts of the same window).
+    pub fn minus(self, other: Counts) -> Counts {
+        Counts {
+            start: self.start,
+            current: self.current.saturating_sub(other.current),
+            previous: self.previous.saturating_sub(other.previous),
+        }
+    }
+
     /// The sliding estimate at `now` (the counts are of now's window): the previous
     /// window's share still covered, rounded up, plus the current count.
     pub fn level(self, now: u64, p: &Params) -> u64 {
@@ -105,6 +114,13 @@ impl Unsent {
     pub fn as_counts(&self, now: u64, p: &Params) -> Counts {
         let positive = |n: i64| u64::try_from(n).unwrap_or(0);
         Counts { start: self.start, current: positive(self.delta), previous: positive(self.carry) }.at(now, p)
+    }
+
+    /// The refunds in it beyond its admissions (its negative parts), as counts in the window
+    /// of `now`: what the write will take off Redis's counts.
+    pub fn refunds_as_counts(&self, now: u64, p: &Params) -> Counts {
+        let negative = |n: i64| n.min(0).unsigned_abs();
+        Counts { start: self.start, current: negative(self.delta), previous: negative(self.carry) }.at(now, p)
     }
 }
 
