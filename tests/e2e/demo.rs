@@ -21,9 +21,12 @@ struct Demo {
 impl Demo {
     fn start(ports: &[(&str, SocketAddr)]) -> Demo {
         let script = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/demo/run.sh");
-        let mut command = Command::new("bash");
+        // SIGINT as a terminal delivers it: a test run from a background job inherits it
+        // ignored, and a non-interactive bash cannot trap a signal ignored on entry (the
+        // demo would then not stop on the test's Ctrl-C). GNU env restores the default.
+        let mut command = Command::new("env");
         command
-            .arg(script)
+            .args(["--default-signal=INT", "bash", script])
             .env("TOLLGATE_BIN", tollgate::binary())
             .env("ENVOY_BIN", envoy::binary())
             // A loaded CI machine must not turn a decision into a failure-policy answer
@@ -70,16 +73,24 @@ impl Demo {
         panic!("no line {prefix:?} within {timeout:?}; output:\n{}", self.output.join("\n"));
     }
 
-    /// Waits for the script to exit, killing it after `timeout`.
-    fn wait_exit(&mut self, timeout: Duration) -> ExitStatus {
+    /// Waits for the script to exit, killing it after `timeout` (`pids`: its parts).
+    fn wait_exit(&mut self, timeout: Duration, pids: &[String]) -> ExitStatus {
         let deadline = Instant::now() + timeout;
         loop {
             if let Some(status) = self.child.try_wait().expect("try_wait") {
                 return status;
             }
             if Instant::now() > deadline {
+                // What it printed since, and which of its parts still run, before it goes.
+                while let Ok(line) = self.lines.try_recv() {
+                    self.output.push(line);
+                }
+                let running: Vec<&String> = pids.iter().filter(|pid| alive(pid)).collect();
                 let _ = self.child.kill();
-                panic!("demo still running {timeout:?} after SIGINT:\n{}", self.output.join("\n"));
+                panic!(
+                    "demo still running {timeout:?} after SIGINT, parts still running: {running:?}:\n{}",
+                    self.output.join("\n")
+                );
             }
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -137,7 +148,7 @@ fn make_demo_serves_through_envoy_and_stops_everything_on_ctrl_c() {
 
     let sent = Command::new("kill").args(["-INT", &demo.child.id().to_string()]).status().expect("kill");
     assert!(sent.success());
-    let status = demo.wait_exit(Duration::from_secs(30));
+    let status = demo.wait_exit(Duration::from_secs(30), &pids);
     // Collect what it printed while stopping.
     while let Ok(line) = demo.lines.recv_timeout(Duration::from_millis(500)) {
         demo.output.push(line);
