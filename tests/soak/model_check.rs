@@ -74,13 +74,12 @@ pub fn judge(log: &RunLog) -> Verdict {
         // The walk again, recording each violating key's candidates step by step.
         let keys: HashSet<Key> = walked.violations.iter().map(|(k, _)| k.clone()).collect();
         let traced = walk(log, &keys);
-        let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("soak").join(format!(
-            "{}-{}",
-            log.plan.topology.name(),
-            log.plan.seed
+        let path = std::env::temp_dir().join(format!(
+            "tollgate-soak-trace-{}-{}.txt",
+            log.plan.seed,
+            log.plan.topology.name()
         ));
-        let path = dir.join("model-walk.txt");
-        match std::fs::create_dir_all(&dir).and_then(|()| std::fs::write(&path, traced.traces.join("\n"))) {
+        match std::fs::write(&path, traced.traces.join("\n")) {
             Ok(()) => violations.push(format!("(the model's walk of these keys: {})", path.display())),
             Err(e) => {
                 violations.push(format!("(the model's walk could not be written to {}: {e})", path.display()))
