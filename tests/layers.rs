@@ -92,7 +92,7 @@ const AREAS: &[(&str, &[&[&str]])] = &[
         "algorithm",
         &[
             &["joint"],
-            &["fixed_window", "gcra", "overdraft_tests", "penalty", "sliding_window"],
+            &["fixed_window", "gcra", "overdraft_tests", "penalty", "share", "sliding_window"],
             &["mod"],
             &["bucket", "saturating"],
         ],

@@ -20,6 +20,7 @@ pub mod gcra;
 pub mod joint;
 mod penalty;
 mod saturating;
+pub mod share;
 pub mod sliding_window;
 
 pub use bucket::{Algorithm, Decision, Hits, Outcome, Params, State, Write};
