@@ -51,7 +51,7 @@ const AREAS: &[(&str, &[&[&str]])] = &[
         "service",
         &[
             &["mod"],
-            &["server"],
+            &["server", "rlqs"],
             &["limiter"],
             &["dynamic_metadata", "record", "traced"],
             &["respond"],

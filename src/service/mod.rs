@@ -12,7 +12,7 @@
 //! domain; such keys and values are opaque bytes to the matcher and the key builder.
 //!
 //! Layers inside, top to bottom (`tests/layers.rs`): this file (the re-exports for callers
-//! outside); `server`; `limiter`; `dynamic_metadata`, `record`, `traced`; `respond`;
+//! outside); `server`, `rlqs`; `limiter`; `dynamic_metadata`, `record`, `traced`; `respond`;
 //! `headers`; `plan`; `bounds`; `wire`. A file here imports the file that holds an item,
 //! never this file's re-export of it.
 
@@ -22,6 +22,7 @@ pub mod headers;
 pub mod plan;
 pub(crate) mod record;
 pub mod respond;
+pub mod rlqs;
 pub mod server;
 pub mod traced;
 pub mod wire;

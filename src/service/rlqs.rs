@@ -1,0 +1,8 @@
+//! The Rate Limit Quota Service (`envoy.service.rate_limit_quota.v3`, RLQS) side of
+//! Tollgate: Envoy's `rate_limit_quota` filter streams usage reports per bucket and is
+//! answered with a token bucket or a blanket rule per bucket.
+//!
+//! This phase holds the pure parts the stream service builds on: `wire` (the messages as
+//! they come off and go onto the wire). The share arithmetic is `algorithm::share`.
+
+pub mod wire;
