@@ -3,6 +3,9 @@
 //! answered with a token bucket or a blanket rule per bucket.
 //!
 //! This phase holds the pure parts the stream service builds on: `wire` (the messages as
-//! they come off and go onto the wire). The share arithmetic is `algorithm::share`.
+//! they come off and go onto the wire) and `map` (a bucket id as a policy descriptor,
+//! matched by the same matcher as the RLS path). The share arithmetic is
+//! `algorithm::share`. Layers inside, top to bottom: `map`; `wire`.
 
+pub mod map;
 pub mod wire;
