@@ -202,6 +202,7 @@ pub async fn run(settings: ServeSettings, shutdown: impl Future<Output = ()>) ->
 async fn set_health(health: &HealthReporter, status: ServingStatus) {
     health.set_service_status("", status).await;
     health.set_service_status(SERVICE_NAME, status).await;
+    health.set_service_status(crate::service::rlqs::wire::SERVICE_NAME, status).await;
 }
 
 /// Resolves on SIGTERM or SIGINT (Ctrl-C).

@@ -66,7 +66,7 @@ const AREAS: &[(&str, &[&[&str]])] = &[
     (
         "store",
         &[
-            &["leasing", "approximating", "syncing", "reset", "shared"],
+            &["leasing", "approximating", "syncing", "reset", "shared", "rlqs"],
             &["mod"],
             &["guarded"],
             &["approx", "coalesce", "breaker", "lease", "overlimit"],

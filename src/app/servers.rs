@@ -1,4 +1,5 @@
-//! The listeners and the servers on them: gRPC (the rate-limit service and gRPC health),
+//! The listeners and the servers on them: gRPC (the rate-limit service, the rate limit quota
+//! service and gRPC health),
 //! the admin port, and the optional `/healthcheck` and metrics listeners. Every listener
 //! is bound before any server starts (a taken port fails startup before anything serves);
 //! every server stops on the shutdown signal.
@@ -17,6 +18,7 @@ use tonic::transport::{Certificate, Identity, ServerTlsConfig};
 use tonic_health::pb::health_server::{Health, HealthServer};
 
 use crate::operate::admin::Admin;
+use crate::service::rlqs::{Quota, QuotaServer, Streams};
 use crate::service::{RateLimitServer, RateLimiter};
 use crate::sources::xds::XdsSettings;
 
@@ -79,8 +81,15 @@ pub(super) async fn serve<H: Health>(
     if let Some(age) = settings.max_connection_age {
         builder = builder.max_connection_age(jittered(age));
     }
-    let grpc =
-        builder.add_service(health).add_service(RateLimitServer::new(limiter)).serve_with_incoming_shutdown(
+    // RLQS beside RLS, on by default: the same config, store and budget. Its streams end
+    // with the shutdown signal (the drain) and after the connection age.
+    let quota =
+        QuotaServer::new(Streams::new(Quota::new(&limiter), signal.clone(), settings.max_connection_age));
+    let grpc = builder
+        .add_service(health)
+        .add_service(RateLimitServer::new(limiter))
+        .add_service(quota)
+        .serve_with_incoming_shutdown(
             TcpIncoming::from(listeners.grpc).with_nodelay(Some(true)),
             stopped(signal.clone()),
         );

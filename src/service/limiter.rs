@@ -86,6 +86,26 @@ impl RateLimiter {
         self.local.clone()
     }
 
+    /// The serving config this limiter decides by (the RLQS service shares it).
+    pub fn live(&self) -> Arc<Live> {
+        self.live.clone()
+    }
+
+    /// The store this limiter charges (the RLQS service charges the same buckets).
+    pub fn store(&self) -> Arc<Store> {
+        self.store.clone()
+    }
+
+    /// The metrics this limiter records to.
+    pub fn metrics(&self) -> Arc<Metrics> {
+        self.metrics.clone()
+    }
+
+    /// The settings of the request path (key prefix, key secret, store timeout).
+    pub fn settings(&self) -> Arc<Settings> {
+        self.settings.clone()
+    }
+
     /// Decides a validated request by `deadline`. Never fails: store errors are answered
     /// by the domain's failure policy.
     pub async fn decide(&self, request: &RateLimitRequest, deadline: Instant) -> RateLimitResponse {

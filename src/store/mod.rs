@@ -12,10 +12,10 @@
 //! (`lease`: blocks of tokens taken in one charge and spent locally).
 //!
 //! The layers of `store/`, top to bottom; a file imports only from layers below its own:
-//! 1. `leasing`, `approximating`, `syncing`, `reset`, `shared`: what runs over the whole
-//!    store (charging through leases and the lease sweeper, an approximate domain's
+//! 1. `leasing`, `approximating`, `syncing`, `reset`, `shared`, `rlqs`: what runs over the
+//!    whole store (charging through leases and the lease sweeper, an approximate domain's
 //!    request and approximate mode's sync task, an operator's reset, the state an operator
-//!    shares with the fleet);
+//!    shares with the fleet, the RLQS claims ledger);
 //! 2. this file: `Store`, the dispatch over the memory store and the guarded topologies;
 //! 3. `guarded`: the guards in front of a Redis client, in the order a charge meets them;
 //! 4. the guards: `approx`, `coalesce`, `breaker`, `lease`, `overlimit`;
@@ -42,6 +42,7 @@ pub mod probe;
 pub mod redis;
 pub mod remote;
 pub mod reset;
+pub mod rlqs;
 pub mod shared;
 pub mod syncing;
 

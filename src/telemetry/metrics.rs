@@ -11,7 +11,7 @@
 //!
 //! Layout: this file (`Metrics`: the registry and its families, which `families` creates
 //! with their label sets;
-//! `approx`, `lease`, `key_changes`, `hotkeys`, `overrides` and `trace` register their own), then the recorders by
+//! `approx`, `lease`, `key_changes`, `hotkeys`, `overrides`, `rlqs` and `trace` register their own), then the recorders by
 //! what they count: `requests` (decisions and the request path), `store` (store calls,
 //! gauges refreshed before a scrape), `config` (loads and reloads); below them `outcome`
 //! (the closed `result` and `reason` values the service reports), `history` and `mirror`. Knows no
@@ -30,6 +30,7 @@ mod mirror;
 mod outcome;
 mod overrides;
 mod requests;
+pub mod rlqs;
 mod series;
 mod store;
 pub mod trace;
@@ -91,6 +92,7 @@ pub struct Metrics {
     xds: xds::XdsMetrics,
     trace: trace::TraceMetrics,
     overrides: overrides::OverrideMetrics,
+    rlqs: rlqs::RlqsMetrics,
 }
 
 impl Default for Metrics {
@@ -122,6 +124,7 @@ impl Metrics {
         let xds = xds::XdsMetrics::register(&mut registry);
         let trace = trace::TraceMetrics::register(&mut registry);
         let overrides = overrides::OverrideMetrics::register(&mut registry);
+        let rlqs = rlqs::RlqsMetrics::register(&mut registry);
         for result in ["success", "failure"] {
             answers.config_reloads.get_or_create(&ResultLabel { result }).inc_by(0);
         }
@@ -164,7 +167,13 @@ impl Metrics {
             xds,
             trace,
             overrides,
+            rlqs,
         }
+    }
+
+    /// The RLQS service's metrics (`crate::service::rlqs`).
+    pub fn rlqs(&self) -> &rlqs::RlqsMetrics {
+        &self.rlqs
     }
 
     /// The config source's and the xDS stream's metrics.

@@ -1,0 +1,502 @@
+//! What one bucket of one Envoy is assigned: the usage it reported is charged to the RLS
+//! bucket of the same descriptor, the claims ledger says who else holds it, and
+//! `algorithm::share` sizes this Envoy's token bucket from the store's headroom.
+//!
+//! For each bucket usage (or a re-evaluation the stream asks for: a window's edge, a
+//! DENY_ALL's refill, a share taken for a newcomer), in order:
+//! 1. map the id onto the policy (`map`); no limit → ALLOW_ALL for [`TTL_UNLIMITED`] s,
+//!    or `abandon_action` when the bucket had a limit before (its rule was removed);
+//! 2. charge the reported `allowed` as an overdraw of every limit of the rule (recorded
+//!    whether or not it fits, within the debt cap, as `overdraft: true` does): RLS and
+//!    RLQS traffic spend one budget; `allowed: 0` peeks. The answers are the headroom;
+//! 3. write this holder into the bucket's claims ledger (`store::rlqs`) and read the
+//!    others;
+//! 4. share the headroom among the live holders by demand (`algorithm::share::shares`),
+//!    cap this holder's capacity at the headroom less every other holder's outstanding
+//!    claim, take the tightest limit, and record the grant as this holder's claim;
+//! 5. answer a token bucket (TTL [`TTL_ASSIGNED`] s) or DENY_ALL when nothing is left.
+//!
+//! A token bucket Envoy already runs is replaced keeping its fill *ratio*, so an Envoy
+//! that ran dry would stay dry: a fresh (full) bucket is sent as `[DENY_ALL, token_bucket]`
+//! in one response — Envoy applies both before any request sees the first — when the
+//! Envoy reported denials (it ran dry) or at a window's edge. Its capacity came from the
+//! ledger like any grant.
+//!
+//! The store failing answers the domain's `failure_mode`: `open` ALLOW_ALL, `closed`
+//! DENY_ALL, `local` a share of this instance's memory buckets among the holders this
+//! instance knows (`store::rlqs::LocalLedger`), each for [`TTL_FAILURE`] s so Envoy is
+//! answered from the store again soon after it is back.
+
+use std::num::NonZeroU32;
+use std::sync::Arc;
+use std::time::Duration;
+
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::BucketAction;
+use envoy_types::pb::google::protobuf::UInt64Value;
+use prost::bytes::Bytes;
+use tokio::time::Instant;
+
+use crate::algorithm::share::{self, Grant, Headroom, Holder, TokenBucket};
+use crate::algorithm::{Algorithm, Decision, Hits};
+use crate::config::{FailureMode, Lookup};
+use crate::sources::overrides::{Mode, Overrides};
+use crate::sources::serving::Live;
+use crate::store::key::KeySecret;
+use crate::store::rlqs::{Hold, Holders, LocalLedger};
+use crate::store::{Charge, MemoryStore, Store, StoreError};
+use crate::telemetry::metrics::Metrics;
+
+use super::super::limiter::RateLimiter;
+use super::super::plan::{self, Plan};
+use super::super::wire::{Entry, RateLimitDescriptor};
+use super::map::{self, Mapping};
+use super::wire::{self, Blanket, BucketKey, Ttl};
+
+/// Seconds a token bucket or DENY_ALL from the store lives in Envoy: past two 5 s report
+/// periods and a reconnect, so one lost report never lets an assignment expire.
+pub const TTL_ASSIGNED: u32 = 15;
+/// Seconds an ALLOW_ALL for a bucket no limit applies to lives.
+pub const TTL_UNLIMITED: u32 = 300;
+/// Seconds an answer of the failure policy lives: Envoy is back on the store's answers
+/// within two reports of the store returning.
+pub const TTL_FAILURE: u32 = 10;
+/// How long a claim is kept in the ledger after its last write: the assignment's TTL and
+/// a margin for clocks and the answer's way to Envoy.
+pub const KEEP_MS: u64 = (TTL_ASSIGNED as u64 + 5) * 1000;
+/// How long a report waits for the store, per call. RLQS is off the request path: nothing
+/// waits on this but the next assignment, so it is longer than the RLS store timeout.
+pub const STORE_DEADLINE: Duration = Duration::from_secs(1);
+
+fn ttl(seconds: u32) -> Ttl {
+    Ttl(NonZeroU32::new(seconds).unwrap_or(NonZeroU32::MIN))
+}
+
+/// What the service assigns with: the RLS path's config, store and metrics, and the ledger
+/// of the memory store.
+#[derive(Debug)]
+pub struct Quota {
+    live: Arc<Live>,
+    store: Arc<Store>,
+    /// `failure_mode: local` buckets (the RLS path's own).
+    local: Arc<MemoryStore>,
+    /// The claims ledger of the memory store, and of `failure_mode: local` while the store fails.
+    ledger: LocalLedger,
+    metrics: Arc<Metrics>,
+    overrides: Arc<Overrides>,
+    key_prefix: String,
+    key_secret: Option<KeySecret>,
+}
+
+impl Quota {
+    /// Shares everything with `limiter`: one config, one store, one budget.
+    pub fn new(limiter: &RateLimiter) -> Quota {
+        let settings = limiter.settings();
+        Quota {
+            live: limiter.live(),
+            store: limiter.store(),
+            local: limiter.local_store(),
+            ledger: LocalLedger::default(),
+            metrics: limiter.metrics(),
+            overrides: limiter.overrides(),
+            key_prefix: settings.key_prefix.clone(),
+            key_secret: settings.key_secret.clone(),
+        }
+    }
+
+    /// The metrics the service records to.
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// The store assignments are charged to.
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+}
+
+/// One Envoy's view of one bucket, kept by its stream between reports.
+#[derive(Debug, Clone, Default)]
+pub struct Held {
+    /// `allowed + denied` of its latest report.
+    pub demand: u64,
+    /// Only the immediate report so far.
+    pub newcomer: bool,
+    /// The last answer had a limit behind it (a bucket that loses it is abandoned).
+    pub limited: bool,
+    /// The token bucket Envoy runs now (`None`: a blanket rule or nothing).
+    pub running: Option<TokenBucket>,
+    /// The ledger key of the bucket, once it had a limit.
+    pub ledger: Option<String>,
+}
+
+/// What the stream does for one bucket now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ask {
+    /// A report's counts for the bucket.
+    Report { allowed: u64, denied: u64, immediate: bool },
+    /// Look again with no new usage (a wake-up or a push): `fresh` gives a full bucket
+    /// (a window's edge, a refill after DENY_ALL).
+    Again { fresh: bool },
+}
+
+/// The answer for one bucket.
+#[derive(Debug, Default)]
+pub struct Answer {
+    /// The actions to send, in order (empty: nothing to send).
+    pub actions: Vec<BucketAction>,
+    /// Look again (`Ask::Again { fresh: true }`) after this long: a window's edge, or
+    /// when a denied bucket has room again (`None`: at the next report).
+    pub wake: Option<Duration>,
+    /// Envoy forgets the bucket (it was abandoned): the stream drops it.
+    pub forget: bool,
+    /// Other holders whose grant is now smaller than their claim: their streams look
+    /// again at once, wherever they are on this instance.
+    pub shrink: Vec<String>,
+}
+
+impl Answer {
+    fn one(action: BucketAction) -> Answer {
+        Answer { actions: vec![action], ..Answer::default() }
+    }
+}
+
+impl Quota {
+    /// Answers `ask` for the bucket `key` of the report domain `domain`, held by `holder`.
+    pub async fn assign(
+        &self,
+        domain: &str,
+        key: &BucketKey,
+        holder: &str,
+        held: &mut Held,
+        ask: Ask,
+    ) -> Answer {
+        if let Ask::Report { allowed, denied, immediate } = ask {
+            held.demand = allowed.saturating_add(denied);
+            held.newcomer = immediate && held.ledger.is_none() && !held.limited;
+        }
+        let active = self.live.load();
+        let (entries, domain) = match map::map(&active.snapshot, domain, key) {
+            Mapping::UnknownDomain => return self.unlimited(key, held, "unknown_domain"),
+            Mapping::NoPath => return self.unlimited(key, held, "no_rule"),
+            Mapping::Descriptor { lookup: Lookup::NoMatch | Lookup::Allow, .. } => {
+                return self.unlimited(key, held, "no_rule")
+            }
+            Mapping::Descriptor { entries, lookup: Lookup::Rule(_) } => {
+                (entries, active.snapshot.domain(domain).expect("mapped onto this snapshot's domain"))
+            }
+        };
+        let incident = self.overrides.mode(domain.name.as_bytes());
+        if incident == Some(Mode::Open) {
+            self.metrics.override_request(&domain.name, Mode::Open.as_str());
+            held.running = None;
+            return self
+                .sent(Answer::one(wire::blanket(key, Blanket::AllowAll, ttl(TTL_FAILURE))), "allow_all");
+        }
+        let allowed = match ask {
+            Ask::Report { allowed, .. } => allowed,
+            Ask::Again { .. } => 0,
+        };
+        let descriptor = RateLimitDescriptor {
+            entries: entries.iter().map(|(k, v)| Entry::new(k, v)).collect(),
+            limit: None,
+            hits_addend: Some(UInt64Value { value: allowed }),
+            is_negative_hits: false,
+        };
+        let keyed = match &self.key_secret {
+            Some(secret) => RateLimitDescriptor {
+                entries: descriptor
+                    .entries
+                    .iter()
+                    .map(|e| Entry { key: e.key.clone(), value: Bytes::from(secret.value(&e.value)) })
+                    .collect(),
+                ..descriptor.clone()
+            },
+            None => descriptor.clone(),
+        };
+        let (plans, mut charges, _) = plan::plan_keyed(
+            domain,
+            std::slice::from_ref(&descriptor),
+            std::slice::from_ref(&keyed),
+            1,
+            &self.key_prefix,
+        );
+        let shadow = match plans.first() {
+            Some(Plan::Limited(limit)) => limit.shadow() || incident == Some(Mode::Shadow),
+            Some(Plan::Unlimited(_)) => return self.unlimited(key, held, "unlimited"),
+            Some(Plan::Pass) | None => return self.unlimited(key, held, "no_rule"),
+        };
+        // Reported usage happened: it is recorded whether or not it fits.
+        for charge in &mut charges {
+            if let Hits::Consume(n) = charge.hits {
+                charge.hits = Hits::Overdraw(n);
+            }
+        }
+        let ledger_key = format!("{}:rlqs", charges[0].key);
+        held.limited = true;
+        held.ledger = Some(ledger_key.clone());
+        let deadline = Instant::now() + STORE_DEADLINE;
+        let fresh = match ask {
+            Ask::Report { denied, .. } => denied > 0,
+            Ask::Again { fresh } => fresh,
+        };
+        let mut answer = match self
+            .share(&self.store, &self.ledger, &charges, &ledger_key, holder, held, deadline)
+            .await
+        {
+            Ok(shared) => self.grant(key, held, shared, fresh),
+            Err(error) => self.failed(key, domain, &charges, &ledger_key, holder, held, &error, fresh),
+        };
+        if shadow {
+            // A shadow rule (or an incident's shadow mode) is charged and never denies.
+            held.running = None;
+            answer.actions = vec![wire::blanket(key, Blanket::AllowAll, ttl(TTL_ASSIGNED))];
+            answer.wake = None;
+            return self.sent(answer, "allow_all");
+        }
+        answer
+    }
+
+    /// No limit applies to the bucket: ALLOW_ALL for long, or `abandon` when one did.
+    fn unlimited(&self, key: &BucketKey, held: &mut Held, reason: &'static str) -> Answer {
+        self.metrics.rlqs().unlimited(reason);
+        held.running = None;
+        if std::mem::take(&mut held.limited) {
+            let mut answer = Answer::one(wire::abandon(key));
+            answer.forget = true;
+            return self.sent(answer, "abandon");
+        }
+        self.sent(Answer::one(wire::blanket(key, Blanket::AllowAll, ttl(TTL_UNLIMITED))), "allow_all")
+    }
+
+    /// Counts the actions of `answer` (all of kind `action`, a DENY_ALL of a fresh pair aside).
+    fn sent(&self, answer: Answer, action: &'static str) -> Answer {
+        if answer.actions.len() == 2 {
+            self.metrics.rlqs().assignment("deny_all");
+        }
+        self.metrics.rlqs().assignment(action);
+        answer
+    }
+
+    /// Charges `charges`, writes the holder into the ledger and shares the headroom.
+    #[allow(clippy::too_many_arguments)]
+    async fn share(
+        &self,
+        store: &Store,
+        ledger: &LocalLedger,
+        charges: &[Charge],
+        ledger_key: &str,
+        holder: &str,
+        held: &Held,
+        deadline: Instant,
+    ) -> Result<Shared, StoreError> {
+        let decisions: Vec<Decision> =
+            store.charge(charges, deadline).await.into_iter().collect::<Result<_, _>>()?;
+        let hold = Hold {
+            holder,
+            demand: held.demand,
+            newcomer: held.newcomer,
+            live: true,
+            claim: None,
+            keep_ms: KEEP_MS,
+        };
+        let holders = store.hold(ledger, ledger_key, &hold, deadline).await?;
+        let shared = shared(charges, &decisions, held, &holders);
+        let hold = Hold { claim: Some(shared.grant.max_tokens()), ..hold };
+        store.hold(ledger, ledger_key, &hold, deadline).await?;
+        Ok(shared)
+    }
+
+    /// The answer for a grant the store backed.
+    fn grant(&self, key: &BucketKey, held: &mut Held, shared: Shared, fresh: bool) -> Answer {
+        let Shared { grant, wake, shrink } = shared;
+        let mut answer = match grant {
+            Grant::DenyAll => {
+                held.running = None;
+                let answer = Answer::one(wire::blanket(key, Blanket::DenyAll, ttl(TTL_ASSIGNED)));
+                self.sent(answer, "deny_all")
+            }
+            Grant::TokenBucket(bucket) => {
+                let assign = wire::token_bucket(key, bucket, ttl(TTL_ASSIGNED));
+                // A running bucket keeps its fill ratio when replaced: a dry one is given a
+                // full one through a blanket rule first.
+                let actions = match held.running {
+                    Some(_) if fresh => vec![wire::blanket(key, Blanket::DenyAll, ttl(TTL_ASSIGNED)), assign],
+                    _ => vec![assign],
+                };
+                held.running = Some(bucket);
+                self.sent(Answer { actions, ..Answer::default() }, "token_bucket")
+            }
+        };
+        answer.wake = wake;
+        answer.shrink = shrink;
+        answer
+    }
+
+    /// The store failed: the domain's failure policy answers, for a short TTL.
+    #[allow(clippy::too_many_arguments)]
+    fn failed(
+        &self,
+        key: &BucketKey,
+        domain: &crate::config::Domain,
+        charges: &[Charge],
+        ledger_key: &str,
+        holder: &str,
+        held: &mut Held,
+        error: &StoreError,
+        fresh: bool,
+    ) -> Answer {
+        tracing::debug!(domain = %domain.name, error = %error, "RLQS: the store failed; the failure policy answers");
+        match domain.failure_mode {
+            FailureMode::Open => {
+                self.metrics.rlqs().failure_answer("open");
+                held.running = None;
+                self.sent(Answer::one(wire::blanket(key, Blanket::AllowAll, ttl(TTL_FAILURE))), "allow_all")
+            }
+            FailureMode::Closed => {
+                self.metrics.rlqs().failure_answer("closed");
+                held.running = None;
+                self.sent(Answer::one(wire::blanket(key, Blanket::DenyAll, ttl(TTL_FAILURE))), "deny_all")
+            }
+            FailureMode::Local => {
+                self.metrics.rlqs().failure_answer("local");
+                let now = crate::store::memory::now_us();
+                let decisions = self.local.charge_group_at(charges, now);
+                let hold = Hold {
+                    holder,
+                    demand: held.demand,
+                    newcomer: held.newcomer,
+                    live: true,
+                    claim: None,
+                    keep_ms: KEEP_MS,
+                };
+                let holders = self.ledger.hold(ledger_key, &hold, now / 1000);
+                let shared = shared(charges, &decisions, held, &holders);
+                let claim = Hold { claim: Some(shared.grant.max_tokens()), ..hold };
+                self.ledger.hold(ledger_key, &claim, now / 1000);
+                let mut answer = self.grant(key, held, shared, fresh);
+                answer.shrink.clear();
+                for action in &mut answer.actions {
+                    shorten(action, TTL_FAILURE);
+                }
+                answer
+            }
+        }
+    }
+
+    /// Releases `holder`'s share of the bucket at `ledger_key`: its demand no longer weighs
+    /// (its stream ended) and its claim stays until it expires (the Envoy may spend it
+    /// until its assignment does).
+    pub async fn release(&self, ledger_key: &str, holder: &str, held: &Held) {
+        let hold = Hold {
+            holder,
+            demand: held.demand,
+            newcomer: held.newcomer,
+            live: false,
+            claim: None,
+            keep_ms: KEEP_MS,
+        };
+        let deadline = Instant::now() + STORE_DEADLINE;
+        if let Err(error) = self.store.hold(&self.ledger, ledger_key, &hold, deadline).await {
+            tracing::debug!(error = %error, "RLQS: releasing a share failed; it expires with its claim");
+        }
+    }
+}
+
+/// Sets an assignment's TTL to `seconds`.
+fn shorten(action: &mut BucketAction, seconds: u32) {
+    use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::bucket_action::BucketAction as Kind;
+    if let Some(Kind::QuotaAssignmentAction(assign)) = &mut action.bucket_action {
+        assign.assignment_time_to_live =
+            Some(envoy_types::pb::google::protobuf::Duration { seconds: i64::from(seconds), nanos: 0 });
+    }
+}
+
+/// A holder's grant over every limit of its rule, with when to look again and which other
+/// holders must shrink.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Shared {
+    pub grant: Grant,
+    pub wake: Option<Duration>,
+    pub shrink: Vec<String>,
+}
+
+/// Shares each limit's headroom (its decision after the charge) among the live holders,
+/// this one first; caps this holder's capacity at the headroom less every other holder's
+/// claim; takes the tightest limit. Pure.
+pub fn shared(charges: &[Charge], decisions: &[Decision], held: &Held, holders: &Holders) -> Shared {
+    let me = Holder { demand: held.demand, newcomer: held.newcomer, claim: holders.claim };
+    let live: Vec<&crate::store::rlqs::Holding> = holders.others.iter().filter(|h| h.live).collect();
+    let mut all = Vec::with_capacity(live.len() + 1);
+    all.push(me);
+    all.extend(live.iter().map(|h| Holder { demand: h.demand, newcomer: h.newcomer, claim: h.claim }));
+    let claimed: u64 = holders.others.iter().fold(0, |sum, h| sum.saturating_add(h.claim));
+    let mut tightest: Option<TokenBucket> = None;
+    let mut denied = false;
+    let mut wake: Option<Duration> = None;
+    let mut shrink = Vec::new();
+    for (charge, decision) in charges.iter().zip(decisions) {
+        let params = &charge.params;
+        let window = params.algorithm != Algorithm::Gcra;
+        let headroom = if window {
+            Headroom::Window { remaining: decision.remaining, left_us: decision.reset_us }
+        } else {
+            Headroom::Gcra { tokens: decision.remaining }
+        };
+        let grants = share::shares(params, headroom, &all);
+        for (grant, other) in grants.iter().skip(1).zip(&live) {
+            if grant.max_tokens() < other.claim && !shrink.contains(&other.holder) {
+                shrink.push(other.holder.clone());
+            }
+        }
+        // Windows: look again at the edge (a fresh bucket for the new window). GCRA: after
+        // a denial, when one token has come back.
+        let limit_wake = if window {
+            Some(Duration::from_micros(decision.reset_us.max(1)))
+        } else if decision.remaining == 0 {
+            let per_token = params.unit_us / params.limit.max(1);
+            Some(Duration::from_micros(per_token.clamp(1_000_000, 5_000_000)))
+        } else {
+            None
+        };
+        wake = match (wake, limit_wake) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let cap = decision.remaining.saturating_sub(claimed);
+        match grants.first().copied().unwrap_or(Grant::DenyAll) {
+            Grant::DenyAll => denied = true,
+            Grant::TokenBucket(mut bucket) => {
+                bucket.max_tokens = bucket.max_tokens.min(u32::try_from(cap).unwrap_or(u32::MAX));
+                if bucket.max_tokens == 0 {
+                    denied = true;
+                    continue;
+                }
+                tightest = Some(match tightest {
+                    None => bucket,
+                    Some(t) => tighter(t, bucket),
+                });
+            }
+        }
+    }
+    let grant = match tightest {
+        Some(bucket) if !denied => Grant::TokenBucket(bucket),
+        _ => Grant::DenyAll,
+    };
+    Shared { grant, wake, shrink }
+}
+
+/// The smaller capacity and the slower refill of two limits' buckets.
+fn tighter(a: TokenBucket, b: TokenBucket) -> TokenBucket {
+    // a.F / a.T ≤ b.F / b.T  ⇔  a.F · b.T ≤ b.F · a.T
+    let a_slower = u64::from(a.tokens_per_fill) * u64::from(b.fill_interval_s)
+        <= u64::from(b.tokens_per_fill) * u64::from(a.fill_interval_s);
+    let (tokens_per_fill, fill_interval_s) = if a_slower {
+        (a.tokens_per_fill, a.fill_interval_s)
+    } else {
+        (b.tokens_per_fill, b.fill_interval_s)
+    };
+    TokenBucket { max_tokens: a.max_tokens.min(b.max_tokens), tokens_per_fill, fill_interval_s }
+}
+
+#[cfg(test)]
+mod tests;

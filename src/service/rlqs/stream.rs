@@ -1,0 +1,354 @@
+//! One RLQS stream: one Envoy's usage reports for one filter domain, answered for as long
+//! as Envoy keeps the stream open.
+//!
+//! A task of its own per stream (never a request future: nothing shared waits on a
+//! future that may be dropped) reads the reports and answers each with one response
+//! carrying an action for every bucket it can answer. The same task answers, at any time,
+//! what no report asked: a window's edge or a DENY_ALL's refill (a wake-up it set), and a
+//! push from another stream of this instance whose newcomer took part of this Envoy's
+//! share (`Streams::push`).
+//!
+//! Bounds: [`MAX_STREAMS`] streams per instance (past it a stream is refused with
+//! `RESOURCE_EXHAUSTED`, the one case one is refused), `Bounds::max_buckets` buckets per
+//! stream and per report (the rest counted, not answered), [`CONCURRENCY`] buckets of one
+//! report assigned at once. A bad bucket id is counted, logged once per stream and reason,
+//! and never ends the stream.
+//!
+//! The stream ends when Envoy ends it, at the drain (the shutdown signal) and after
+//! `--grpc-max-connection-age` (±10 %): the answer stream ends with OK, and Envoy opens a
+//! new one at its next 5 s report, to whichever instance its cluster picks. Nothing is
+//! lost: claims and usage are in the store, Envoy keeps its assignments until their TTL and
+//! reports the usage of the gap on the new stream. Ending, the stream releases its shares
+//! (`Quota::release`): its demand stops weighing at once, its claims expire with their TTL.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::RateLimitQuotaResponse;
+use futures_util::StreamExt;
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+use tonic::Status;
+
+use super::quota::{Answer, Ask, Held, Quota};
+use super::wire::{self, Bounds, BucketKey, InvalidBucketId, RateLimitQuotaUsageReports};
+
+/// Streams one instance holds at most.
+pub const MAX_STREAMS: usize = 10_000;
+/// Buckets of one report assigned concurrently.
+pub const CONCURRENCY: usize = 32;
+/// Responses waiting to be written to one stream; a stream that falls further behind
+/// drops pushes (a report is always answered: the task waits for room).
+const OUTBOX: usize = 64;
+
+/// What the instance's streams share: the assignment logic, the count of streams and the
+/// way to reach each holder's stream.
+#[derive(Debug)]
+pub struct Streams {
+    quota: Arc<Quota>,
+    bounds: Bounds,
+    open: AtomicUsize,
+    /// Each live holder's wake-up line, by holder name.
+    pushes: Mutex<HashMap<String, mpsc::Sender<BucketKey>>>,
+    shutdown: watch::Receiver<bool>,
+    max_age: Option<Duration>,
+}
+
+impl Streams {
+    /// `max_age`: `--grpc-max-connection-age`, after which (±10 %) a stream ends.
+    pub fn new(quota: Quota, shutdown: watch::Receiver<bool>, max_age: Option<Duration>) -> Streams {
+        Streams {
+            quota: Arc::new(quota),
+            bounds: Bounds::default(),
+            open: AtomicUsize::new(0),
+            pushes: Mutex::new(HashMap::new()),
+            shutdown,
+            max_age,
+        }
+    }
+
+    /// Starts a stream for `holder`, reading `inbound`; answers the outbound side, or
+    /// `RESOURCE_EXHAUSTED` at [`MAX_STREAMS`].
+    pub fn start<S>(
+        self: &Arc<Self>,
+        holder: String,
+        inbound: S,
+    ) -> Result<mpsc::Receiver<Result<RateLimitQuotaResponse, Status>>, Status>
+    where
+        S: futures_util::Stream<Item = Result<RateLimitQuotaUsageReports, Status>> + Send + Unpin + 'static,
+    {
+        if self.open.fetch_add(1, Ordering::AcqRel) >= MAX_STREAMS {
+            self.open.fetch_sub(1, Ordering::AcqRel);
+            self.quota.metrics().rlqs().stream_refused();
+            return Err(Status::resource_exhausted("this instance holds its maximum of RLQS streams"));
+        }
+        self.quota.metrics().rlqs().stream(1);
+        let (out, answers) = mpsc::channel(OUTBOX);
+        let (push, pushed) = mpsc::channel(OUTBOX);
+        self.pushes.lock().unwrap_or_else(PoisonError::into_inner).insert(holder.clone(), push.clone());
+        let task = Stream {
+            streams: self.clone(),
+            holder,
+            domain: None,
+            held: HashMap::new(),
+            wakes: BTreeSet::new(),
+            wake_of: HashMap::new(),
+            logged: HashSet::new(),
+            out,
+            push,
+        };
+        tokio::spawn(task.run(inbound, pushed));
+        Ok(answers)
+    }
+
+    /// Asks the stream of each of `holders` on this instance to look at `key` again.
+    fn push(&self, holders: &[String], key: &BucketKey) {
+        if holders.is_empty() {
+            return;
+        }
+        let pushes = self.pushes.lock().unwrap_or_else(PoisonError::into_inner);
+        for holder in holders {
+            if let Some(line) = pushes.get(holder) {
+                // Full: that stream is behind; its next report answers anyway.
+                let _ = line.try_send(key.clone());
+            }
+        }
+    }
+}
+
+/// The task of one stream.
+struct Stream {
+    streams: Arc<Streams>,
+    holder: String,
+    /// The domain of the first report (Envoy sends one per stream).
+    domain: Option<String>,
+    held: HashMap<BucketKey, Held>,
+    /// Wake-ups by instant, and each bucket's (one per bucket).
+    wakes: BTreeSet<(Instant, BucketKey)>,
+    wake_of: HashMap<BucketKey, Instant>,
+    /// Reasons already logged on this stream (one line per reason).
+    logged: HashSet<&'static str>,
+    out: mpsc::Sender<Result<RateLimitQuotaResponse, Status>>,
+    /// This stream's own push line (kept to tell it from a newer stream of the same name).
+    push: mpsc::Sender<BucketKey>,
+}
+
+impl Stream {
+    async fn run<S>(mut self, mut inbound: S, mut pushed: mpsc::Receiver<BucketKey>)
+    where
+        S: futures_util::Stream<Item = Result<RateLimitQuotaUsageReports, Status>> + Send + Unpin + 'static,
+    {
+        let mut shutdown = self.streams.shutdown.clone();
+        let age = self.streams.max_age.map(|age| age.mul_f64(rand::random_range(0.9..=1.1)));
+        let ends = age.map(|age| Instant::now() + age);
+        loop {
+            let next_wake = self.wakes.first().map(|(at, _)| *at);
+            tokio::select! {
+                biased;
+                _ = stopped(&mut shutdown) => break,
+                _ = sleep_until(ends) => break,
+                report = inbound.next() => match report {
+                    Some(Ok(report)) => self.report(report).await,
+                    Some(Err(status)) => {
+                        tracing::debug!(holder = %self.holder, status = %status, "RLQS stream failed");
+                        break;
+                    }
+                    None => break,
+                },
+                Some(key) = pushed.recv() => self.again(vec![(key, false)]).await,
+                _ = sleep_until(next_wake) => {
+                    let now = Instant::now();
+                    let mut due = Vec::new();
+                    while let Some((at, _)) = self.wakes.first() {
+                        if *at > now {
+                            break;
+                        }
+                        let (_, key) = self.wakes.pop_first().expect("just seen");
+                        self.wake_of.remove(&key);
+                        due.push((key, true));
+                    }
+                    self.again(due).await;
+                }
+            }
+            if self.out.is_closed() {
+                break;
+            }
+        }
+        self.end().await;
+    }
+
+    /// Answers one report: every bucket it can, in one response.
+    async fn report(&mut self, report: RateLimitQuotaUsageReports) {
+        let streams = self.streams.clone();
+        let metrics = streams.quota.metrics().rlqs();
+        metrics.reports(report.bucket_quota_usages.len() as u64);
+        let Some(domain) = report.domain().map(str::to_owned) else {
+            self.log_once("not_utf8", "an RLQS report's domain is not UTF-8: its buckets are not answered");
+            for _ in &report.bucket_quota_usages {
+                metrics.invalid("not_utf8");
+            }
+            return;
+        };
+        self.domain.get_or_insert_with(|| domain.clone());
+        let bounds = self.streams.bounds;
+        // Each bucket once per report, its counts summed.
+        let mut asks: Vec<(BucketKey, Ask)> = Vec::new();
+        let mut index: HashMap<BucketKey, usize> = HashMap::new();
+        for usage in &report.bucket_quota_usages {
+            let key = match BucketKey::new(usage.bucket_id.as_ref(), &bounds) {
+                Ok(key) => key,
+                Err(invalid) => {
+                    let reason = reason(&invalid);
+                    metrics.invalid(reason);
+                    self.log_once(reason, &format!("an RLQS bucket id is not answered: {invalid}"));
+                    continue;
+                }
+            };
+            let ask = Ask::Report {
+                allowed: usage.num_requests_allowed,
+                denied: usage.num_requests_denied,
+                immediate: usage.is_immediate(),
+            };
+            match index.get(&key) {
+                Some(&i) => {
+                    if let (Ask::Report { allowed, denied, .. }, Ask::Report { allowed: a, denied: d, .. }) =
+                        (&mut asks[i].1, ask)
+                    {
+                        *allowed = allowed.saturating_add(a);
+                        *denied = denied.saturating_add(d);
+                    }
+                }
+                None => {
+                    if !self.held.contains_key(&key) && self.held.len() + index.len() >= bounds.max_buckets {
+                        metrics.invalid("too_many_buckets");
+                        self.log_once(
+                            "too_many_buckets",
+                            "an RLQS stream holds its maximum of buckets: new ones are not answered",
+                        );
+                        continue;
+                    }
+                    index.insert(key.clone(), asks.len());
+                    asks.push((key, ask));
+                }
+            }
+        }
+        self.answer(&domain, asks).await;
+    }
+
+    /// Looks at `keys` again (pushes, wake-ups): `(key, fresh)`.
+    async fn again(&mut self, keys: Vec<(BucketKey, bool)>) {
+        let Some(domain) = self.domain.clone() else { return };
+        let asks = keys
+            .into_iter()
+            .filter(|(key, _)| self.held.contains_key(key))
+            .map(|(key, fresh)| (key, Ask::Again { fresh }))
+            .collect();
+        self.answer(&domain, asks).await;
+    }
+
+    /// Assigns every ask, at most [`CONCURRENCY`] at once, and sends one response.
+    async fn answer(&mut self, domain: &str, asks: Vec<(BucketKey, Ask)>) {
+        if asks.is_empty() {
+            return;
+        }
+        let quota = self.streams.quota.clone();
+        let holder = self.holder.clone();
+        let work: Vec<(BucketKey, Held, Ask)> = asks
+            .into_iter()
+            .map(|(key, ask)| {
+                let held = self.held.get(&key).cloned().unwrap_or_default();
+                (key, held, ask)
+            })
+            .collect();
+        let answered: Vec<(BucketKey, Held, Answer)> = futures_util::stream::iter(work)
+            .map(|(key, mut held, ask)| {
+                let (quota, holder) = (quota.clone(), holder.clone());
+                async move {
+                    let answer = quota.assign(domain, &key, &holder, &mut held, ask).await;
+                    (key, held, answer)
+                }
+            })
+            .buffer_unordered(CONCURRENCY)
+            .collect()
+            .await;
+        let mut actions = Vec::new();
+        let now = Instant::now();
+        for (key, held, answer) in answered {
+            if let Some(at) = self.wake_of.remove(&key) {
+                self.wakes.remove(&(at, key.clone()));
+            }
+            self.streams.push(&answer.shrink, &key);
+            actions.extend(answer.actions);
+            if answer.forget {
+                if self.held.remove(&key).is_some() {
+                    self.streams.quota.metrics().rlqs().buckets(-1);
+                }
+                continue;
+            }
+            if let Some(wake) = answer.wake {
+                self.wakes.insert((now + wake, key.clone()));
+                self.wake_of.insert(key.clone(), now + wake);
+            }
+            if self.held.insert(key, held).is_none() {
+                self.streams.quota.metrics().rlqs().buckets(1);
+            }
+        }
+        if !actions.is_empty() {
+            // A report is always answered: wait for room (Envoy reads as it can).
+            let _ = self.out.send(Ok(wire::response(actions))).await;
+        }
+    }
+
+    fn log_once(&mut self, reason: &'static str, message: &str) {
+        if self.logged.insert(reason) {
+            tracing::warn!(holder = %self.holder, reason, "{message}");
+        }
+    }
+
+    /// Releases every share this stream held and forgets the stream.
+    async fn end(self) {
+        {
+            let mut pushes = self.streams.pushes.lock().unwrap_or_else(PoisonError::into_inner);
+            if pushes.get(&self.holder).is_some_and(|line| line.same_channel(&self.push)) {
+                pushes.remove(&self.holder);
+            }
+        }
+        let quota = &self.streams.quota;
+        let holder = &self.holder;
+        let count = self.held.len();
+        futures_util::stream::iter(self.held.iter())
+            .filter_map(|(_, held)| async move { held.ledger.as_ref().map(|key| (key, held)) })
+            .for_each_concurrent(CONCURRENCY, |(key, held)| quota.release(key, holder, held))
+            .await;
+        quota.metrics().rlqs().buckets(-(count as i64));
+        quota.metrics().rlqs().stream(-1);
+        self.streams.open.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Resolves once the shutdown signal is set (never while it is not).
+async fn stopped(shutdown: &mut watch::Receiver<bool>) {
+    if shutdown.wait_for(|stop| *stop).await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The `reason` label of a bucket id that cannot be answered.
+fn reason(invalid: &InvalidBucketId) -> &'static str {
+    match invalid {
+        InvalidBucketId::Empty => "empty_id",
+        InvalidBucketId::EmptyKey | InvalidBucketId::EmptyValue => "bad_entry",
+        InvalidBucketId::TooManyEntries { .. } => "too_many_entries",
+        InvalidBucketId::TooLong { .. } => "too_long",
+        InvalidBucketId::NotUtf8 => "not_utf8",
+    }
+}

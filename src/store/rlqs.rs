@@ -1,0 +1,217 @@
+//! Who holds each RLQS bucket, and what each holder may still spend: the claims ledger the
+//! RLQS service shares out a limit by (`crate::service::rlqs`).
+//!
+//! A holder is one Envoy (the name its stream gives) holding one bucket. Its entry keeps
+//! its latest demand, whether it is a newcomer (only the immediate report so far), whether
+//! its stream is open (`live`), and its claim: the `max_tokens` last granted to it, which
+//! the Envoy may spend without asking until its assignment expires. An entry is kept
+//! `keep_ms` from its last write — the assignment's TTL and a margin — so a claim outlives
+//! a stream that ended while the Envoy may still spend it, and a holder that reconnects to
+//! another instance under the same name finds its entry.
+//!
+//! On every Redis topology the ledger is one hash per bucket, changed by one script
+//! (`lua/rlqs_holders.lua`) per write: the fleet's instances see one ledger. On the memory
+//! store (and for `failure_mode: local` while Redis fails) it is this process's
+//! [`LocalLedger`], with the same semantics.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, PoisonError};
+
+use tokio::time::Instant;
+
+use super::charge::StoreError;
+use super::Store;
+
+/// The script of [`Store::hold`].
+const HOLDERS: &str = include_str!("lua/rlqs_holders.lua");
+
+/// At most this many buckets in a [`LocalLedger`]; past it, a write first drops every
+/// expired entry, then (still full) refuses new buckets.
+pub const LOCAL_MAX_BUCKETS: usize = 1_000_000;
+
+/// One write of a holder's entry.
+#[derive(Debug, Clone, Copy)]
+pub struct Hold<'a> {
+    /// The holder's name.
+    pub holder: &'a str,
+    /// `allowed + denied` of its latest report.
+    pub demand: u64,
+    /// Only its immediate report so far.
+    pub newcomer: bool,
+    /// Its stream is open.
+    pub live: bool,
+    /// Its new claim; `None` keeps the recorded one (0 when none).
+    pub claim: Option<u64>,
+    /// How long the entry is kept from now, in ms.
+    pub keep_ms: u64,
+}
+
+/// A holder as the ledger has it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Holding {
+    pub holder: String,
+    pub demand: u64,
+    pub newcomer: bool,
+    pub live: bool,
+    pub claim: u64,
+}
+
+/// What a write answers: the writer's claim as recorded, and every other holder.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Holders {
+    pub claim: u64,
+    pub others: Vec<Holding>,
+}
+
+impl Store {
+    /// Writes `hold` into the ledger `key` by `deadline` and answers who else holds it
+    /// (the memory store: `local`).
+    pub async fn hold(
+        &self,
+        local: &LocalLedger,
+        key: &str,
+        hold: &Hold<'_>,
+        deadline: Instant,
+    ) -> Result<Holders, StoreError> {
+        let claim = hold.claim.map_or(-1, |c| i64::try_from(c).unwrap_or(i64::MAX));
+        let command = ::redis::cmd("EVAL")
+            .arg(HOLDERS)
+            .arg(1)
+            .arg(key)
+            .arg(hold.holder)
+            .arg(hold.demand)
+            .arg(u8::from(hold.newcomer))
+            .arg(u8::from(hold.live))
+            .arg(claim)
+            .arg(hold.keep_ms)
+            .to_owned();
+        match self.command(key, command, deadline).await {
+            None => Ok(local.hold(key, hold, super::memory::now_us() / 1000)),
+            Some(reply) => holders(&reply?),
+        }
+    }
+}
+
+/// The script's `{claim, field, demand, newcomer, live, claim, ...}`.
+fn holders(value: &::redis::Value) -> Result<Holders, StoreError> {
+    use ::redis::Value;
+    let bad = || StoreError::Server(format!("unexpected reply of the RLQS holders script: {value:?}"));
+    let Value::Array(items) = value else { return Err(bad()) };
+    let int = |v: &Value| match v {
+        Value::Int(i) => u64::try_from(*i).ok(),
+        _ => None,
+    };
+    let (first, rest) = items.split_first().ok_or_else(bad)?;
+    let claim = int(first).ok_or_else(bad)?;
+    let mut others = Vec::with_capacity(rest.len() / 5);
+    for chunk in rest.chunks(5) {
+        let [Value::BulkString(name), demand, newcomer, live, claim] = chunk else { return Err(bad()) };
+        others.push(Holding {
+            holder: String::from_utf8_lossy(name).into_owned(),
+            demand: int(demand).ok_or_else(bad)?,
+            newcomer: int(newcomer).ok_or_else(bad)? == 1,
+            live: int(live).ok_or_else(bad)? == 1,
+            claim: int(claim).ok_or_else(bad)?,
+        });
+    }
+    Ok(Holders { claim, others })
+}
+
+/// One bucket's holders in a [`LocalLedger`]: each with its entry's expiry (ms).
+type Entries = HashMap<String, (Holding, u64)>;
+
+/// The ledger in this process's memory: the memory store's, and the one a `failure_mode:
+/// local` domain shares out by while Redis fails.
+#[derive(Debug, Default)]
+pub struct LocalLedger {
+    buckets: Mutex<HashMap<String, Entries>>,
+}
+
+impl LocalLedger {
+    /// [`Store::hold`] in memory at `now_ms`.
+    pub fn hold(&self, key: &str, hold: &Hold<'_>, now_ms: u64) -> Holders {
+        let mut buckets = self.buckets.lock().unwrap_or_else(PoisonError::into_inner);
+        if buckets.len() >= LOCAL_MAX_BUCKETS && !buckets.contains_key(key) {
+            buckets.retain(|_, holders| {
+                holders.retain(|_, (_, expires)| *expires > now_ms);
+                !holders.is_empty()
+            });
+            if buckets.len() >= LOCAL_MAX_BUCKETS {
+                return Holders::default();
+            }
+        }
+        let holders = buckets.entry(key.to_string()).or_default();
+        holders.retain(|_, (_, expires)| *expires > now_ms);
+        let recorded = holders.get(hold.holder).map_or(0, |(h, _)| h.claim);
+        let claim = hold.claim.unwrap_or(recorded);
+        let others = holders
+            .iter()
+            .filter(|(name, _)| *name != hold.holder)
+            .map(|(_, (holding, _))| holding.clone())
+            .collect();
+        let holding = Holding {
+            holder: hold.holder.to_string(),
+            demand: hold.demand,
+            newcomer: hold.newcomer,
+            live: hold.live,
+            claim,
+        };
+        holders.insert(hold.holder.to_string(), (holding, now_ms.saturating_add(hold.keep_ms)));
+        Holders { claim, others }
+    }
+
+    /// Buckets held now (expired entries included until their bucket is written again).
+    pub fn len(&self) -> usize {
+        self.buckets.lock().unwrap_or_else(PoisonError::into_inner).len()
+    }
+
+    /// Whether no bucket is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hold(holder: &str, demand: u64, claim: Option<u64>) -> Hold<'_> {
+        Hold { holder, demand, newcomer: false, live: true, claim, keep_ms: 1000 }
+    }
+
+    #[test]
+    fn a_holder_sees_the_others_and_keeps_its_claim_until_it_expires() {
+        let ledger = LocalLedger::default();
+        assert_eq!(ledger.hold("b", &hold("a", 5, Some(7)), 0), Holders { claim: 7, others: vec![] });
+        let seen = ledger.hold("b", &hold("c", 1, None), 10);
+        assert_eq!(seen.claim, 0);
+        assert_eq!(seen.others.len(), 1);
+        assert_eq!((seen.others[0].holder.as_str(), seen.others[0].claim), ("a", 7));
+        // `a` writes again without a claim: its 7 stays.
+        assert_eq!(ledger.hold("b", &hold("a", 9, None), 20).claim, 7);
+        // Past `a`'s keep, `c` holds alone.
+        let alone = ledger.hold("b", &hold("c", 1, None), 1021);
+        assert!(alone.others.is_empty(), "{alone:?}");
+    }
+
+    #[test]
+    fn the_script_reply_reads_into_holders() {
+        use ::redis::Value;
+        let reply = Value::Array(vec![
+            Value::Int(4),
+            Value::BulkString(b"envoy-b".to_vec()),
+            Value::Int(12),
+            Value::Int(0),
+            Value::Int(1),
+            Value::Int(6),
+        ]);
+        let read = holders(&reply).expect("reads");
+        assert_eq!(read.claim, 4);
+        assert_eq!(
+            read.others,
+            [Holding { holder: "envoy-b".into(), demand: 12, newcomer: false, live: true, claim: 6 }]
+        );
+        assert!(holders(&Value::Array(vec![Value::Int(1), Value::Int(2)])).is_err());
+        assert!(holders(&Value::Nil).is_err());
+    }
+}
