@@ -23,6 +23,7 @@ mod ops;
 mod options;
 mod overdraft;
 mod redis_store;
+mod rlqs;
 mod scenarios;
 #[allow(dead_code)]
 mod support;

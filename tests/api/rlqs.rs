@@ -1,0 +1,349 @@
+//! RLQS (`StreamRateLimitQuotas`) through the whole server, over gRPC, on the memory store
+//! and a real redis-server, with a client speaking exactly what Envoy's `rate_limit_quota`
+//! filter sends (immediate reports with `time_elapsed` 0, periodic ones, map entries in any
+//! order). Through real Envoys: `tests/e2e/rlqs.rs`.
+//!
+//! What is held here: one budget with the RLS path (both directions); a newcomer's share
+//! taken from a holder at once, by a push; every claim within the headroom; bad bucket ids
+//! never ending the stream; the failure policy per domain with Redis stopped; a reconnect
+//! to another instance keeping the claim; a removed rule abandoning the bucket; a window's
+//! edge giving a dry Envoy a fresh bucket; the drain ending streams with OK.
+
+use std::time::Duration;
+
+use envoy_types::pb::envoy::r#type::v3::rate_limit_strategy::Strategy;
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::bucket_action::BucketAction as Kind;
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::BucketAction;
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_client::RateLimitQuotaServiceClient;
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_usage_reports::BucketQuotaUsage;
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
+    BucketId, RateLimitQuotaResponse, RateLimitQuotaUsageReports,
+};
+use envoy_types::pb::google::protobuf::{Duration as ProtoDuration, UInt64Value};
+use tokio::sync::mpsc;
+use tollgate::app::StoreKind;
+use tonic::transport::Channel;
+use tonic::Streaming;
+
+use crate::support::*;
+
+const POLICY: &str = r#"
+domain: api
+descriptors:
+  - key: name
+    value: user
+    descriptors:
+      - key: user
+        rate_limit: { unit: hour, requests_per_unit: 100, algorithm: fixed_window }
+  - key: second
+    rate_limit: { unit: second, requests_per_unit: 10, algorithm: fixed_window }
+"#;
+
+const OPEN: &str = r#"
+domain: open
+failure_mode: open
+descriptors:
+  - key: user
+    rate_limit: { unit: hour, requests_per_unit: 100 }
+"#;
+
+const CLOSED: &str = r#"
+domain: closed
+failure_mode: closed
+descriptors:
+  - key: user
+    rate_limit: { unit: hour, requests_per_unit: 100 }
+"#;
+
+/// One Envoy's stream: what it sends and what it is answered.
+struct Envoy {
+    reports: mpsc::Sender<RateLimitQuotaUsageReports>,
+    answers: Streaming<RateLimitQuotaResponse>,
+}
+
+impl Envoy {
+    /// Opens a stream to `app`, named `name` (`x-tollgate-envoy`) when given.
+    async fn open(addr: std::net::SocketAddr, name: Option<&str>) -> Envoy {
+        let channel = Channel::from_shared(format!("http://{addr}"))
+            .expect("endpoint")
+            .connect()
+            .await
+            .expect("connect");
+        let mut client = RateLimitQuotaServiceClient::new(channel);
+        let (reports, rx) = mpsc::channel(16);
+        let outbound =
+            futures_util::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|m| (m, rx)) });
+        let mut request = tonic::Request::new(outbound);
+        if let Some(name) = name {
+            request.metadata_mut().insert("x-tollgate-envoy", name.parse().expect("ascii"));
+        }
+        let answers = client.stream_rate_limit_quotas(request).await.expect("stream opens").into_inner();
+        Envoy { reports, answers }
+    }
+
+    async fn send(&self, domain: &str, usages: Vec<BucketQuotaUsage>) {
+        let report = RateLimitQuotaUsageReports { domain: domain.into(), bucket_quota_usages: usages };
+        self.reports.send(report).await.expect("stream open");
+    }
+
+    /// The next response, within 5 s.
+    async fn next(&mut self) -> RateLimitQuotaResponse {
+        match tokio::time::timeout(Duration::from_secs(5), self.answers.message()).await {
+            Ok(Ok(Some(response))) => response,
+            other => panic!("no response within 5 s: {other:?}"),
+        }
+    }
+
+    /// Reports `usage` and answers the one action for its bucket.
+    async fn report(&mut self, domain: &str, usage: BucketQuotaUsage) -> BucketAction {
+        self.send(domain, vec![usage]).await;
+        let response = self.next().await;
+        assert_eq!(response.bucket_action.len(), 1, "{response:?}");
+        response.bucket_action.into_iter().next().expect("one action")
+    }
+}
+
+/// `{name: user, user: <user>}`, in the order given.
+fn user_id(user: &str) -> BucketId {
+    BucketId {
+        bucket: [("user".to_string(), user.to_string()), ("name".to_string(), "user".to_string())].into(),
+    }
+}
+
+fn one(key: &str, value: &str) -> BucketId {
+    BucketId { bucket: [(key.to_string(), value.to_string())].into() }
+}
+
+fn usage(id: BucketId, allowed: u64, denied: u64, elapsed_s: i64) -> BucketQuotaUsage {
+    BucketQuotaUsage {
+        bucket_id: Some(id),
+        time_elapsed: Some(ProtoDuration { seconds: elapsed_s, nanos: 0 }),
+        num_requests_allowed: allowed,
+        num_requests_denied: denied,
+    }
+}
+
+/// What an action assigns, in short.
+#[derive(Debug, PartialEq, Eq)]
+enum Assigned {
+    Tokens { max: u32, ttl: i64 },
+    Allow { ttl: i64 },
+    Deny { ttl: i64 },
+    Abandon,
+}
+
+fn assigned(action: &BucketAction) -> Assigned {
+    match action.bucket_action.as_ref().expect("an action") {
+        Kind::AbandonAction(_) => Assigned::Abandon,
+        Kind::QuotaAssignmentAction(a) => {
+            let ttl = a.assignment_time_to_live.as_ref().map_or(0, |d| d.seconds);
+            match a.rate_limit_strategy.as_ref().and_then(|s| s.strategy.as_ref()).expect("a strategy") {
+                Strategy::TokenBucket(b) => Assigned::Tokens { max: b.max_tokens, ttl },
+                Strategy::BlanketRule(0) => Assigned::Allow { ttl },
+                Strategy::BlanketRule(_) => Assigned::Deny { ttl },
+                Strategy::RequestsPerTimeUnit(_) => panic!("Envoy 1.40 drops requests_per_time_unit"),
+            }
+        }
+    }
+}
+
+fn tokens(action: &BucketAction) -> u32 {
+    match assigned(action) {
+        Assigned::Tokens { max, .. } => max,
+        Assigned::Deny { .. } => 0,
+        other => panic!("a token bucket or DENY_ALL: {other:?}"),
+    }
+}
+
+/// The RLS view of alice's bucket: a peek's remaining.
+async fn rls_remaining(app: &TestApp, user: &str) -> u32 {
+    let mut req = request("api", &[&[("name", "user"), ("user", user)]]);
+    req.descriptors[0].hits_addend = Some(UInt64Value { value: 0 });
+    app.check(req).await.statuses[0].limit_remaining
+}
+
+#[tokio::test]
+async fn rlqs_and_rls_spend_one_budget_on_each_store() {
+    for store in [StoreKind::Memory, StoreKind::Redis] {
+        let app = spawn_app(store, &[("api.yaml", POLICY)]).await;
+        let addr = app.running.as_ref().expect("running").grpc_addr;
+        let mut envoy = Envoy::open(addr, Some("a")).await;
+        // The first request passed on `no_assignment_behavior`: immediate report of 1.
+        let first = envoy.report("api", usage(user_id("alice"), 1, 0, 0)).await;
+        assert_eq!(first.bucket_id, Some(user_id("alice")), "the id is echoed as Envoy holds it");
+        assert_eq!(assigned(&first), Assigned::Tokens { max: 99, ttl: 15 }, "{store:?}");
+        assert_eq!(rls_remaining(&app, "alice").await, 99, "{store:?}: the RLS path sees the RLQS usage");
+        // RLS spends 40; the next report of 20 leaves 39 to share.
+        let mut spend = request("api", &[&[("name", "user"), ("user", "alice")]]);
+        spend.descriptors[0].hits_addend = Some(UInt64Value { value: 40 });
+        assert!(!over(&app.check(spend).await));
+        let next = envoy.report("api", usage(user_id("alice"), 20, 0, 5)).await;
+        assert_eq!(tokens(&next), 39, "{store:?}: RLQS sees the RLS usage");
+        // A report past the budget is recorded anyway (an overdraw): nothing is left.
+        let past = envoy.report("api", usage(user_id("alice"), 80, 3, 5)).await;
+        assert_eq!(assigned(&past), Assigned::Deny { ttl: 15 }, "{store:?}");
+        assert_eq!(rls_remaining(&app, "alice").await, 0, "{store:?}");
+        // Another user is untouched.
+        let bob = envoy.report("api", usage(user_id("bob"), 1, 0, 0)).await;
+        assert_eq!(tokens(&bob), 99, "{store:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_newcomer_takes_its_share_from_a_holder_at_once_and_claims_stay_within_the_headroom() {
+    for store in [StoreKind::Memory, StoreKind::Redis] {
+        let app = spawn_app(store, &[("api.yaml", POLICY)]).await;
+        let addr = app.running.as_ref().expect("running").grpc_addr;
+        let mut a = Envoy::open(addr, Some("a")).await;
+        let mut b = Envoy::open(addr, Some("b")).await;
+        a.report("api", usage(user_id("carol"), 1, 0, 0)).await;
+        let whole = a.report("api", usage(user_id("carol"), 9, 0, 5)).await;
+        assert_eq!(tokens(&whole), 90, "{store:?}: a alone holds all 90 left");
+        // b arrives: it gets what a's claim leaves (nothing yet), and a is pushed a smaller
+        // bucket without reporting.
+        let newcomer = b.report("api", usage(user_id("carol"), 1, 0, 0)).await;
+        let pushed = a.next().await;
+        assert_eq!(pushed.bucket_action.len(), 1, "{pushed:?}");
+        let a_now = tokens(&pushed.bucket_action[0]);
+        assert!(a_now < 90, "{store:?}: a shrinks at once: {a_now}");
+        // 89 left after b's first request, 90 of it claimed by a: nothing for b yet.
+        assert_eq!(tokens(&newcomer), 0, "{store:?}: b's first grant fits beside a's claim");
+        // b's next report sees a's smaller claim and takes its share.
+        let b_next = tokens(&b.report("api", usage(user_id("carol"), 0, 2, 5)).await);
+        assert!(b_next > 0, "{store:?}: b gets a share once a has shrunk");
+        assert!(a_now + b_next <= 89, "{store:?}: {a_now} + {b_next} within the 89 left");
+    }
+}
+
+#[tokio::test]
+async fn bad_bucket_ids_are_counted_and_never_end_the_stream() {
+    let app = spawn_app(StoreKind::Memory, &[("api.yaml", POLICY)]).await;
+    let addr = app.running.as_ref().expect("running").grpc_addr;
+    let mut envoy = Envoy::open(addr, None).await;
+    let empty = BucketQuotaUsage { bucket_id: Some(BucketId::default()), ..usage(one("x", "y"), 1, 0, 0) };
+    let no_id = BucketQuotaUsage { bucket_id: None, ..usage(one("x", "y"), 1, 0, 0) };
+    let empty_value = usage(one("user", ""), 1, 0, 0);
+    envoy.send("api", vec![empty, no_id, empty_value, usage(user_id("dave"), 1, 0, 0)]).await;
+    let response = envoy.next().await;
+    assert_eq!(response.bucket_action.len(), 1, "only the good bucket is answered: {response:?}");
+    assert_eq!(tokens(&response.bucket_action[0]), 99);
+    // The stream goes on; an unknown domain and a bucket of no rule are allowed for long.
+    let unknown = envoy.report("nowhere", usage(one("user", "dave"), 1, 0, 0)).await;
+    assert_eq!(assigned(&unknown), Assigned::Allow { ttl: 300 });
+    let no_rule = envoy.report("api", usage(one("path", "/"), 1, 0, 0)).await;
+    assert_eq!(assigned(&no_rule), Assigned::Allow { ttl: 300 });
+    let metrics = app.metrics().await;
+    assert_eq!(counter_value(&metrics, "tollgate_rlqs_invalid_total{reason=\"empty_id\"}"), 2.0);
+    assert_eq!(counter_value(&metrics, "tollgate_rlqs_invalid_total{reason=\"bad_entry\"}"), 1.0);
+    assert_eq!(counter_value(&metrics, "tollgate_rlqs_unlimited_total{reason=\"unknown_domain\"}"), 1.0);
+    assert_eq!(counter_value(&metrics, "tollgate_rlqs_unlimited_total{reason=\"no_rule\"}"), 1.0);
+    assert_eq!(metric_value(&metrics, "tollgate_rlqs_streams"), 1.0);
+    assert_eq!(counter_value(&metrics, "tollgate_rlqs_reports_total"), 6.0);
+}
+
+#[tokio::test]
+async fn redis_stopped_answers_each_domains_failure_policy_and_redis_back_answers_buckets() {
+    let mut app = spawn_app(StoreKind::Redis, &[("open.yaml", OPEN), ("closed.yaml", CLOSED)]).await;
+    let addr = app.running.as_ref().expect("running").grpc_addr;
+    let mut envoy = Envoy::open(addr, Some("a")).await;
+    assert_eq!(tokens(&envoy.report("closed", usage(one("user", "e"), 1, 0, 0)).await), 99);
+    app.redis().stop();
+    assert_eq!(
+        assigned(&envoy.report("closed", usage(one("user", "e"), 5, 0, 5)).await),
+        Assigned::Deny { ttl: 10 }
+    );
+    assert_eq!(
+        assigned(&envoy.report("open", usage(one("user", "e"), 1, 0, 0)).await),
+        Assigned::Allow { ttl: 10 }
+    );
+    let metrics = app.metrics().await;
+    assert!(counter_value(&metrics, "tollgate_rlqs_failure_answers_total{mode=\"closed\"}") >= 1.0);
+    assert!(counter_value(&metrics, "tollgate_rlqs_failure_answers_total{mode=\"open\"}") >= 1.0);
+    app.redis().restart();
+    let back = eventually(Duration::from_secs(10), || async {
+        let mut again = Envoy::open(addr, Some("a")).await;
+        matches!(
+            assigned(&again.report("closed", usage(one("user", "e"), 0, 0, 5)).await),
+            Assigned::Tokens { .. }
+        )
+    })
+    .await;
+    assert!(back, "token buckets again once Redis is back");
+}
+
+#[tokio::test]
+async fn an_envoy_reconnecting_to_another_instance_keeps_its_claim() {
+    let first = spawn_app(StoreKind::Redis, &[("api.yaml", POLICY)]).await;
+    let url = first.redis.as_ref().expect("own redis").url();
+    let second = spawn_with(
+        Options { redis_url: Some(url), ..Options::new(StoreKind::Redis) },
+        &[("api.yaml", POLICY)],
+    )
+    .await;
+    let one_addr = first.running.as_ref().expect("running").grpc_addr;
+    let two_addr = second.running.as_ref().expect("running").grpc_addr;
+    let mut a = Envoy::open(one_addr, Some("a")).await;
+    a.report("api", usage(user_id("erin"), 1, 0, 0)).await;
+    assert_eq!(tokens(&a.report("api", usage(user_id("erin"), 9, 0, 5)).await), 90);
+    drop(a);
+    // a, back on the other instance: its claim of 90 is still its own, so a newcomer b there
+    // gets nothing of it, and a is answered from what it holds.
+    let mut a = Envoy::open(two_addr, Some("a")).await;
+    let mut b = Envoy::open(two_addr, Some("b")).await;
+    let b_first = tokens(&b.report("api", usage(user_id("erin"), 0, 0, 0)).await);
+    assert_eq!(b_first, 0, "a's claim of 90 is still held");
+    let a_again = tokens(&a.report("api", usage(user_id("erin"), 0, 0, 5)).await);
+    assert!(a_again > 0 && a_again <= 90, "a keeps a share: {a_again}");
+    // And the budget was not reset: the RLS view counts the 10 reported.
+    assert_eq!(rls_remaining(&second, "erin").await, 90);
+}
+
+#[tokio::test]
+async fn a_rule_removed_by_a_reload_abandons_its_buckets() {
+    let app = spawn_app(StoreKind::Memory, &[("api.yaml", POLICY)]).await;
+    let addr = app.running.as_ref().expect("running").grpc_addr;
+    let mut envoy = Envoy::open(addr, Some("a")).await;
+    assert_eq!(tokens(&envoy.report("api", usage(user_id("fay"), 1, 0, 0)).await), 99);
+    let without = "domain: api\ndescriptors:\n  - key: second\n    rate_limit: { unit: second, requests_per_unit: 10 }\n";
+    std::fs::write(app.config_path().join("api.yaml"), without).expect("rewrite");
+    assert_eq!(app.admin("POST", "/reload").await.status, 200);
+    assert_eq!(assigned(&envoy.report("api", usage(user_id("fay"), 3, 0, 5)).await), Assigned::Abandon);
+    // Envoy then recreates the bucket at its next request: no limit now.
+    let again = envoy.report("api", usage(user_id("fay"), 1, 0, 0)).await;
+    assert_eq!(assigned(&again), Assigned::Allow { ttl: 300 });
+}
+
+#[tokio::test]
+async fn a_dry_envoy_gets_a_fresh_bucket_at_the_windows_edge_without_reporting() {
+    let app = spawn_app(StoreKind::Redis, &[("api.yaml", POLICY)]).await;
+    let addr = app.running.as_ref().expect("running").grpc_addr;
+    let mut envoy = Envoy::open(addr, Some("a")).await;
+    // Both reports inside one second: start just after a second's edge.
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock");
+    tokio::time::sleep(
+        Duration::from_nanos(1_000_000_000 - u64::from(now.subsec_nanos())) + Duration::from_millis(20),
+    )
+    .await;
+    // 10 a second: the report of 10 leaves nothing in this second.
+    envoy.report("api", usage(one("second", "s"), 1, 0, 0)).await;
+    let dry = envoy.report("api", usage(one("second", "s"), 9, 4, 1)).await;
+    assert_eq!(assigned(&dry), Assigned::Deny { ttl: 15 });
+    // Within the next second comes, unasked, a full bucket for the new window.
+    let fresh = envoy.next().await;
+    let last = fresh.bucket_action.last().expect("an action");
+    assert_eq!(tokens(last), 10, "the new window's whole limit: {fresh:?}");
+}
+
+#[tokio::test]
+async fn the_drain_ends_every_stream_with_ok() {
+    let mut app = spawn_app(StoreKind::Memory, &[("api.yaml", POLICY)]).await;
+    let addr = app.running.as_ref().expect("running").grpc_addr;
+    let mut envoy = Envoy::open(addr, Some("a")).await;
+    envoy.report("api", usage(user_id("gil"), 1, 0, 0)).await;
+    let running = app.running.take().expect("running");
+    let stopped = tokio::time::timeout(Duration::from_secs(5), running.stop()).await;
+    assert!(matches!(stopped, Ok(Ok(()))), "the server stops with a stream open: {stopped:?}");
+    let end =
+        tokio::time::timeout(Duration::from_secs(5), envoy.answers.message()).await.expect("the stream ends");
+    assert!(matches!(end, Ok(None)), "ended with OK (Envoy reopens at its next report): {end:?}");
+}
