@@ -45,6 +45,8 @@ mod new_limits;
 mod ready;
 #[path = "cluster/reset.rs"]
 mod reset;
+#[path = "cluster/rlqs.rs"]
+mod rlqs;
 #[path = "cluster/scaling.rs"]
 mod scaling;
 #[path = "api/scenarios.rs"]
