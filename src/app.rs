@@ -23,6 +23,7 @@ use tonic_health::server::HealthReporter;
 use tonic_health::ServingStatus;
 
 use crate::operate::admin::Admin;
+use crate::service::rlqs::{Quota, Streams};
 use crate::sources::serving::Live;
 use crate::store::syncing::SyncTask;
 use crate::telemetry::metrics::Metrics;
@@ -141,6 +142,10 @@ pub async fn spawn(settings: ServeSettings) -> anyhow::Result<Running> {
     // The incident switch, shared by the request path and the admin port.
     let overrides = limiter.overrides();
 
+    // The RLQS streams: the limiter's config, store and budget. They end with the
+    // shutdown signal (the drain) and after the connection age.
+    let streams = Arc::new(Streams::new(Quota::new(&limiter), signal.clone(), settings.max_connection_age));
+
     let listeners = Listeners::bind(&settings).await?;
     let (grpc_addr, admin_addr) = (listeners.grpc_addr, listeners.admin_addr);
     let (healthcheck_addr, metrics_addr) = (listeners.healthcheck_addr, listeners.metrics_addr);
@@ -154,10 +159,12 @@ pub async fn spawn(settings: ServeSettings) -> anyhow::Result<Running> {
     .with_buckets(&settings.redis_key_prefix, settings.admin_allow_unauthenticated_reset)
     .with_overrides(overrides.clone())
     .with_key_secret(key_secret)
-    .with_listener(admin_addr);
+    .with_listener(admin_addr)
+    .with_quota(streams.clone());
     admin.log_exposure(admin_addr);
     let (health, health_service) = tonic_health::server::health_reporter();
-    let mut tasks = serve(&settings, listeners, limiter, health_service, &admin, xds_client, &signal).await?;
+    let mut tasks =
+        serve(&settings, listeners, (limiter, streams), health_service, &admin, xds_client, &signal).await?;
     let Background { sync, watcher } =
         background(&settings, &live, &store, &metrics, &overrides, &signal, &mut tasks).await?;
     warm_up(&store, &live).await;

@@ -18,7 +18,7 @@ use tonic::transport::{Certificate, Identity, ServerTlsConfig};
 use tonic_health::pb::health_server::{Health, HealthServer};
 
 use crate::operate::admin::Admin;
-use crate::service::rlqs::{Quota, QuotaServer, Streams};
+use crate::service::rlqs::{QuotaServer, Streams};
 use crate::service::{RateLimitServer, RateLimiter};
 use crate::sources::xds::XdsSettings;
 
@@ -68,7 +68,7 @@ impl Listeners {
 pub(super) async fn serve<H: Health>(
     settings: &ServeSettings,
     listeners: Listeners,
-    limiter: RateLimiter,
+    (limiter, streams): (RateLimiter, std::sync::Arc<Streams>),
     health: HealthServer<H>,
     admin: &Admin,
     xds_client: Option<(JoinHandle<()>, watch::Receiver<bool>)>,
@@ -81,10 +81,8 @@ pub(super) async fn serve<H: Health>(
     if let Some(age) = settings.max_connection_age {
         builder = builder.max_connection_age(jittered(age));
     }
-    // RLQS beside RLS, on by default: the same config, store and budget. Its streams end
-    // with the shutdown signal (the drain) and after the connection age.
-    let quota =
-        QuotaServer::new(Streams::new(Quota::new(&limiter), signal.clone(), settings.max_connection_age));
+    // RLQS beside RLS, on by default: the same config, store and budget.
+    let quota = QuotaServer::new(streams);
     let grpc = builder
         .add_service(health)
         .add_service(RateLimitServer::new(limiter))

@@ -92,6 +92,44 @@ impl Store {
     }
 }
 
+/// The script of [`Store::holders`]: every entry not expired, as `{0, field, demand,
+/// newcomer, live, claim, ...}` (the reply of the holders script with no writer). Writes
+/// nothing.
+const READ: &str = r#"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local out = {0}
+local all = redis.call('HGETALL', KEYS[1])
+for i = 1, #all, 2 do
+  local d, n, l, c, e = string.match(all[i + 1], '^(%d+) (%d) (%d) (%d+) (%d+)$')
+  if e and tonumber(e) > now then
+    out[#out + 1] = all[i]
+    out[#out + 1] = tonumber(d)
+    out[#out + 1] = tonumber(n)
+    out[#out + 1] = tonumber(l)
+    out[#out + 1] = tonumber(c)
+  end
+end
+return out
+"#;
+
+impl Store {
+    /// Every holder of the ledger `key` now, by `deadline`; nothing written (the memory
+    /// store: `local`).
+    pub async fn holders(
+        &self,
+        local: &LocalLedger,
+        key: &str,
+        deadline: Instant,
+    ) -> Result<Vec<Holding>, StoreError> {
+        let command = ::redis::cmd("EVAL").arg(READ).arg(1).arg(key).to_owned();
+        match self.command(key, command, deadline).await {
+            None => Ok(local.read(key, super::memory::now_us() / 1000)),
+            Some(reply) => Ok(holders(&reply?)?.others),
+        }
+    }
+}
+
 /// The script's `{claim, field, demand, newcomer, live, claim, ...}`.
 fn holders(value: &::redis::Value) -> Result<Holders, StoreError> {
     use ::redis::Value;
@@ -158,6 +196,17 @@ impl LocalLedger {
         };
         holders.insert(hold.holder.to_string(), (holding, now_ms.saturating_add(hold.keep_ms)));
         Holders { claim, others }
+    }
+
+    /// Every holder of `key` not expired at `now_ms`.
+    pub fn read(&self, key: &str, now_ms: u64) -> Vec<Holding> {
+        let buckets = self.buckets.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(holders) = buckets.get(key) else { return Vec::new() };
+        holders
+            .values()
+            .filter(|(_, expires)| *expires > now_ms)
+            .map(|(holding, _)| holding.clone())
+            .collect()
     }
 
     /// Buckets held now (expired entries included until their bucket is written again).

@@ -230,6 +230,28 @@ pub enum Values<'k> {
     Keyed(&'k ViewKey),
 }
 
+/// One `(key, value)` a view names without ever showing the value: its hash
+/// (`value_hash`), or under [`Values::Keyed`] its keyed hash (`value_hmac`), computed as
+/// for a hot bucket's entry, so the same value shows the same digits in both views.
+pub fn hidden_entry(key: &str, value: &[u8], values: Values<'_>) -> HotEntry {
+    let (kept, digest) = if value.len() > MAX_PART_BYTES {
+        (value[..MAX_PART_BYTES].to_vec(), Some(part_digest(value)))
+    } else {
+        (value.to_vec(), None)
+    };
+    let stored = StoredEntry { key: key.as_bytes().to_vec(), value: kept, digest };
+    let key = escape(key.as_bytes()).into_owned();
+    match values {
+        Values::Keyed(view_key) => {
+            HotEntry { key, value: None, value_hash: None, value_hmac: Some(view_key.hmac_hex(&stored)) }
+        }
+        Values::AsConfigured | Values::Hashed => {
+            let digest = stored.digest.unwrap_or_else(|| part_digest(&stored.value));
+            HotEntry { key, value: None, value_hash: Some(digest_hex(&digest)), value_hmac: None }
+        }
+    }
+}
+
 /// A key drawn at random when the process starts, for [`Values::Keyed`]. Never shown nor
 /// logged; another process (or a restart) hashes the same value to other digits.
 #[derive(Clone)]

@@ -347,3 +347,54 @@ async fn the_drain_ends_every_stream_with_ok() {
         tokio::time::timeout(Duration::from_secs(5), envoy.answers.message()).await.expect("the stream ends");
     assert!(matches!(end, Ok(None)), "ended with OK (Envoy reopens at its next report): {end:?}");
 }
+
+#[tokio::test]
+async fn status_and_usage_show_rlqs_buckets_their_envoys_and_claims_without_a_clients_value() {
+    for store in [StoreKind::Memory, StoreKind::Redis] {
+        let app = spawn_app(store, &[("api.yaml", POLICY)]).await;
+        let addr = app.running.as_ref().expect("running").grpc_addr;
+        let mut envoy = Envoy::open(addr, Some("edge-1")).await;
+        envoy.report("api", usage(user_id("harriet"), 1, 0, 0)).await;
+        envoy.report("api", usage(user_id("harriet"), 9, 0, 5)).await;
+        let status = app.admin("GET", "/v1/status").await;
+        assert_eq!(status.status, 200);
+        assert!(!status.body.contains("harriet"), "{store:?}: no client value on the status view");
+        let json: serde_json::Value = serde_json::from_str(&status.body).expect("json");
+        let rlqs = &json["rlqs"];
+        assert_eq!(rlqs["streams"], 1, "{store:?}: {rlqs}");
+        assert_eq!(rlqs["buckets_held"], 1, "{store:?}: {rlqs}");
+        let bucket = &rlqs["buckets"][0];
+        assert_eq!(bucket["envoy"], "envoy:edge-1");
+        assert_eq!(bucket["domain"], "api");
+        assert_eq!(bucket["demand"], 9);
+        assert_eq!(bucket["assignment"], "token_bucket");
+        assert_eq!(bucket["max_tokens"], 90, "{store:?}: {bucket}");
+        assert!(bucket["bucket"][1]["value_hash"].is_string(), "{bucket}");
+        let page = app.admin("GET", "/").await;
+        assert!(
+            page.body.contains("Quota in Envoy (RLQS)") && page.body.contains("envoy:edge-1"),
+            "{store:?}"
+        );
+        let usage = app.admin("GET", "/v1/usage?domain=api&descriptor=name%3Duser,user%3Dharriet").await;
+        assert_eq!(usage.status, 200, "{}", usage.body);
+        let json: serde_json::Value = serde_json::from_str(&usage.body).expect("json");
+        assert_eq!(json["limits"][0]["remaining"], 90, "{store:?}: {json}");
+        let holders = &json["rlqs_holders"];
+        assert_eq!(holders.as_array().map(Vec::len), Some(1), "{store:?}: {json}");
+        assert_eq!(holders[0]["envoy"], "envoy:edge-1");
+        assert_eq!(holders[0]["claim"], 90);
+        assert_eq!(holders[0]["live"], true);
+        // The stream ends: the Envoy no longer weighs, its claim stays until it expires.
+        drop(envoy);
+        let released = eventually(Duration::from_secs(5), || async {
+            let usage = app.admin("GET", "/v1/usage?domain=api&descriptor=name%3Duser,user%3Dharriet").await;
+            let json: serde_json::Value = serde_json::from_str(&usage.body).expect("json");
+            json["rlqs_holders"][0]["live"] == false && json["rlqs_holders"][0]["claim"] == 90
+        })
+        .await;
+        assert!(released, "{store:?}: the share is released, the claim kept");
+        let metrics = app.metrics().await;
+        assert_eq!(metric_value(&metrics, "tollgate_rlqs_streams"), 0.0, "{store:?}");
+        assert_eq!(metric_value(&metrics, "tollgate_rlqs_buckets"), 0.0, "{store:?}");
+    }
+}

@@ -43,6 +43,8 @@ pub struct Admin {
     /// reaches the port reads it, so no request value shows there but keyed-hashed with
     /// this key (`with_listener`).
     pub(super) open: Option<Arc<ViewKey>>,
+    /// The RLQS streams, for the status view and `/v1/usage` (`with_quota`).
+    pub(super) quota: Option<Arc<crate::service::rlqs::Streams>>,
 }
 
 /// Who called a reset, for the audit line.
@@ -76,7 +78,15 @@ impl Admin {
             overrides,
             key_secret: None,
             open: None,
+            quota: None,
         }
+    }
+
+    /// With the RLQS streams of this instance: the status view lists their buckets and
+    /// `/v1/usage` their holders.
+    pub fn with_quota(mut self, streams: Arc<crate::service::rlqs::Streams>) -> Admin {
+        self.quota = Some(streams);
+        self
     }
 
     /// With the address the admin listener is bound to: beyond loopback (every interface,
@@ -200,8 +210,12 @@ impl Admin {
             (None, true) => crate::operate::status::HotBuckets::Shown,
             (None, false) => crate::operate::status::HotBuckets::Hidden,
         };
-        crate::operate::status::Status::gather(&self.live, &self.store, &self.metrics, hot)
-            .with_overrides(&self.overrides)
+        let mut status = crate::operate::status::Status::gather(&self.live, &self.store, &self.metrics, hot)
+            .with_overrides(&self.overrides);
+        if let Some(streams) = &self.quota {
+            status.rlqs = crate::operate::status::RlqsStatus::gather(streams, hot);
+        }
+        status
     }
 
     /// The buckets this process holds in memory, which the `tollgate_memory_*` metrics

@@ -11,7 +11,8 @@
 //! buckets as they are after it. Every reset — accepted or refused — writes one audit log
 //! line (`audit`) and each accepted one counts in `tollgate_admin_resets_total{domain}`.
 //! On a port bound beyond loopback without a token usage is refused (403): it would tell
-//! anyone whether a value they guess (an address, a user) is a client.
+//! anyone whether a value they guess (an address, a user) is a client. A descriptor whose
+//! bucket Envoys hold over RLQS lists them as `rlqs_holders` (the claims ledger).
 
 use std::net::SocketAddr;
 
@@ -168,10 +169,36 @@ pub async fn usage(State(admin): State<Admin>, request: Request) -> Response {
         return unknown_domain(&target);
     };
     let buckets = buckets(domain, &target.entries, &admin.key_prefix, admin.key_secret.as_deref());
-    match read(&admin, &buckets).await {
-        Ok(limits) => Json(body(&target, limits)).into_response(),
-        Err(e) => store_failed(&e),
+    let limits = match read(&admin, &buckets).await {
+        Ok(limits) => limits,
+        Err(e) => return store_failed(&e),
+    };
+    let mut answer = body(&target, limits);
+    if let (Some(streams), Some(first)) = (&admin.quota, buckets.first()) {
+        match rlqs_holders(&admin, streams, &first.charge.key).await {
+            Ok(holders) => answer["rlqs_holders"] = holders,
+            Err(e) => return store_failed(&e),
+        }
     }
+    Json(answer).into_response()
+}
+
+/// The Envoys holding the descriptor's bucket over RLQS (the claims ledger): each one's
+/// name, latest demand, whether its stream is open, and its claim (the tokens it may spend
+/// without asking until its assignment expires). Empty when no Envoy holds it.
+async fn rlqs_holders(
+    admin: &Admin,
+    streams: &crate::service::rlqs::Streams,
+    key: &str,
+) -> Result<Value, StoreError> {
+    let ledger_key = crate::service::rlqs::Quota::ledger_key(key);
+    let deadline = Instant::now() + STORE_TIMEOUT;
+    let mut holders = admin.store.holders(streams.quota().ledger(), &ledger_key, deadline).await?;
+    holders.sort_by(|a, b| a.holder.cmp(&b.holder));
+    Ok(holders
+        .iter()
+        .map(|h| json!({ "envoy": h.holder, "demand": h.demand, "live": h.live, "claim": h.claim }))
+        .collect())
 }
 
 /// The target as the audit line names it: under `--key-secret-file`, its values keyed as

@@ -24,7 +24,7 @@ pub use self::format::{escape_html, utc};
 
 use self::cards::{config_card, store_card};
 use self::domains::domain_table;
-use self::hot_keys::hot_keys_section;
+use self::hot_keys::{hot_keys_section, rlqs_section};
 use super::Status;
 
 /// Seconds between automatic reloads of the page.
@@ -65,6 +65,7 @@ pub fn render(status: &Status) -> String {
         out.push_str("<p class=\"muted\">No domain is configured.</p>\n");
     }
     hot_keys_section(&mut out, status);
+    rlqs_section(&mut out, status);
     let _ = write!(
         out,
         "<p class=\"muted\">Rates are decisions per second over the last minute, as counted by this \

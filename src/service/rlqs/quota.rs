@@ -112,6 +112,16 @@ impl Quota {
     pub fn store(&self) -> &Store {
         &self.store
     }
+
+    /// The claims ledger of the memory store.
+    pub fn ledger(&self) -> &LocalLedger {
+        &self.ledger
+    }
+
+    /// The ledger key of a bucket whose first limit's bucket key is `key`.
+    pub fn ledger_key(key: &str) -> String {
+        format!("{key}:rlqs")
+    }
 }
 
 /// One Envoy's view of one bucket, kept by its stream between reports.
@@ -127,6 +137,38 @@ pub struct Held {
     pub running: Option<TokenBucket>,
     /// The ledger key of the bucket, once it had a limit.
     pub ledger: Option<String>,
+    /// What Envoy was last assigned for the bucket (for the status view).
+    pub assignment: Option<Assignment>,
+}
+
+/// An assignment as the status view shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Assignment {
+    TokenBucket(TokenBucket),
+    AllowAll,
+    DenyAll,
+}
+
+impl Assignment {
+    /// What `action` assigns; `None` for an abandon.
+    pub fn of(action: &BucketAction) -> Option<Assignment> {
+        use envoy_types::pb::envoy::r#type::v3::rate_limit_strategy::Strategy;
+        use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::bucket_action::BucketAction as Kind;
+        let Some(Kind::QuotaAssignmentAction(assign)) = &action.bucket_action else { return None };
+        match assign.rate_limit_strategy.as_ref()?.strategy.as_ref()? {
+            Strategy::TokenBucket(bucket) => Some(Assignment::TokenBucket(TokenBucket {
+                max_tokens: bucket.max_tokens,
+                tokens_per_fill: bucket.tokens_per_fill.as_ref().map_or(1, |f| f.value),
+                fill_interval_s: bucket
+                    .fill_interval
+                    .as_ref()
+                    .map_or(1, |d| u32::try_from(d.seconds).unwrap_or(u32::MAX)),
+            })),
+            Strategy::BlanketRule(0) => Some(Assignment::AllowAll),
+            Strategy::BlanketRule(_) => Some(Assignment::DenyAll),
+            Strategy::RequestsPerTimeUnit(_) => None,
+        }
+    }
 }
 
 /// What the stream does for one bucket now.
@@ -231,7 +273,7 @@ impl Quota {
                 charge.hits = Hits::Overdraw(n);
             }
         }
-        let ledger_key = format!("{}:rlqs", charges[0].key);
+        let ledger_key = Quota::ledger_key(&charges[0].key);
         held.limited = true;
         held.ledger = Some(ledger_key.clone());
         let deadline = Instant::now() + STORE_DEADLINE;

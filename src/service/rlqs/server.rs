@@ -38,8 +38,8 @@ pub struct QuotaServer {
 }
 
 impl QuotaServer {
-    pub fn new(streams: Streams) -> QuotaServer {
-        QuotaServer { streams: Arc::new(streams) }
+    pub fn new(streams: Arc<Streams>) -> QuotaServer {
+        QuotaServer { streams }
     }
 }
 

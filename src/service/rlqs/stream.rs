@@ -32,7 +32,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tonic::Status;
 
-use super::quota::{Answer, Ask, Held, Quota};
+use super::quota::{Answer, Ask, Assignment, Held, Quota};
 use super::wire::{self, Bounds, BucketKey, InvalidBucketId, RateLimitQuotaUsageReports};
 
 /// Streams one instance holds at most.
@@ -54,6 +54,17 @@ pub struct Streams {
     pushes: Mutex<HashMap<String, mpsc::Sender<BucketKey>>>,
     shutdown: watch::Receiver<bool>,
     max_age: Option<Duration>,
+    /// Every open stream's book, for the status view.
+    views: Mutex<HashMap<u64, Arc<Mutex<Book>>>>,
+    next_id: std::sync::atomic::AtomicU64,
+}
+
+/// What one stream holds: its Envoy, its domain and its buckets.
+#[derive(Debug)]
+pub struct Book {
+    pub holder: String,
+    pub domain: Option<String>,
+    pub buckets: HashMap<BucketKey, Held>,
 }
 
 impl Streams {
@@ -66,6 +77,8 @@ impl Streams {
             pushes: Mutex::new(HashMap::new()),
             shutdown,
             max_age,
+            views: Mutex::new(HashMap::new()),
+            next_id: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
@@ -88,11 +101,16 @@ impl Streams {
         let (out, answers) = mpsc::channel(OUTBOX);
         let (push, pushed) = mpsc::channel(OUTBOX);
         self.pushes.lock().unwrap_or_else(PoisonError::into_inner).insert(holder.clone(), push.clone());
+        let book =
+            Arc::new(Mutex::new(Book { holder: holder.clone(), domain: None, buckets: HashMap::new() }));
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        self.views.lock().unwrap_or_else(PoisonError::into_inner).insert(id, book.clone());
         let task = Stream {
             streams: self.clone(),
             holder,
             domain: None,
-            held: HashMap::new(),
+            book,
+            id,
             wakes: BTreeSet::new(),
             wake_of: HashMap::new(),
             logged: HashSet::new(),
@@ -101,6 +119,30 @@ impl Streams {
         };
         tokio::spawn(task.run(inbound, pushed));
         Ok(answers)
+    }
+
+    /// The assignment logic (and its ledger) the streams share.
+    pub fn quota(&self) -> &Quota {
+        &self.quota
+    }
+
+    /// Streams open now.
+    pub fn open(&self) -> usize {
+        self.open.load(Ordering::Acquire)
+    }
+
+    /// Calls `each(holder, domain, bucket, held)` for every bucket of every open stream.
+    /// Each stream's book is locked while it is read, never two at once.
+    pub fn view(&self, mut each: impl FnMut(&str, &str, &BucketKey, &Held)) {
+        let books: Vec<Arc<Mutex<Book>>> =
+            self.views.lock().unwrap_or_else(PoisonError::into_inner).values().cloned().collect();
+        for book in books {
+            let book = book.lock().unwrap_or_else(PoisonError::into_inner);
+            let domain = book.domain.as_deref().unwrap_or("");
+            for (key, held) in &book.buckets {
+                each(&book.holder, domain, key, held);
+            }
+        }
     }
 
     /// Asks the stream of each of `holders` on this instance to look at `key` again.
@@ -124,7 +166,11 @@ struct Stream {
     holder: String,
     /// The domain of the first report (Envoy sends one per stream).
     domain: Option<String>,
-    held: HashMap<BucketKey, Held>,
+    /// Its buckets, shared with the status view (`Streams::view`); locked briefly, never
+    /// across an await.
+    book: Arc<Mutex<Book>>,
+    /// Its key in `Streams::views`.
+    id: u64,
     /// Wake-ups by instant, and each bucket's (one per bucket).
     wakes: BTreeSet<(Instant, BucketKey)>,
     wake_of: HashMap<BucketKey, Instant>,
@@ -191,7 +237,10 @@ impl Stream {
             }
             return;
         };
-        self.domain.get_or_insert_with(|| domain.clone());
+        if self.domain.is_none() {
+            self.domain = Some(domain.clone());
+            self.book().domain = Some(domain.clone());
+        }
         let bounds = self.streams.bounds;
         // Each bucket once per report, its counts summed.
         let mut asks: Vec<(BucketKey, Ask)> = Vec::new();
@@ -221,7 +270,11 @@ impl Stream {
                     }
                 }
                 None => {
-                    if !self.held.contains_key(&key) && self.held.len() + index.len() >= bounds.max_buckets {
+                    let (known, count) = {
+                        let book = self.book();
+                        (book.buckets.contains_key(&key), book.buckets.len())
+                    };
+                    if !known && count + index.len() >= bounds.max_buckets {
                         metrics.invalid("too_many_buckets");
                         self.log_once(
                             "too_many_buckets",
@@ -242,7 +295,7 @@ impl Stream {
         let Some(domain) = self.domain.clone() else { return };
         let asks = keys
             .into_iter()
-            .filter(|(key, _)| self.held.contains_key(key))
+            .filter(|(key, _)| self.book().buckets.contains_key(key))
             .map(|(key, fresh)| (key, Ask::Again { fresh }))
             .collect();
         self.answer(&domain, asks).await;
@@ -258,7 +311,7 @@ impl Stream {
         let work: Vec<(BucketKey, Held, Ask)> = asks
             .into_iter()
             .map(|(key, ask)| {
-                let held = self.held.get(&key).cloned().unwrap_or_default();
+                let held = self.book().buckets.get(&key).cloned().unwrap_or_default();
                 (key, held, ask)
             })
             .collect();
@@ -276,13 +329,14 @@ impl Stream {
         let mut actions = Vec::new();
         let now = Instant::now();
         for (key, held, answer) in answered {
+            let answer_assignment = answer.actions.last().and_then(Assignment::of);
             if let Some(at) = self.wake_of.remove(&key) {
                 self.wakes.remove(&(at, key.clone()));
             }
             self.streams.push(&answer.shrink, &key);
             actions.extend(answer.actions);
             if answer.forget {
-                if self.held.remove(&key).is_some() {
+                if self.book().buckets.remove(&key).is_some() {
                     self.streams.quota.metrics().rlqs().buckets(-1);
                 }
                 continue;
@@ -291,7 +345,9 @@ impl Stream {
                 self.wakes.insert((now + wake, key.clone()));
                 self.wake_of.insert(key.clone(), now + wake);
             }
-            if self.held.insert(key, held).is_none() {
+            let mut held = held;
+            held.assignment = answer_assignment.or(held.assignment);
+            if self.book().buckets.insert(key, held).is_none() {
                 self.streams.quota.metrics().rlqs().buckets(1);
             }
         }
@@ -299,6 +355,10 @@ impl Stream {
             // A report is always answered: wait for room (Envoy reads as it can).
             let _ = self.out.send(Ok(wire::response(actions))).await;
         }
+    }
+
+    fn book(&self) -> std::sync::MutexGuard<'_, Book> {
+        self.book.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     fn log_once(&mut self, reason: &'static str, message: &str) {
@@ -317,8 +377,10 @@ impl Stream {
         }
         let quota = &self.streams.quota;
         let holder = &self.holder;
-        let count = self.held.len();
-        futures_util::stream::iter(self.held.iter())
+        self.streams.views.lock().unwrap_or_else(PoisonError::into_inner).remove(&self.id);
+        let held: Vec<(BucketKey, Held)> = self.book().buckets.drain().collect();
+        let count = held.len();
+        futures_util::stream::iter(held.iter())
             .filter_map(|(_, held)| async move { held.ledger.as_ref().map(|key| (key, held)) })
             .for_each_concurrent(CONCURRENCY, |(key, held)| quota.release(key, holder, held))
             .await;

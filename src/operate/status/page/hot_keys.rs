@@ -45,9 +45,46 @@ pub(super) fn hot_keys_section(out: &mut String, status: &Status) {
     out.push_str("</tbody></table></section>\n");
 }
 
-fn hot_key_row(out: &mut String, domain: &str, key: &HotKey) {
-    let entries: Vec<String> = key
-        .descriptor
+/// The RLQS section: streams open, buckets held, and the busiest buckets with their Envoy
+/// and assignment (values hashed as in the hot keys). Left out when no stream ever opened.
+pub(super) fn rlqs_section(out: &mut String, status: &Status) {
+    let rlqs = &status.rlqs;
+    if rlqs.streams == 0 && rlqs.buckets_held == 0 {
+        return;
+    }
+    let _ = write!(
+        out,
+        "<section id=\"rlqs\"><h2>Quota in Envoy (RLQS)</h2><p>{} streams, {} buckets held.</p>",
+        rlqs.streams, rlqs.buckets_held
+    );
+    if !rlqs.buckets.is_empty() {
+        out.push_str(
+            "<table><thead><tr><th>Domain</th><th>Bucket</th><th>Envoy</th><th>Demand</th>\
+             <th>Assigned</th></tr></thead><tbody>\n",
+        );
+        for bucket in &rlqs.buckets {
+            let assigned = match (bucket.max_tokens, bucket.tokens_per_fill, bucket.fill_interval_seconds) {
+                (Some(max), Some(fill), Some(every)) => format!("{max} tokens, {fill} per {every} s"),
+                _ => bucket.assignment.to_string(),
+            };
+            let _ = writeln!(
+                out,
+                "<tr class=\"rlqs-bucket\"><td><code>{}</code></td><td><code>{}</code></td><td><code>{}</code></td>\
+                 <td class=\"n\">{}</td><td>{}</td></tr>",
+                escape_html(&bucket.domain),
+                entries(&bucket.bucket).join(", "),
+                escape_html(&bucket.envoy),
+                bucket.demand,
+                escape_html(&assigned)
+            );
+        }
+        out.push_str("</tbody></table>");
+    }
+    out.push_str("</section>\n");
+}
+
+fn entries(descriptor: &[crate::telemetry::hotkeys::HotEntry]) -> Vec<String> {
+    descriptor
         .iter()
         .map(|entry| match (&entry.value, &entry.value_hash, &entry.value_hmac) {
             (Some(value), _, _) => format!("{}={}", escape_html(&entry.key), escape_html(value)),
@@ -63,7 +100,11 @@ fn hot_key_row(out: &mut String, domain: &str, key: &HotKey) {
             ),
             (None, None, None) => escape_html(&entry.key),
         })
-        .collect();
+        .collect()
+}
+
+fn hot_key_row(out: &mut String, domain: &str, key: &HotKey) {
+    let entries = entries(&key.descriptor);
     let _ = writeln!(
         out,
         "<tr class=\"hot-key\"><td><code>{}</code></td><td><code>{}</code></td><td><code>{}</code></td>\
