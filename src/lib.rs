@@ -11,7 +11,7 @@
 //! | 2 | `cli` | `serve`, `xds`, `tracing`, `peer`, `load`, `values` | the flags and subcommands (`serve`, `check`, `explain`, `usage`, `reset`) |
 //! | 3 | `app` | `servers`, `tasks`, `loading`, `store`, `settings` | the wiring: settings to a running server (store, tasks, gRPC, admin, shutdown) |
 //! | 4 | `operate` | `admin`, `explain`, `status`, `check`, `rlconfig` | operating it: the admin HTTP server and its client, `tollgate explain`, the status page, `tollgate check`, the `/rlconfig` dump |
-//! | 5 | `service` | `server`, `limiter`, `traced`, `record`, `respond`, `headers`, `dynamic_metadata`, `plan`, `bounds`, `wire` | the gRPC request path: validate, plan, charge, record, respond |
+//! | 5 | `service` | `server`, `limiter`, `traced`, `record`, `respond`, `headers`, `dynamic_metadata`, `plan`, `bounds`, `wire` | the gRPC request path: validate, plan, charge, record, respond; the RLQS streams (`rlqs`) |
 //! | 6 | `sources` | `reload`, `xds`, `serving`, `key_changes`, `overrides` | where policies come from: the serving snapshot and its swap, file reloads, xDS, which buckets a change resets, the incident overrides |
 //! | 7 | `telemetry` | `trace`, `metrics`, `hotkeys`, `escape` | what it tells: spans, metrics and the one-minute history, the busiest buckets, escaped request bytes |
 //! | 8 | `store` | (see `store`'s comment) | where buckets live (memory, Redis), the approximate mode, leases, the shared Redis hashes and Lua scripts |

@@ -213,7 +213,7 @@ impl Admin {
         let mut status = crate::operate::status::Status::gather(&self.live, &self.store, &self.metrics, hot)
             .with_overrides(&self.overrides);
         if let Some(streams) = &self.quota {
-            status.rlqs = crate::operate::status::RlqsStatus::gather(streams, hot);
+            status.rlqs = crate::operate::status::RlqsStatus::gather(streams, hot.values());
         }
         status
     }

@@ -36,13 +36,13 @@ use envoy_types::pb::google::protobuf::UInt64Value;
 use prost::bytes::Bytes;
 use tokio::time::Instant;
 
-use crate::algorithm::share::{self, Grant, Headroom, Holder, TokenBucket};
-use crate::algorithm::{Algorithm, Decision, Hits};
-use crate::config::{FailureMode, Lookup};
+use crate::algorithm::share::Grant;
+use crate::algorithm::{Decision, Hits};
+use crate::config::{Domain, FailureMode, Lookup};
 use crate::sources::overrides::{Mode, Overrides};
 use crate::sources::serving::Live;
 use crate::store::key::KeySecret;
-use crate::store::rlqs::{Hold, Holders, LocalLedger};
+use crate::store::rlqs::{Hold, LocalLedger};
 use crate::store::{Charge, MemoryStore, Store, StoreError};
 use crate::telemetry::metrics::Metrics;
 
@@ -124,84 +124,6 @@ impl Quota {
     }
 }
 
-/// One Envoy's view of one bucket, kept by its stream between reports.
-#[derive(Debug, Clone, Default)]
-pub struct Held {
-    /// `allowed + denied` of its latest report.
-    pub demand: u64,
-    /// Only the immediate report so far.
-    pub newcomer: bool,
-    /// The last answer had a limit behind it (a bucket that loses it is abandoned).
-    pub limited: bool,
-    /// The token bucket Envoy runs now (`None`: a blanket rule or nothing).
-    pub running: Option<TokenBucket>,
-    /// The ledger key of the bucket, once it had a limit.
-    pub ledger: Option<String>,
-    /// What Envoy was last assigned for the bucket (for the status view).
-    pub assignment: Option<Assignment>,
-}
-
-/// An assignment as the status view shows it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Assignment {
-    TokenBucket(TokenBucket),
-    AllowAll,
-    DenyAll,
-}
-
-impl Assignment {
-    /// What `action` assigns; `None` for an abandon.
-    pub fn of(action: &BucketAction) -> Option<Assignment> {
-        use envoy_types::pb::envoy::r#type::v3::rate_limit_strategy::Strategy;
-        use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::bucket_action::BucketAction as Kind;
-        let Some(Kind::QuotaAssignmentAction(assign)) = &action.bucket_action else { return None };
-        match assign.rate_limit_strategy.as_ref()?.strategy.as_ref()? {
-            Strategy::TokenBucket(bucket) => Some(Assignment::TokenBucket(TokenBucket {
-                max_tokens: bucket.max_tokens,
-                tokens_per_fill: bucket.tokens_per_fill.as_ref().map_or(1, |f| f.value),
-                fill_interval_s: bucket
-                    .fill_interval
-                    .as_ref()
-                    .map_or(1, |d| u32::try_from(d.seconds).unwrap_or(u32::MAX)),
-            })),
-            Strategy::BlanketRule(0) => Some(Assignment::AllowAll),
-            Strategy::BlanketRule(_) => Some(Assignment::DenyAll),
-            Strategy::RequestsPerTimeUnit(_) => None,
-        }
-    }
-}
-
-/// What the stream does for one bucket now.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Ask {
-    /// A report's counts for the bucket.
-    Report { allowed: u64, denied: u64, immediate: bool },
-    /// Look again with no new usage (a wake-up or a push): `fresh` gives a full bucket
-    /// (a window's edge, a refill after DENY_ALL).
-    Again { fresh: bool },
-}
-
-/// The answer for one bucket.
-#[derive(Debug, Default)]
-pub struct Answer {
-    /// The actions to send, in order (empty: nothing to send).
-    pub actions: Vec<BucketAction>,
-    /// Look again (`Ask::Again { fresh: true }`) after this long: a window's edge, or
-    /// when a denied bucket has room again (`None`: at the next report).
-    pub wake: Option<Duration>,
-    /// Envoy forgets the bucket (it was abandoned): the stream drops it.
-    pub forget: bool,
-    /// Other holders whose grant is now smaller than their claim: their streams look
-    /// again at once, wherever they are on this instance.
-    pub shrink: Vec<String>,
-}
-
-impl Answer {
-    fn one(action: BucketAction) -> Answer {
-        Answer { actions: vec![action], ..Answer::default() }
-    }
-}
-
 impl Quota {
     /// Answers `ask` for the bucket `key` of the report domain `domain`, held by `holder`.
     pub async fn assign(
@@ -217,15 +139,16 @@ impl Quota {
             held.newcomer = immediate && held.ledger.is_none() && !held.limited;
         }
         let active = self.live.load();
-        let (entries, domain) = match map::map(&active.snapshot, domain, key) {
+        let entries = match map::map(&active.snapshot, domain, key) {
             Mapping::UnknownDomain => return self.unlimited(key, held, "unknown_domain"),
             Mapping::NoPath => return self.unlimited(key, held, "no_rule"),
             Mapping::Descriptor { lookup: Lookup::NoMatch | Lookup::Allow, .. } => {
                 return self.unlimited(key, held, "no_rule")
             }
-            Mapping::Descriptor { entries, lookup: Lookup::Rule(_) } => {
-                (entries, active.snapshot.domain(domain).expect("mapped onto this snapshot's domain"))
-            }
+            Mapping::Descriptor { entries, lookup: Lookup::Rule(_) } => entries,
+        };
+        let Some(domain) = active.snapshot.domain(domain) else {
+            return self.unlimited(key, held, "unknown_domain");
         };
         let incident = self.overrides.mode(domain.name.as_bytes());
         if incident == Some(Mode::Open) {
@@ -238,12 +161,48 @@ impl Quota {
             Ask::Report { allowed, .. } => allowed,
             Ask::Again { .. } => 0,
         };
+        let (charges, shadow) = match self.charges(domain, &entries, allowed) {
+            Ok(planned) => planned,
+            Err(reason) => return self.unlimited(key, held, reason),
+        };
+        let ledger_key = Quota::ledger_key(&charges[0].key);
+        held.limited = true;
+        held.ledger = Some(ledger_key.clone());
+        let deadline = Instant::now() + STORE_DEADLINE;
+        let shared =
+            self.share(&self.store, &self.ledger, &charges, &ledger_key, holder, held, deadline).await;
+        if shadow || incident == Some(Mode::Shadow) {
+            // A shadow rule (or an incident's shadow mode) is charged and never denies.
+            held.running = None;
+            return self
+                .sent(Answer::one(wire::blanket(key, Blanket::AllowAll, ttl(TTL_ASSIGNED))), "allow_all");
+        }
+        let fresh = match ask {
+            Ask::Report { denied, .. } => denied > 0,
+            Ask::Again { fresh } => fresh,
+        };
+        match shared {
+            Ok(shared) => self.grant(key, held, shared, fresh),
+            Err(error) => self.failed(key, domain, &charges, &ledger_key, holder, held, &error, fresh),
+        }
+    }
+
+    /// The charges of the descriptor `entries` in `domain` for `allowed` reported requests,
+    /// each an overdraw (the usage happened: it is recorded whether or not it fits; 0
+    /// peeks), and whether the rule is in shadow mode; or why no limit applies.
+    fn charges(
+        &self,
+        domain: &Domain,
+        entries: &[(&str, &str)],
+        allowed: u64,
+    ) -> Result<(Vec<Charge>, bool), &'static str> {
         let descriptor = RateLimitDescriptor {
             entries: entries.iter().map(|(k, v)| Entry::new(k, v)).collect(),
             limit: None,
             hits_addend: Some(UInt64Value { value: allowed }),
             is_negative_hits: false,
         };
+        // `--key-secret-file`: keyed as the RLS path keys it, so both charge one bucket.
         let keyed = match &self.key_secret {
             Some(secret) => RateLimitDescriptor {
                 entries: descriptor
@@ -263,39 +222,19 @@ impl Quota {
             &self.key_prefix,
         );
         let shadow = match plans.first() {
-            Some(Plan::Limited(limit)) => limit.shadow() || incident == Some(Mode::Shadow),
-            Some(Plan::Unlimited(_)) => return self.unlimited(key, held, "unlimited"),
-            Some(Plan::Pass) | None => return self.unlimited(key, held, "no_rule"),
+            Some(Plan::Limited(limit)) => limit.shadow(),
+            Some(Plan::Unlimited(_)) => return Err("unlimited"),
+            Some(Plan::Pass) | None => return Err("no_rule"),
         };
-        // Reported usage happened: it is recorded whether or not it fits.
+        if charges.is_empty() {
+            return Err("no_rule");
+        }
         for charge in &mut charges {
             if let Hits::Consume(n) = charge.hits {
                 charge.hits = Hits::Overdraw(n);
             }
         }
-        let ledger_key = Quota::ledger_key(&charges[0].key);
-        held.limited = true;
-        held.ledger = Some(ledger_key.clone());
-        let deadline = Instant::now() + STORE_DEADLINE;
-        let fresh = match ask {
-            Ask::Report { denied, .. } => denied > 0,
-            Ask::Again { fresh } => fresh,
-        };
-        let mut answer = match self
-            .share(&self.store, &self.ledger, &charges, &ledger_key, holder, held, deadline)
-            .await
-        {
-            Ok(shared) => self.grant(key, held, shared, fresh),
-            Err(error) => self.failed(key, domain, &charges, &ledger_key, holder, held, &error, fresh),
-        };
-        if shadow {
-            // A shadow rule (or an incident's shadow mode) is charged and never denies.
-            held.running = None;
-            answer.actions = vec![wire::blanket(key, Blanket::AllowAll, ttl(TTL_ASSIGNED))];
-            answer.wake = None;
-            return self.sent(answer, "allow_all");
-        }
-        answer
+        Ok((charges, shadow))
     }
 
     /// No limit applies to the bucket: ALLOW_ALL for long, or `abandon` when one did.
@@ -379,7 +318,7 @@ impl Quota {
     fn failed(
         &self,
         key: &BucketKey,
-        domain: &crate::config::Domain,
+        domain: &Domain,
         charges: &[Charge],
         ledger_key: &str,
         holder: &str,
@@ -453,92 +392,8 @@ fn shorten(action: &mut BucketAction, seconds: u32) {
     }
 }
 
-/// A holder's grant over every limit of its rule, with when to look again and which other
-/// holders must shrink.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Shared {
-    pub grant: Grant,
-    pub wake: Option<Duration>,
-    pub shrink: Vec<String>,
-}
+mod held;
+mod shared;
 
-/// Shares each limit's headroom (its decision after the charge) among the live holders,
-/// this one first; caps this holder's capacity at the headroom less every other holder's
-/// claim; takes the tightest limit. Pure.
-pub fn shared(charges: &[Charge], decisions: &[Decision], held: &Held, holders: &Holders) -> Shared {
-    let me = Holder { demand: held.demand, newcomer: held.newcomer, claim: holders.claim };
-    let live: Vec<&crate::store::rlqs::Holding> = holders.others.iter().filter(|h| h.live).collect();
-    let mut all = Vec::with_capacity(live.len() + 1);
-    all.push(me);
-    all.extend(live.iter().map(|h| Holder { demand: h.demand, newcomer: h.newcomer, claim: h.claim }));
-    let claimed: u64 = holders.others.iter().fold(0, |sum, h| sum.saturating_add(h.claim));
-    let mut tightest: Option<TokenBucket> = None;
-    let mut denied = false;
-    let mut wake: Option<Duration> = None;
-    let mut shrink = Vec::new();
-    for (charge, decision) in charges.iter().zip(decisions) {
-        let params = &charge.params;
-        let window = params.algorithm != Algorithm::Gcra;
-        let headroom = if window {
-            Headroom::Window { remaining: decision.remaining, left_us: decision.reset_us }
-        } else {
-            Headroom::Gcra { tokens: decision.remaining }
-        };
-        let grants = share::shares(params, headroom, &all);
-        for (grant, other) in grants.iter().skip(1).zip(&live) {
-            if grant.max_tokens() < other.claim && !shrink.contains(&other.holder) {
-                shrink.push(other.holder.clone());
-            }
-        }
-        // Windows: look again at the edge (a fresh bucket for the new window). GCRA: after
-        // a denial, when one token has come back.
-        let limit_wake = if window {
-            Some(Duration::from_micros(decision.reset_us.max(1)))
-        } else if decision.remaining == 0 {
-            let per_token = params.unit_us / params.limit.max(1);
-            Some(Duration::from_micros(per_token.clamp(1_000_000, 5_000_000)))
-        } else {
-            None
-        };
-        wake = match (wake, limit_wake) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
-        let cap = decision.remaining.saturating_sub(claimed);
-        match grants.first().copied().unwrap_or(Grant::DenyAll) {
-            Grant::DenyAll => denied = true,
-            Grant::TokenBucket(mut bucket) => {
-                bucket.max_tokens = bucket.max_tokens.min(u32::try_from(cap).unwrap_or(u32::MAX));
-                if bucket.max_tokens == 0 {
-                    denied = true;
-                    continue;
-                }
-                tightest = Some(match tightest {
-                    None => bucket,
-                    Some(t) => tighter(t, bucket),
-                });
-            }
-        }
-    }
-    let grant = match tightest {
-        Some(bucket) if !denied => Grant::TokenBucket(bucket),
-        _ => Grant::DenyAll,
-    };
-    Shared { grant, wake, shrink }
-}
-
-/// The smaller capacity and the slower refill of two limits' buckets.
-fn tighter(a: TokenBucket, b: TokenBucket) -> TokenBucket {
-    // a.F / a.T ≤ b.F / b.T  ⇔  a.F · b.T ≤ b.F · a.T
-    let a_slower = u64::from(a.tokens_per_fill) * u64::from(b.fill_interval_s)
-        <= u64::from(b.tokens_per_fill) * u64::from(a.fill_interval_s);
-    let (tokens_per_fill, fill_interval_s) = if a_slower {
-        (a.tokens_per_fill, a.fill_interval_s)
-    } else {
-        (b.tokens_per_fill, b.fill_interval_s)
-    };
-    TokenBucket { max_tokens: a.max_tokens.min(b.max_tokens), tokens_per_fill, fill_interval_s }
-}
-
-#[cfg(test)]
-mod tests;
+pub use held::{Answer, Ask, Assignment, Held};
+pub use shared::{shared, Shared};

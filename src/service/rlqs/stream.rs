@@ -33,7 +33,10 @@ use tokio::time::Instant;
 use tonic::Status;
 
 use super::quota::{Answer, Ask, Assignment, Held, Quota};
-use super::wire::{self, Bounds, BucketKey, InvalidBucketId, RateLimitQuotaUsageReports};
+use wait::{sleep_until, stopped};
+
+mod wait;
+use super::wire::{self, Bounds, BucketKey, RateLimitQuotaUsageReports};
 
 /// Streams one instance holds at most.
 pub const MAX_STREAMS: usize = 10_000;
@@ -249,7 +252,7 @@ impl Stream {
             let key = match BucketKey::new(usage.bucket_id.as_ref(), &bounds) {
                 Ok(key) => key,
                 Err(invalid) => {
-                    let reason = reason(&invalid);
+                    let reason = invalid.reason();
                     metrics.invalid(reason);
                     self.log_once(reason, &format!("an RLQS bucket id is not answered: {invalid}"));
                     continue;
@@ -387,30 +390,5 @@ impl Stream {
         quota.metrics().rlqs().buckets(-(count as i64));
         quota.metrics().rlqs().stream(-1);
         self.streams.open.fetch_sub(1, Ordering::AcqRel);
-    }
-}
-
-/// Resolves once the shutdown signal is set (never while it is not).
-async fn stopped(shutdown: &mut watch::Receiver<bool>) {
-    if shutdown.wait_for(|stop| *stop).await.is_err() {
-        std::future::pending::<()>().await;
-    }
-}
-
-async fn sleep_until(at: Option<Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
-    }
-}
-
-/// The `reason` label of a bucket id that cannot be answered.
-fn reason(invalid: &InvalidBucketId) -> &'static str {
-    match invalid {
-        InvalidBucketId::Empty => "empty_id",
-        InvalidBucketId::EmptyKey | InvalidBucketId::EmptyValue => "bad_entry",
-        InvalidBucketId::TooManyEntries { .. } => "too_many_entries",
-        InvalidBucketId::TooLong { .. } => "too_long",
-        InvalidBucketId::NotUtf8 => "not_utf8",
     }
 }

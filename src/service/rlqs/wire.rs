@@ -141,6 +141,19 @@ pub enum InvalidBucketId {
     NotUtf8,
 }
 
+impl InvalidBucketId {
+    /// The `reason` label of `tollgate_rlqs_invalid_total`.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            InvalidBucketId::Empty => "empty_id",
+            InvalidBucketId::EmptyKey | InvalidBucketId::EmptyValue => "bad_entry",
+            InvalidBucketId::TooManyEntries { .. } => "too_many_entries",
+            InvalidBucketId::TooLong { .. } => "too_long",
+            InvalidBucketId::NotUtf8 => "not_utf8",
+        }
+    }
+}
+
 impl RateLimitQuotaUsageReports {
     /// The domain, if it is UTF-8 (otherwise no configured domain can match it).
     pub fn domain(&self) -> Option<&str> {

@@ -2,8 +2,7 @@
 //! must shrink and when to look again.
 
 use super::*;
-use crate::algorithm::Params;
-use crate::store::rlqs::Holding;
+use crate::algorithm::{Hits, Params};
 
 fn params(algorithm: Algorithm, limit: u64, unit_s: u64) -> Params {
     Params { algorithm, limit, unit_us: unit_s * 1_000_000, burst: limit, penalty_us: 0 }

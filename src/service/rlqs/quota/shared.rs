@@ -1,0 +1,100 @@
+//! One holder's grant from the store's answers and the ledger: pure.
+
+use std::time::Duration;
+
+use crate::algorithm::share::{self, Grant, Headroom, Holder, TokenBucket};
+use crate::algorithm::{Algorithm, Decision};
+use crate::store::rlqs::{Holders, Holding};
+use crate::store::Charge;
+
+use super::held::Held;
+
+/// A holder's grant over every limit of its rule, with when to look again and which other
+/// holders must shrink.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Shared {
+    pub grant: Grant,
+    pub wake: Option<Duration>,
+    pub shrink: Vec<String>,
+}
+
+/// Shares each limit's headroom (its decision after the charge) among the live holders,
+/// this one first; caps this holder's capacity at the headroom less every other holder's
+/// claim; takes the tightest limit. Pure.
+pub fn shared(charges: &[Charge], decisions: &[Decision], held: &Held, holders: &Holders) -> Shared {
+    let me = Holder { demand: held.demand, newcomer: held.newcomer, claim: holders.claim };
+    let live: Vec<&Holding> = holders.others.iter().filter(|h| h.live).collect();
+    let mut all = Vec::with_capacity(live.len() + 1);
+    all.push(me);
+    all.extend(live.iter().map(|h| Holder { demand: h.demand, newcomer: h.newcomer, claim: h.claim }));
+    let claimed: u64 = holders.others.iter().fold(0, |sum, h| sum.saturating_add(h.claim));
+    let mut tightest: Option<TokenBucket> = None;
+    let mut denied = false;
+    let mut wake: Option<Duration> = None;
+    let mut shrink = Vec::new();
+    for (charge, decision) in charges.iter().zip(decisions) {
+        let params = &charge.params;
+        let window = params.algorithm != Algorithm::Gcra;
+        let headroom = if window {
+            Headroom::Window { remaining: decision.remaining, left_us: decision.reset_us }
+        } else {
+            Headroom::Gcra { tokens: decision.remaining }
+        };
+        let grants = share::shares(params, headroom, &all);
+        for (grant, other) in grants.iter().skip(1).zip(&live) {
+            if grant.max_tokens() < other.claim && !shrink.contains(&other.holder) {
+                shrink.push(other.holder.clone());
+            }
+        }
+        // Windows: look again at the edge (a fresh bucket for the new window). GCRA: after
+        // a denial, when one token has come back.
+        let limit_wake = if window {
+            Some(Duration::from_micros(decision.reset_us.max(1)))
+        } else if decision.remaining == 0 {
+            let per_token = params.unit_us / params.limit.max(1);
+            Some(Duration::from_micros(per_token.clamp(1_000_000, 5_000_000)))
+        } else {
+            None
+        };
+        wake = match (wake, limit_wake) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let cap = decision.remaining.saturating_sub(claimed);
+        match grants.first().copied().unwrap_or(Grant::DenyAll) {
+            Grant::DenyAll => denied = true,
+            Grant::TokenBucket(mut bucket) => {
+                bucket.max_tokens = bucket.max_tokens.min(u32::try_from(cap).unwrap_or(u32::MAX));
+                if bucket.max_tokens == 0 {
+                    denied = true;
+                    continue;
+                }
+                tightest = Some(match tightest {
+                    None => bucket,
+                    Some(t) => tighter(t, bucket),
+                });
+            }
+        }
+    }
+    let grant = match tightest {
+        Some(bucket) if !denied => Grant::TokenBucket(bucket),
+        _ => Grant::DenyAll,
+    };
+    Shared { grant, wake, shrink }
+}
+
+/// The smaller capacity and the slower refill of two limits' buckets.
+fn tighter(a: TokenBucket, b: TokenBucket) -> TokenBucket {
+    // a.F / a.T ≤ b.F / b.T  ⇔  a.F · b.T ≤ b.F · a.T
+    let a_slower = u64::from(a.tokens_per_fill) * u64::from(b.fill_interval_s)
+        <= u64::from(b.tokens_per_fill) * u64::from(a.fill_interval_s);
+    let (tokens_per_fill, fill_interval_s) = if a_slower {
+        (a.tokens_per_fill, a.fill_interval_s)
+    } else {
+        (b.tokens_per_fill, b.fill_interval_s)
+    };
+    TokenBucket { max_tokens: a.max_tokens.min(b.max_tokens), tokens_per_fill, fill_interval_s }
+}
+
+#[cfg(test)]
+mod tests;
