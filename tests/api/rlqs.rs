@@ -398,3 +398,82 @@ async fn status_and_usage_show_rlqs_buckets_their_envoys_and_claims_without_a_cl
         assert_eq!(metric_value(&metrics, "tollgate_rlqs_buckets"), 0.0, "{store:?}");
     }
 }
+
+/// Opens a stream that sends Tollgate's own bytes-typed reports (what Envoy may really
+/// send: header bytes that are not UTF-8), answered as Envoy's responses.
+async fn raw_stream(
+    addr: std::net::SocketAddr,
+) -> (
+    mpsc::Sender<tollgate::service::rlqs::wire::RateLimitQuotaUsageReports>,
+    Streaming<RateLimitQuotaResponse>,
+) {
+    use tollgate::service::rlqs::wire::RateLimitQuotaUsageReports as Raw;
+    let channel =
+        Channel::from_shared(format!("http://{addr}")).expect("endpoint").connect().await.expect("connect");
+    let mut grpc = tonic::client::Grpc::new(channel);
+    grpc.ready().await.expect("ready");
+    let (reports, rx) = mpsc::channel::<Raw>(16);
+    let outbound = futures_util::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|m| (m, rx)) });
+    let path = tonic::codegen::http::uri::PathAndQuery::from_static(
+        "/envoy.service.rate_limit_quota.v3.RateLimitQuotaService/StreamRateLimitQuotas",
+    );
+    let codec = tonic_prost::ProstCodec::<Raw, RateLimitQuotaResponse>::default();
+    let answers =
+        grpc.streaming(tonic::Request::new(outbound), path, codec).await.expect("stream opens").into_inner();
+    (reports, answers)
+}
+
+#[tokio::test]
+async fn bytes_that_are_not_utf8_fail_one_bucket_never_the_report_or_the_stream() {
+    use tollgate::service::rlqs::wire::{
+        BucketId as RawId, BucketQuotaUsage as RawUsage, Entry, RateLimitQuotaUsageReports as Raw,
+    };
+    let app = spawn_app(StoreKind::Memory, &[("api.yaml", POLICY)]).await;
+    let addr = app.running.as_ref().expect("running").grpc_addr;
+    let (reports, mut answers) = raw_stream(addr).await;
+    let raw = |key: &[u8], value: &[u8]| RawUsage {
+        bucket_id: Some(RawId { bucket: vec![Entry::new(key, value)] }),
+        time_elapsed: Some(ProtoDuration { seconds: 0, nanos: 0 }),
+        num_requests_allowed: 1,
+        num_requests_denied: 0,
+    };
+    let report = Raw {
+        domain: "api".into(),
+        bucket_quota_usages: vec![raw(b"second", b"\xff\xfe"), raw(b"second", b"ok")],
+    };
+    reports.send(report).await.expect("sent");
+    let response = tokio::time::timeout(Duration::from_secs(5), answers.message()).await.expect("answered");
+    let response = response.expect("no stream error").expect("a response");
+    assert_eq!(response.bucket_action.len(), 1, "{response:?}");
+    assert_eq!(response.bucket_action[0].bucket_id, Some(one("second", "ok")));
+    // A domain that is not UTF-8: counted, nothing answered, and the stream still answers.
+    reports
+        .send(Raw { domain: b"\xc3\x28".to_vec().into(), bucket_quota_usages: vec![raw(b"second", b"ok")] })
+        .await
+        .expect("sent");
+    reports
+        .send(Raw { domain: "api".into(), bucket_quota_usages: vec![raw(b"second", b"ok")] })
+        .await
+        .expect("sent");
+    let next = tokio::time::timeout(Duration::from_secs(5), answers.message()).await.expect("answered");
+    assert_eq!(next.expect("no stream error").expect("a response").bucket_action.len(), 1);
+    let metrics = app.metrics().await;
+    assert_eq!(counter_value(&metrics, "tollgate_rlqs_invalid_total{reason=\"not_utf8\"}"), 2.0);
+}
+
+#[tokio::test]
+async fn a_reload_that_halves_a_limit_is_in_the_next_assignment() {
+    let app = spawn_app(StoreKind::Redis, &[("api.yaml", POLICY)]).await;
+    let addr = app.running.as_ref().expect("running").grpc_addr;
+    let mut envoy = Envoy::open(addr, Some("a")).await;
+    assert_eq!(tokens(&envoy.report("api", usage(user_id("ivan"), 1, 0, 0)).await), 99);
+    std::fs::write(
+        app.config_path().join("api.yaml"),
+        POLICY.replace("requests_per_unit: 100", "requests_per_unit: 50"),
+    )
+    .expect("rewrite");
+    assert_eq!(app.admin("POST", "/reload").await.status, 200);
+    // The bucket keeps its count across the change: 50 less the 11 reported.
+    let halved = envoy.report("api", usage(user_id("ivan"), 10, 0, 5)).await;
+    assert_eq!(tokens(&halved), 39);
+}
