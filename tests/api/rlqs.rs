@@ -477,3 +477,69 @@ async fn a_reload_that_halves_a_limit_is_in_the_next_assignment() {
     let halved = envoy.report("api", usage(user_id("ivan"), 10, 0, 5)).await;
     assert_eq!(tokens(&halved), 39);
 }
+
+const WIDE: &str = r#"
+domain: wide
+descriptors:
+  - key: name
+    value: user
+    descriptors:
+      - key: user
+        rate_limit: { unit: second, requests_per_unit: 1000000 }
+"#;
+
+#[tokio::test]
+async fn ten_thousand_buckets_of_one_envoy_are_each_assigned_a_token_bucket() {
+    for store in [StoreKind::Memory, StoreKind::Redis] {
+        let app = spawn_app(store, &[("wide.yaml", WIDE)]).await;
+        let addr = app.running.as_ref().expect("running").grpc_addr;
+        let mut envoy = Envoy::open(addr, Some("a")).await;
+        let users: Vec<String> = (0..10_000).map(|i| format!("u{i}")).collect();
+        // Envoy's first requests: one immediate report per bucket.
+        for user in &users {
+            envoy.send("wide", vec![usage(user_id(user), 1, 0, 0)]).await;
+        }
+        let mut answered = 0;
+        while answered < users.len() {
+            let response = envoy.next().await;
+            for action in &response.bucket_action {
+                assert!(matches!(assigned(action), Assigned::Tokens { .. }), "{store:?}: {action:?}");
+            }
+            answered += response.bucket_action.len();
+        }
+        // The periodic report: every bucket in one message.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        envoy.send("wide", users.iter().map(|u| usage(user_id(u), 50, 0, 5)).collect()).await;
+        let response = envoy.next().await;
+        assert_eq!(response.bucket_action.len(), users.len(), "{store:?}");
+        let tokens_only =
+            response.bucket_action.iter().all(|a| matches!(assigned(a), Assigned::Tokens { .. }));
+        assert!(tokens_only, "{store:?}");
+        let metrics = app.metrics().await;
+        assert_eq!(
+            counter_value(&metrics, "tollgate_rlqs_assignments_total{action=\"deny_all\"}"),
+            0.0,
+            "{store:?}"
+        );
+        assert_eq!(metric_value(&metrics, "tollgate_rlqs_buckets"), 10_000.0, "{store:?}");
+    }
+}
+
+#[tokio::test]
+async fn an_unnamed_streams_claims_end_with_it_so_a_restarted_envoy_is_not_starved() {
+    for store in [StoreKind::Memory, StoreKind::Redis] {
+        let app = spawn_app(store, &[("api.yaml", POLICY)]).await;
+        let addr = app.running.as_ref().expect("running").grpc_addr;
+        let mut first = Envoy::open(addr, None).await;
+        assert_eq!(tokens(&first.report("api", usage(user_id("jo"), 1, 0, 0)).await), 99, "{store:?}");
+        drop(first);
+        // The same Envoy, restarted: a new stream with no name. Once the old stream has
+        // ended, the whole headroom is its own again (not 0 for the old claim's 20 s).
+        let whole = eventually(Duration::from_secs(5), || async {
+            let mut again = Envoy::open(addr, None).await;
+            tokens(&again.report("api", usage(user_id("jo"), 0, 0, 5)).await) == 99
+        })
+        .await;
+        assert!(whole, "{store:?}");
+    }
+}

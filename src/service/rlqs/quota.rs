@@ -365,15 +365,19 @@ impl Quota {
     }
 
     /// Releases `holder`'s share of the bucket at `ledger_key`: its demand no longer weighs
-    /// (its stream ended) and its claim stays until it expires (the Envoy may spend it
-    /// until its assignment does).
-    pub async fn release(&self, ledger_key: &str, holder: &str, held: &Held) {
+    /// (its stream ended). A named Envoy's claim stays until it expires: the Envoy may spend
+    /// it until its assignment does, and finds it again when it reconnects under its name.
+    /// An unnamed stream's claim goes with it: nothing tells its Envoy's next stream from
+    /// another Envoy, and a claim kept for an Envoy that restarted would starve its next
+    /// stream for the claim's life (its reconnect may then spend that claim twice: the
+    /// bound counts it).
+    pub async fn release(&self, ledger_key: &str, holder: &str, named: bool, held: &Held) {
         let hold = Hold {
             holder,
             demand: held.demand,
             newcomer: held.newcomer,
             live: false,
-            claim: None,
+            claim: if named { None } else { Some(0) },
             keep_ms: KEEP_MS,
         };
         let deadline = Instant::now() + STORE_DEADLINE;

@@ -17,7 +17,7 @@ use tonic::server::{Grpc, NamedService, StreamingService};
 use tonic::{Request, Response, Status, Streaming};
 use tonic_prost::ProstCodec;
 
-use super::stream::Streams;
+use super::stream::{Streams, NAMED_PREFIX};
 use super::wire::{RateLimitQuotaUsageReports, SERVICE_NAME};
 
 /// The one method this service has.
@@ -102,7 +102,7 @@ fn name<T>(request: &Request<T>) -> String {
             !name.is_empty() && name.len() <= MAX_NAME_BYTES && name.bytes().all(|b| b.is_ascii_graphic())
         });
     match given {
-        Some(name) => format!("envoy:{name}"),
+        Some(name) => format!("{NAMED_PREFIX}{name}"),
         None => {
             let peer = request.remote_addr().map_or_else(|| "unknown".to_string(), |addr| addr.to_string());
             format!("stream:{peer}#{:016x}", rand::random::<u64>())

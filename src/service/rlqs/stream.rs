@@ -8,18 +8,17 @@
 //! push from another stream of this instance whose newcomer took part of this Envoy's
 //! share (`Streams::push`).
 //!
-//! Bounds: [`MAX_STREAMS`] streams per instance (past it a stream is refused with
-//! `RESOURCE_EXHAUSTED`, the one case one is refused), `Bounds::max_buckets` buckets per
-//! stream and per report (the rest counted, not answered), [`CONCURRENCY`] buckets of one
-//! report assigned at once. A bad bucket id is counted, logged once per stream and reason,
-//! and never ends the stream.
+//! Bounds: [`MAX_STREAMS`] per instance (past it `RESOURCE_EXHAUSTED`, the one case a
+//! stream is refused), `Bounds::max_buckets` buckets per stream and per report,
+//! [`MAX_USAGES_PER_SECOND`] per stream, [`CONCURRENCY`] buckets assigned at once; what is
+//! past a bound, and a bad bucket id, is counted, logged once per stream and reason, and
+//! never ends the stream.
 //!
-//! The stream ends when Envoy ends it, at the drain (the shutdown signal) and after
-//! `--grpc-max-connection-age` (±10 %): the answer stream ends with OK, and Envoy opens a
-//! new one at its next 5 s report, to whichever instance its cluster picks. Nothing is
-//! lost: claims and usage are in the store, Envoy keeps its assignments until their TTL and
-//! reports the usage of the gap on the new stream. Ending, the stream releases its shares
-//! (`Quota::release`): its demand stops weighing at once, its claims expire with their TTL.
+//! The stream ends when Envoy ends it, at the drain and after `--grpc-max-connection-age`
+//! (±10 %), with OK: Envoy opens a new one at its next 5 s report, to any instance, and
+//! reports the gap's usage there; claims and usage are in the store, nothing is lost.
+//! Ending, it releases its shares (`Quota::release`): its demand stops weighing at once,
+//! its claims expire with their TTL.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -33,8 +32,12 @@ use tokio::time::Instant;
 use tonic::Status;
 
 use super::quota::{Answer, Ask, Assignment, Held, Quota};
-use wait::{sleep_until, stopped};
+use book::Book;
+pub use book::NAMED_PREFIX;
+pub use wait::MAX_USAGES_PER_SECOND;
+use wait::{sleep_until, stopped, Budget};
 
+mod book;
 mod wait;
 use super::wire::{self, Bounds, BucketKey, RateLimitQuotaUsageReports};
 
@@ -54,20 +57,13 @@ pub struct Streams {
     bounds: Bounds,
     open: AtomicUsize,
     /// Each live holder's wake-up line, by holder name.
-    pushes: Mutex<HashMap<String, mpsc::Sender<BucketKey>>>,
+    /// (An Envoy with two filter domains opens two streams under one name.)
+    pushes: Mutex<HashMap<String, Vec<mpsc::Sender<BucketKey>>>>,
     shutdown: watch::Receiver<bool>,
     max_age: Option<Duration>,
     /// Every open stream's book, for the status view.
     views: Mutex<HashMap<u64, Arc<Mutex<Book>>>>,
     next_id: std::sync::atomic::AtomicU64,
-}
-
-/// What one stream holds: its Envoy, its domain and its buckets.
-#[derive(Debug)]
-pub struct Book {
-    pub holder: String,
-    pub domain: Option<String>,
-    pub buckets: HashMap<BucketKey, Held>,
 }
 
 impl Streams {
@@ -103,7 +99,12 @@ impl Streams {
         self.quota.metrics().rlqs().stream(1);
         let (out, answers) = mpsc::channel(OUTBOX);
         let (push, pushed) = mpsc::channel(OUTBOX);
-        self.pushes.lock().unwrap_or_else(PoisonError::into_inner).insert(holder.clone(), push.clone());
+        self.pushes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(holder.clone())
+            .or_default()
+            .push(push.clone());
         let book =
             Arc::new(Mutex::new(Book { holder: holder.clone(), domain: None, buckets: HashMap::new() }));
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
@@ -114,6 +115,7 @@ impl Streams {
             domain: None,
             book,
             id,
+            budget: Budget::new(Instant::now()),
             wakes: BTreeSet::new(),
             wake_of: HashMap::new(),
             logged: HashSet::new(),
@@ -135,17 +137,10 @@ impl Streams {
     }
 
     /// Calls `each(holder, domain, bucket, held)` for every bucket of every open stream.
-    /// Each stream's book is locked while it is read, never two at once.
-    pub fn view(&self, mut each: impl FnMut(&str, &str, &BucketKey, &Held)) {
+    pub fn view(&self, each: impl FnMut(&str, &str, &BucketKey, &Held)) {
         let books: Vec<Arc<Mutex<Book>>> =
             self.views.lock().unwrap_or_else(PoisonError::into_inner).values().cloned().collect();
-        for book in books {
-            let book = book.lock().unwrap_or_else(PoisonError::into_inner);
-            let domain = book.domain.as_deref().unwrap_or("");
-            for (key, held) in &book.buckets {
-                each(&book.holder, domain, key, held);
-            }
-        }
+        book::view(&books, each);
     }
 
     /// Asks the stream of each of `holders` on this instance to look at `key` again.
@@ -155,8 +150,9 @@ impl Streams {
         }
         let pushes = self.pushes.lock().unwrap_or_else(PoisonError::into_inner);
         for holder in holders {
-            if let Some(line) = pushes.get(holder) {
-                // Full: that stream is behind; its next report answers anyway.
+            // Each stream of that name looks (one that does not hold `key` ignores it); a
+            // full line is a stream behind: its next report answers anyway.
+            for line in pushes.get(holder).into_iter().flatten() {
                 let _ = line.try_send(key.clone());
             }
         }
@@ -174,6 +170,8 @@ struct Stream {
     book: Arc<Mutex<Book>>,
     /// Its key in `Streams::views`.
     id: u64,
+    /// Bucket usages it may still send now (`MAX_USAGES_PER_SECOND`).
+    budget: Budget,
     /// Wake-ups by instant, and each bucket's (one per bucket).
     wakes: BTreeSet<(Instant, BucketKey)>,
     wake_of: HashMap<BucketKey, Instant>,
@@ -233,12 +231,16 @@ impl Stream {
         let streams = self.streams.clone();
         let metrics = streams.quota.metrics().rlqs();
         metrics.reports(report.bucket_quota_usages.len() as u64);
+        // Envoy sends every bucket once per 5 s (and one at each bucket's creation): a
+        // stream sending more than MAX_USAGES_PER_SECOND is not Envoy keeping time.
+        let count = report.bucket_quota_usages.len();
+        if !self.budget.take(count, Instant::now()) {
+            let message = "an RLQS stream sends reports faster than its bound: the excess is not answered";
+            return self.refuse("too_many_reports", count, message);
+        }
         let Some(domain) = report.domain().map(str::to_owned) else {
-            self.log_once("not_utf8", "an RLQS report's domain is not UTF-8: its buckets are not answered");
-            for _ in &report.bucket_quota_usages {
-                metrics.invalid("not_utf8");
-            }
-            return;
+            let message = "an RLQS report's domain is not UTF-8: its buckets are not answered";
+            return self.refuse("not_utf8", count, message);
         };
         if self.domain.is_none() {
             self.domain = Some(domain.clone());
@@ -264,14 +266,7 @@ impl Stream {
                 immediate: usage.is_immediate(),
             };
             match index.get(&key) {
-                Some(&i) => {
-                    if let (Ask::Report { allowed, denied, .. }, Ask::Report { allowed: a, denied: d, .. }) =
-                        (&mut asks[i].1, ask)
-                    {
-                        *allowed = allowed.saturating_add(a);
-                        *denied = denied.saturating_add(d);
-                    }
-                }
+                Some(&i) => asks[i].1.add(ask),
                 None => {
                     let (known, count) = {
                         let book = self.book();
@@ -364,6 +359,12 @@ impl Stream {
         self.book.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// `count` usages of a report not answered for `reason`.
+    fn refuse(&mut self, reason: &'static str, count: usize, message: &str) {
+        self.streams.quota.metrics().rlqs().invalid_by(reason, count as u64);
+        self.log_once(reason, message);
+    }
+
     fn log_once(&mut self, reason: &'static str, message: &str) {
         if self.logged.insert(reason) {
             tracing::warn!(holder = %self.holder, reason, "{message}");
@@ -374,18 +375,22 @@ impl Stream {
     async fn end(self) {
         {
             let mut pushes = self.streams.pushes.lock().unwrap_or_else(PoisonError::into_inner);
-            if pushes.get(&self.holder).is_some_and(|line| line.same_channel(&self.push)) {
-                pushes.remove(&self.holder);
+            if let Some(lines) = pushes.get_mut(&self.holder) {
+                lines.retain(|line| !line.same_channel(&self.push));
+                if lines.is_empty() {
+                    pushes.remove(&self.holder);
+                }
             }
         }
         let quota = &self.streams.quota;
         let holder = &self.holder;
+        let named = holder.starts_with(NAMED_PREFIX);
         self.streams.views.lock().unwrap_or_else(PoisonError::into_inner).remove(&self.id);
         let held: Vec<(BucketKey, Held)> = self.book().buckets.drain().collect();
         let count = held.len();
         futures_util::stream::iter(held.iter())
             .filter_map(|(_, held)| async move { held.ledger.as_ref().map(|key| (key, held)) })
-            .for_each_concurrent(CONCURRENCY, |(key, held)| quota.release(key, holder, held))
+            .for_each_concurrent(CONCURRENCY, |(key, held)| quota.release(key, holder, named, held))
             .await;
         quota.metrics().rlqs().buckets(-(count as i64));
         quota.metrics().rlqs().stream(-1);

@@ -13,8 +13,15 @@ use prometheus_client::registry::Registry;
 pub const ACTIONS: [&str; 4] = ["token_bucket", "allow_all", "deny_all", "abandon"];
 
 /// The `reason` label values of `tollgate_rlqs_invalid_total`.
-pub const INVALID: [&str; 6] =
-    ["empty_id", "bad_entry", "too_many_entries", "too_long", "not_utf8", "too_many_buckets"];
+pub const INVALID: [&str; 7] = [
+    "empty_id",
+    "bad_entry",
+    "too_many_entries",
+    "too_long",
+    "not_utf8",
+    "too_many_buckets",
+    "too_many_reports",
+];
 
 /// The `reason` label values of `tollgate_rlqs_unlimited_total`.
 pub const UNLIMITED: [&str; 3] = ["unknown_domain", "no_rule", "unlimited"];
@@ -147,6 +154,11 @@ impl RlqsMetrics {
     /// One bucket usage not answered; `reason` is one of [`INVALID`].
     pub fn invalid(&self, reason: &'static str) {
         self.invalid.get_or_create(&ReasonLabel { reason }).inc();
+    }
+
+    /// `count` bucket usages not answered; `reason` is one of [`INVALID`].
+    pub fn invalid_by(&self, reason: &'static str, count: u64) {
+        self.invalid.get_or_create(&ReasonLabel { reason }).inc_by(count);
     }
 
     /// One bucket answered ALLOW_ALL with no limit; `reason` is one of [`UNLIMITED`].

@@ -64,6 +64,18 @@ pub enum Ask {
     Again { fresh: bool },
 }
 
+impl Ask {
+    /// Adds the counts of `other` (the same bucket twice in one report).
+    pub fn add(&mut self, other: Ask) {
+        if let (Ask::Report { allowed, denied, .. }, Ask::Report { allowed: a, denied: d, .. }) =
+            (self, other)
+        {
+            *allowed = allowed.saturating_add(a);
+            *denied = denied.saturating_add(d);
+        }
+    }
+}
+
 /// The answer for one bucket.
 #[derive(Debug, Default)]
 pub struct Answer {
