@@ -31,7 +31,6 @@ use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
 
-use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::BucketAction;
 use envoy_types::pb::google::protobuf::UInt64Value;
 use prost::bytes::Bytes;
 use tokio::time::Instant;
@@ -357,7 +356,7 @@ impl Quota {
                 let mut answer = self.grant(key, held, shared, fresh);
                 answer.shrink.clear();
                 for action in &mut answer.actions {
-                    shorten(action, TTL_FAILURE);
+                    wire::set_ttl(action, ttl(TTL_FAILURE));
                 }
                 answer
             }
@@ -384,15 +383,6 @@ impl Quota {
         if let Err(error) = self.store.hold(&self.ledger, ledger_key, &hold, deadline).await {
             tracing::debug!(error = %error, "RLQS: releasing a share failed; it expires with its claim");
         }
-    }
-}
-
-/// Sets an assignment's TTL to `seconds`.
-fn shorten(action: &mut BucketAction, seconds: u32) {
-    use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::bucket_action::BucketAction as Kind;
-    if let Some(Kind::QuotaAssignmentAction(assign)) = &mut action.bucket_action {
-        assign.assignment_time_to_live =
-            Some(envoy_types::pb::google::protobuf::Duration { seconds: i64::from(seconds), nanos: 0 });
     }
 }
 

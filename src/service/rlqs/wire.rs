@@ -280,6 +280,13 @@ pub fn abandon(key: &BucketKey) -> BucketAction {
     }
 }
 
+/// Sets the TTL of an assignment `action` (an abandon has none).
+pub fn set_ttl(action: &mut BucketAction, ttl: Ttl) {
+    if let Some(Action::QuotaAssignmentAction(assign)) = &mut action.bucket_action {
+        assign.assignment_time_to_live = Some(ttl.duration());
+    }
+}
+
 /// One response carrying `actions` (Envoy applies them in order).
 pub fn response(actions: Vec<BucketAction>) -> envoy_rlqs::RateLimitQuotaResponse {
     envoy_rlqs::RateLimitQuotaResponse { bucket_action: actions }
