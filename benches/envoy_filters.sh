@@ -306,11 +306,32 @@ load() {
 # RLS calls answered OK so far (the filter counts under the route's cluster).
 rls_ok() { envoy_stat "${envoy_admin[rls]}" 'cluster\.upstream\.ratelimit\.ok'; }
 
+# `check_rlqs CONFIG`: its Tollgate holds one bucket per user, has assigned token buckets,
+# and answered no usage by a failure policy, as unlimited or as invalid (each would mean
+# the run measured something else than a limit enforced in Envoy).
+check_rlqs() {
+    local admin_var="tollgate_${tollgate_of[$1]}_admin" buckets assigned other
+    buckets=$(metric "${!admin_var}" '^tollgate_rlqs_buckets ')
+    assigned=$(metric "${!admin_var}" '^tollgate_rlqs_assignments_total\{action="token_bucket"\}')
+    other=$(metric "${!admin_var}" '^tollgate_rlqs_(invalid|unlimited|failure_answers)_total')
+    if [ "$buckets" != "$USERS" ] || [ "$assigned" = 0 ] || [ "$other" != 0 ]; then
+        echo "invalid run ($1): Tollgate holds $buckets buckets (want $USERS), assigned $assigned" \
+            "token buckets, answered $other usages unlimited, invalid or by a failure policy" >&2
+        exit 1
+    fi
+}
+
+# `rlqs_counts CONFIG`: the bucket usages its Tollgate received and the actions it sent.
+rlqs_counts() {
+    local admin_var="tollgate_${tollgate_of[$1]}_admin"
+    echo "$(metric "${!admin_var}" '^tollgate_rlqs_reports_total ') $(metric "${!admin_var}" '^tollgate_rlqs_assignments_total')"
+}
+
 for config in $CONFIGS; do
     load "$config" "$WARMUP_ALL" 0 >/dev/null
 done
 
-declare -A runs=() rlqs_idle_ns=() rlqs_idle_seconds=() rlqs_busy_ns=() rlqs_busy_seconds=()
+declare -A runs=() ratios=() envoy_idle_ns=() envoy_idle_seconds=() rlqs_idle_ns=() rlqs_idle_seconds=() rlqs_busy_ns=() rlqs_busy_seconds=()
 for _ in $(seq "$REPEAT"); do
     for config in $CONFIGS; do
         declare -A before=() before_ns=()
@@ -322,12 +343,21 @@ for _ in $(seq "$REPEAT"); do
             before_ns[$other]=$(cpu_ns "${!pid_var}")
         done
         envoy_before=$(cpu_ticks "${envoy_pid[$config]}")
+        declare -A envoy_before_ns=()
+        for other in $CONFIGS; do envoy_before_ns[$other]=$(cpu_ns "${envoy_pid[$other]}"); done
+        rlqs_before=
+        case $config in rlqs*) rlqs_before=$(rlqs_counts "$config") ;; esac
         rls_ok_before=0
         [ "$config" != rls ] || rls_ok_before=$(rls_ok)
         started=$(date +%s.%N)
         line=$(load "$config" "$SECONDS_PER_RUN" "$WARMUP")
         elapsed=$(python3 -c "print($(date +%s.%N) - $started)")
         envoy_ticks=$(($(cpu_ticks "${envoy_pid[$config]}") - envoy_before))
+        for other in $CONFIGS; do
+            [ "$other" != "$config" ] || continue
+            envoy_idle_ns[$other]=$((${envoy_idle_ns[$other]:-0} + $(cpu_ns "${envoy_pid[$other]}") - ${envoy_before_ns[$other]}))
+            envoy_idle_seconds[$other]=$(python3 -c "print(${envoy_idle_seconds[$other]:-0} + $elapsed)")
+        done
         [ "$(field errors <<<"$line")" = 0 ] && [ "$(field other_status <<<"$line")" = 0 ] ||
             { echo "invalid run ($config): $line" >&2; exit 1; }
         case $config in
@@ -341,6 +371,10 @@ for _ in $(seq "$REPEAT"); do
             active=$(envoy_stat "${envoy_admin[$config]}" 'cluster\.tollgate\.upstream_rq_active')
             [ "$streams" = 1 ] && [ "$active" = 1 ] ||
                 { echo "invalid run ($config): $streams RLQS streams opened, $active open (want 1 and 1)" >&2; exit 1; }
+            check_rlqs "$config"
+            read -r reports assignments <<<"$(rlqs_counts "$config")"
+            read -r reports_before assignments_before <<<"$rlqs_before"
+            extra_rlqs=" usages=$((reports - reports_before)) assignments=$((assignments - assignments_before))"
             ;;
         esac
         answered=$(field answered <<<"$line")
@@ -350,7 +384,8 @@ for _ in $(seq "$REPEAT"); do
             echo "invalid run: $(($(rls_ok) - rls_ok_before)) RLS calls answered OK for $answered requests: $line" >&2
             exit 1
         fi
-        extra=""
+        extra="${extra_rlqs:-}"
+        extra_rlqs=
         for other in $CONFIGS; do
             name=${tollgate_of[$other]:-}
             [ -n "$name" ] || continue
@@ -373,6 +408,13 @@ for _ in $(seq "$REPEAT"); do
             fi
         done
         envoy_cpu=$(python3 -c "print(f'{$envoy_ticks * 1e6 / $clock_ticks / max($answered, 1):.1f}')")
+        # Beside the no-filter Envoy of the same round (the first of every round), whose
+        # conditions on this shared machine were the closest.
+        if [ "$config" = none ]; then
+            round_none_rps=$(field rps <<<"$line") round_none_cpu=$envoy_cpu
+        elif [ -n "${round_none_rps:-}" ]; then
+            ratios[$config]+="$(python3 -c "print($(field rps <<<"$line") / max($round_none_rps, 1), $envoy_cpu / max($round_none_cpu, 0.1))")"$'\n'
+        fi
         runs[$config]+="$line envoy_cpu_us=$envoy_cpu elapsed=$elapsed$extra"$'\n'
         echo "$config: $line envoy_cpu_us=$envoy_cpu$extra" >&2
     done
@@ -384,26 +426,31 @@ echo "Machine: $(nproc) cores ($(sed -n 's/^model name\s*: //p' /proc/cpuinfo | 
     "$("$envoy_bin" --version | sed -n 's/.*version: \([^ ]*\).*/\1/p' | head -1); Envoy --concurrency 1;" \
     "httpload, Envoy and Tollgate share the cores."
 echo "Closed loop: concurrency $CONCURRENCY over $CONNECTIONS HTTP/2 connections, $USERS users," \
-    "${SECONDS_PER_RUN}s measured after ${WARMUP}s warm-up; each row the median of $REPEAT rounds in which the Envoys take turns."
+    "${SECONDS_PER_RUN}s measured after ${WARMUP}s warm-up; each row the median of $REPEAT rounds in which the Envoys take turns" \
+    "(by requests/s; \`vs none\` and \`÷ none's\`: the median of each round's ratio to the no-filter Envoy of that round)."
 echo
-echo "| Envoy | requests/s | vs none | p50 µs | p99 µs | 2xx | 429 | Envoy CPU µs per request | ÷ none's | Tollgate CPU µs per request | Tollgate CPU ms per s (busy / idle) |"
-echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
-none_rps=
-none_cpu=
+echo "| Envoy | requests/s | vs none | p50 µs | p99 µs | 2xx | 429 | Envoy CPU µs per request | ÷ none's | Envoy CPU ms per s idle | Tollgate CPU µs per request | Tollgate CPU ms per s (busy / idle) |"
+echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+# `median_of COLUMN`: the median of one column of the lines on stdin.
+median_of() { awk -v c="$1" '{print $c}' | sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
 for config in $CONFIGS; do
     line=$(printf '%s' "${runs[$config]}" | awk '{for (i = 1; i <= NF; i++) if ($i ~ /^rps=/) {split($i, a, "="); print a[2], $0}}' |
         sort -n | awk -v n="$REPEAT" 'NR == int((n + 1) / 2) {$1 = ""; print}')
     rps=$(field rps <<<"$line")
     cpu=$(field envoy_cpu_us <<<"$line")
-    [ -n "$none_rps" ] || [ "$config" != none ] || { none_rps=$rps; none_cpu=$cpu; }
     vs=-
     cpu_ratio=-
-    if [ -n "$none_rps" ]; then
-        vs=$(python3 -c "print(f'{100 * $rps / $none_rps:.0f}%')")
-        cpu_ratio=$(python3 -c "print(f'{$cpu / $none_cpu:.2f}')")
+    if [ "$config" = none ]; then
+        vs=100% cpu_ratio=1.00
+    elif [ -n "${ratios[$config]:-}" ]; then
+        vs=$(python3 -c "print(f'{100 * $(printf '%s' "${ratios[$config]}" | median_of 1):.0f}%')")
+        cpu_ratio=$(python3 -c "print(f'{$(printf '%s' "${ratios[$config]}" | median_of 2):.2f}')")
     fi
     per_request=-
     per_second=-
+    envoy_idle=-
+    [ -z "${envoy_idle_seconds[$config]:-}" ] ||
+        envoy_idle=$(python3 -c "print(f'{${envoy_idle_ns[$config]} / 1e6 / ${envoy_idle_seconds[$config]}:.2f}')")
     case $config in
     rls)
         per_request=$(python3 -c "print(f'{$(field tollgate_ticks <<<"$line") * 1e6 / $clock_ticks / max($(field answered <<<"$line"), 1):.1f}')")
@@ -417,5 +464,5 @@ idle = f'{${rlqs_idle_ns[$config]:-0} / 1e6 / idle_s:.2f}' if idle_s else '-'
 print(f'{busy:.2f} / {idle}')")
         ;;
     esac
-    echo "| $config | $rps | $vs | $(field p50_us <<<"$line") | $(field p99_us <<<"$line") | $(field ok <<<"$line") | $(field denied <<<"$line") | $cpu | $cpu_ratio | $per_request | $per_second |"
+    echo "| $config | $rps | $vs | $(field p50_us <<<"$line") | $(field p99_us <<<"$line") | $(field ok <<<"$line") | $(field denied <<<"$line") | $cpu | $cpu_ratio | $envoy_idle | $per_request | $per_second |"
 done
