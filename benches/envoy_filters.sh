@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Envoy with no limit filter, with the RLS filter and with the RLQS filter against Tollgate
-# (issue 39, docs/performance.md "Envoy: no filter, RLS, RLQS"), in one run on this machine.
+# (issue 39, docs/performance.md "Envoy: no limit filter, RLS, RLQS"), in one run on this
+# machine.
 #
-# Every Envoy runs with `--concurrency 1` and answers from a `direct_response` 200 (no
-# upstream to share the cores with), on its own free loopback port:
+# Every Envoy runs with `--concurrency 1` on its own free loopback port and answers 200
+# itself (no upstream to share the cores with): the fault filter's abort after the limit
+# filter, as a direct_response route would — which the RLS filter skips (no cluster):
 #   none       no limit filter;
 #   rls        `envoy.filters.http.ratelimit` → Tollgate (memory store), one ShouldRateLimit
 #              call per request with the descriptor [(name, user), (user, <x-user>)];
@@ -306,7 +308,8 @@ load() {
 # RLS calls answered OK so far (the filter counts under the route's cluster).
 rls_ok() { envoy_stat "${envoy_admin[rls]}" 'cluster\.upstream\.ratelimit\.ok'; }
 
-# `check_rlqs CONFIG`: its Tollgate holds one bucket per user, has assigned token buckets,
+# `check_rlqs CONFIG`: its Tollgate holds a bucket per user (99 %: with many users a uniform
+# draw may not have reached every one yet), has assigned token buckets,
 # and answered no usage by a failure policy, as unlimited or as invalid (each would mean
 # the run measured something else than a limit enforced in Envoy).
 check_rlqs() {
@@ -314,7 +317,7 @@ check_rlqs() {
     buckets=$(metric "${!admin_var}" '^tollgate_rlqs_buckets ')
     assigned=$(metric "${!admin_var}" '^tollgate_rlqs_assignments_total\{action="token_bucket"\}')
     other=$(metric "${!admin_var}" '^tollgate_rlqs_(invalid|unlimited|failure_answers)_total')
-    if [ "$buckets" != "$USERS" ] || [ "$assigned" = 0 ] || [ "$other" != 0 ]; then
+    if [ "$buckets" -gt "$USERS" ] || [ $((buckets * 100)) -lt $((USERS * 99)) ] || [ "$assigned" = 0 ] || [ "$other" != 0 ]; then
         echo "invalid run ($1): Tollgate holds $buckets buckets (want $USERS), assigned $assigned" \
             "token buckets, answered $other usages unlimited, invalid or by a failure policy" >&2
         exit 1
