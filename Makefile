@@ -2,7 +2,7 @@
 CARGO ?= cargo
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: run test e2e deps lint fmt check bench bench-table bench-tracing build demo
+.PHONY: run test e2e deps lint fmt check bench bench-table bench-tracing bench-envoy build demo
 
 ## Start the server on the in-memory store with the example policies in config/.
 run:
@@ -85,3 +85,8 @@ bench-table: deps
 ## What tracing costs per request: off, ratio 0.01 and 1.0 beside the null RLS.
 bench-tracing: deps
 	bash benches/tracing.sh
+
+## Envoy (--concurrency 1) with no limit filter, with the RLS filter and with the RLQS filter
+## against Tollgate on its memory store: requests/s, Envoy's and Tollgate's CPU.
+bench-envoy: deps
+	bash benches/envoy_filters.sh
