@@ -543,3 +543,119 @@ async fn an_unnamed_streams_claims_end_with_it_so_a_restarted_envoy_is_not_starv
         assert!(whole, "{store:?}");
     }
 }
+
+const TWO_LIMITS: &str = r#"
+domain: two
+descriptors:
+  - key: user
+    rate_limits:
+      - { name: hourly, unit: hour, requests_per_unit: 100 }
+      - { name: minutely, unit: minute, requests_per_unit: 10, algorithm: fixed_window }
+"#;
+
+#[tokio::test]
+async fn several_limits_on_one_rule_assign_the_tightest_and_charge_each() {
+    let app = spawn_app(StoreKind::Redis, &[("two.yaml", TWO_LIMITS)]).await;
+    let addr = app.running.as_ref().expect("running").grpc_addr;
+    let mut envoy = Envoy::open(addr, Some("a")).await;
+    assert_eq!(
+        tokens(&envoy.report("two", usage(one("user", "kim"), 1, 0, 0)).await),
+        9,
+        "the minute's 9 left"
+    );
+    // 9 more: the minute is spent (DENY_ALL), the hour has 90 left; RLS sees both.
+    assert_eq!(
+        assigned(&envoy.report("two", usage(one("user", "kim"), 9, 0, 5)).await),
+        Assigned::Deny { ttl: 15 }
+    );
+    let mut peek = request("two", &[&[("user", "kim")]]);
+    peek.descriptors[0].hits_addend = Some(UInt64Value { value: 0 });
+    let statuses = app.check(peek).await.statuses;
+    assert_eq!(statuses[0].limit_remaining, 0, "the tightest limit, as RLS answers it");
+}
+
+#[tokio::test]
+async fn a_refund_and_a_reset_through_another_instance_give_the_room_back_to_rlqs() {
+    let token_dir = tempfile::tempdir().expect("tempdir");
+    let token_file = token_dir.path().join("admin-token");
+    std::fs::write(&token_file, "rlqs-t0ken\n").expect("token");
+    let options = Options { admin_token_file: Some(token_file), ..Options::new(StoreKind::Redis) };
+    let first = spawn_with(options.clone(), &[("api.yaml", POLICY)]).await;
+    let url = first.redis.as_ref().expect("own redis").url();
+    let second = spawn_with(Options { redis_url: Some(url), ..options }, &[("api.yaml", POLICY)]).await;
+    let addr = first.running.as_ref().expect("running").grpc_addr;
+    let mut envoy = Envoy::open(addr, Some("a")).await;
+    envoy.report("api", usage(user_id("lee"), 1, 0, 0)).await;
+    assert_eq!(tokens(&envoy.report("api", usage(user_id("lee"), 59, 0, 5)).await), 40);
+    // An RLS refund of 20 through the other instance: the next assignment has 60.
+    let mut refund = request("api", &[&[("name", "user"), ("user", "lee")]]);
+    refund.descriptors[0].hits_addend = Some(UInt64Value { value: 20 });
+    refund.descriptors[0].is_negative_hits = true;
+    assert!(!over(&second.check(refund).await));
+    assert_eq!(tokens(&envoy.report("api", usage(user_id("lee"), 0, 0, 5)).await), 60);
+    // An operator's reset through the other instance: the whole limit again.
+    let path = "/v1/reset?domain=api&descriptor=name%3Duser,user%3Dlee";
+    let headers = [("Authorization", "Bearer rlqs-t0ken")];
+    let reset = http_request(second.admin_addr(), "POST", path, &headers, "").await.expect("reset");
+    assert_eq!(reset.status, 200, "{}", reset.body);
+    assert_eq!(tokens(&envoy.report("api", usage(user_id("lee"), 0, 0, 5)).await), 100);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_incident_override_set_through_another_instance_opens_rlqs_buckets_and_ends() {
+    let token_dir = tempfile::tempdir().expect("tempdir");
+    let token_file = token_dir.path().join("admin-token");
+    std::fs::write(&token_file, "rlqs-t0ken\n").expect("token");
+    let production = tollgate::app::ServeSettings::new(std::path::PathBuf::new());
+    let options = Options {
+        store_timeout: production.store_timeout,
+        admin_token_file: Some(token_file),
+        ..Options::new(StoreKind::Redis)
+    };
+    let first = spawn_with(options.clone(), &[("api.yaml", POLICY)]).await;
+    let url = first.redis.as_ref().expect("own redis").url();
+    let second = spawn_with(Options { redis_url: Some(url), ..options }, &[("api.yaml", POLICY)]).await;
+    let addr = first.running.as_ref().expect("running").grpc_addr;
+    let mut envoy = Envoy::open(addr, Some("a")).await;
+    assert_eq!(tokens(&envoy.report("api", usage(user_id("max"), 1, 0, 0)).await), 99);
+    let headers = [("Authorization", "Bearer rlqs-t0ken"), ("Content-Type", "application/json")];
+    let body = r#"{"scope": "api", "mode": "open", "ttl_seconds": 30}"#;
+    let set =
+        http_request(second.admin_addr(), "POST", "/v1/override", &headers, body).await.expect("override");
+    assert_eq!(set.status, 200, "{}", set.body);
+    let opened = eventually(tollgate::sources::overrides::VISIBLE_WITHIN * 2, || async {
+        let mut probe = Envoy::open(addr, Some("probe")).await;
+        probe.report("api", usage(user_id("max"), 0, 0, 5)).await == wire_allow_all(user_id("max"))
+    })
+    .await;
+    assert!(opened, "the first instance's RLQS answers ALLOW_ALL under the override");
+    let end = http_request(second.admin_addr(), "DELETE", "/v1/override?scope=api", &headers, "")
+        .await
+        .expect("end");
+    assert_eq!(end.status, 200, "{}", end.body);
+    let until = std::time::Instant::now() + tollgate::sources::overrides::VISIBLE_WITHIN * 2;
+    let closed = loop {
+        let answer = assigned(&envoy.report("api", usage(user_id("max"), 0, 0, 5)).await);
+        if matches!(answer, Assigned::Tokens { .. }) || std::time::Instant::now() > until {
+            break answer;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(
+        matches!(closed, Assigned::Tokens { .. }),
+        "token buckets again once the override ends: {closed:?}"
+    );
+}
+
+/// ALLOW_ALL for 10 s, the answer of an incident's `open` override.
+fn wire_allow_all(id: BucketId) -> BucketAction {
+    use envoy_types::pb::envoy::r#type::v3::RateLimitStrategy;
+    use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::bucket_action::QuotaAssignmentAction;
+    BucketAction {
+        bucket_id: Some(id),
+        bucket_action: Some(Kind::QuotaAssignmentAction(QuotaAssignmentAction {
+            assignment_time_to_live: Some(ProtoDuration { seconds: 10, nanos: 0 }),
+            rate_limit_strategy: Some(RateLimitStrategy { strategy: Some(Strategy::BlanketRule(0)) }),
+        })),
+    }
+}
