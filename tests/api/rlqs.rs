@@ -659,3 +659,21 @@ fn wire_allow_all(id: BucketId) -> BucketAction {
         })),
     }
 }
+
+#[tokio::test]
+async fn a_stream_ends_with_ok_after_the_connection_age_and_its_envoy_keeps_its_claim() {
+    let options = Options { max_connection_age: Some(Duration::from_secs(1)), ..Options::new(StoreKind::Redis) };
+    let app = spawn_with(options, &[("api.yaml", POLICY)]).await;
+    let addr = app.running.as_ref().expect("running").grpc_addr;
+    let mut envoy = Envoy::open(addr, Some("a")).await;
+    let opened = std::time::Instant::now();
+    envoy.report("api", usage(user_id("nia"), 1, 0, 0)).await;
+    assert_eq!(tokens(&envoy.report("api", usage(user_id("nia"), 9, 0, 5)).await), 90);
+    let end = tokio::time::timeout(Duration::from_secs(5), envoy.answers.message()).await.expect("the stream ends");
+    assert!(matches!(end, Ok(None)), "ended with OK: {end:?}");
+    let lived = opened.elapsed();
+    assert!(lived >= Duration::from_millis(850) && lived < Duration::from_secs(3), "ended at the age ±10 %: {lived:?}");
+    // Envoy reopens at its next report; its claim and the budget are where they were.
+    let mut again = Envoy::open(addr, Some("a")).await;
+    assert_eq!(tokens(&again.report("api", usage(user_id("nia"), 0, 0, 5)).await), 90);
+}

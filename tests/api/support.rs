@@ -62,6 +62,8 @@ pub struct Options {
     pub tracing: Option<tollgate::telemetry::trace::TraceSettings>,
     /// `--key-secret-file`.
     pub key_secret_file: Option<PathBuf>,
+    /// `--grpc-max-connection-age`; `None` keeps the default.
+    pub max_connection_age: Option<Duration>,
 }
 
 impl Options {
@@ -91,6 +93,7 @@ impl Options {
             lease_time: tollgate::store::lease::DEFAULT_LEASE_TIME,
             tracing: None,
             key_secret_file: None,
+            max_connection_age: None,
         }
     }
 }
@@ -146,6 +149,9 @@ pub async fn spawn_in(options: Options, config_dir: tempfile::TempDir) -> TestAp
     settings.response_dynamic_metadata = options.response_dynamic_metadata;
     settings.tracing = options.tracing;
     settings.key_secret_file = options.key_secret_file;
+    if let Some(age) = options.max_connection_age {
+        settings.max_connection_age = Some(age);
+    }
     let running = tollgate::app::spawn(settings).await.expect("app starts");
     let endpoint = format!("http://{}", running.grpc_addr);
     let client = if plaintext {

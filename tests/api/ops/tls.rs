@@ -78,15 +78,18 @@ impl Certs {
         addr: std::net::SocketAddr,
         identity: bool,
     ) -> Result<RateLimitServiceClient<Channel>, tonic::transport::Error> {
+        Ok(RateLimitServiceClient::new(self.channel(addr, identity).await?))
+    }
+
+    /// A TLS channel that trusts the CA, with the client certificate when `identity`.
+    async fn channel(&self, addr: std::net::SocketAddr, identity: bool) -> Result<Channel, tonic::transport::Error> {
         let mut tls = ClientTlsConfig::new()
             .ca_certificate(Certificate::from_pem(self.read("ca.pem")))
             .domain_name("localhost");
         if identity {
             tls = tls.identity(Identity::from_pem(self.read("client.pem"), self.read("client.key")));
         }
-        let channel =
-            Channel::from_shared(format!("https://{addr}")).expect("uri").tls_config(tls)?.connect().await?;
-        Ok(RateLimitServiceClient::new(channel))
+        Channel::from_shared(format!("https://{addr}")).expect("uri").tls_config(tls)?.connect().await
     }
 }
 
@@ -123,4 +126,47 @@ async fn mtls_rejects_a_client_without_a_certificate() {
     assert!(anonymous, "a client without a certificate was served");
     app.client = certs.client(addr, true).await.expect("mTLS connect");
     assert_eq!(user_limit(&app).await, 7);
+}
+
+/// One immediate RLQS report of `{user: a}` on `channel`: the assignment's `max_tokens`.
+async fn rlqs_tokens(channel: Channel) -> Result<u32, tonic::Status> {
+    use envoy_types::pb::envoy::r#type::v3::rate_limit_strategy::Strategy;
+    use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::bucket_action::BucketAction as Kind;
+    use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_client::RateLimitQuotaServiceClient;
+    use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_usage_reports::BucketQuotaUsage;
+    use envoy_types::pb::envoy::service::rate_limit_quota::v3::{BucketId, RateLimitQuotaUsageReports};
+    let usage = BucketQuotaUsage {
+        bucket_id: Some(BucketId { bucket: [("user".to_string(), "a".to_string())].into() }),
+        time_elapsed: Some(Default::default()),
+        num_requests_allowed: 1,
+        num_requests_denied: 0,
+    };
+    let report = RateLimitQuotaUsageReports { domain: "api".into(), bucket_quota_usages: vec![usage] };
+    // One report, then the stream stays open (as Envoy keeps it) until the answer is read.
+    use futures_util::StreamExt;
+    let outbound = futures_util::stream::iter([report]).chain(futures_util::stream::pending());
+    let mut answers = RateLimitQuotaServiceClient::new(channel).stream_rate_limit_quotas(outbound).await?.into_inner();
+    let response = answers.message().await?.ok_or_else(|| tonic::Status::unknown("stream ended"))?;
+    let action = response.bucket_action.into_iter().next().and_then(|a| a.bucket_action);
+    match action {
+        Some(Kind::QuotaAssignmentAction(a)) => match a.rate_limit_strategy.and_then(|s| s.strategy) {
+            Some(Strategy::TokenBucket(bucket)) => Ok(bucket.max_tokens),
+            other => Err(tonic::Status::unknown(format!("not a token bucket: {other:?}"))),
+        },
+        other => Err(tonic::Status::unknown(format!("not an assignment: {other:?}"))),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rlqs_is_served_over_mtls_as_rls_is_and_refused_without_a_certificate() {
+    let certs = Certs::new();
+    let app = tls_app(&certs, true).await;
+    let addr = app.running.as_ref().expect("running").grpc_addr;
+    let anonymous = match certs.channel(addr, false).await {
+        Err(_) => true,
+        Ok(channel) => rlqs_tokens(channel).await.is_err(),
+    };
+    assert!(anonymous, "an RLQS stream without a client certificate was served");
+    let channel = certs.channel(addr, true).await.expect("mTLS connect");
+    assert_eq!(rlqs_tokens(channel).await.expect("an assignment"), 6, "7 a unit less the first request");
 }
