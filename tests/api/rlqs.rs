@@ -662,18 +662,60 @@ fn wire_allow_all(id: BucketId) -> BucketAction {
 
 #[tokio::test]
 async fn a_stream_ends_with_ok_after_the_connection_age_and_its_envoy_keeps_its_claim() {
-    let options = Options { max_connection_age: Some(Duration::from_secs(1)), ..Options::new(StoreKind::Redis) };
+    let options =
+        Options { max_connection_age: Some(Duration::from_secs(1)), ..Options::new(StoreKind::Redis) };
     let app = spawn_with(options, &[("api.yaml", POLICY)]).await;
     let addr = app.running.as_ref().expect("running").grpc_addr;
     let mut envoy = Envoy::open(addr, Some("a")).await;
     let opened = std::time::Instant::now();
     envoy.report("api", usage(user_id("nia"), 1, 0, 0)).await;
     assert_eq!(tokens(&envoy.report("api", usage(user_id("nia"), 9, 0, 5)).await), 90);
-    let end = tokio::time::timeout(Duration::from_secs(5), envoy.answers.message()).await.expect("the stream ends");
+    let end =
+        tokio::time::timeout(Duration::from_secs(5), envoy.answers.message()).await.expect("the stream ends");
     assert!(matches!(end, Ok(None)), "ended with OK: {end:?}");
     let lived = opened.elapsed();
-    assert!(lived >= Duration::from_millis(850) && lived < Duration::from_secs(3), "ended at the age ±10 %: {lived:?}");
+    assert!(
+        lived >= Duration::from_millis(850) && lived < Duration::from_secs(3),
+        "ended at the age ±10 %: {lived:?}"
+    );
     // Envoy reopens at its next report; its claim and the budget are where they were.
     let mut again = Envoy::open(addr, Some("a")).await;
     assert_eq!(tokens(&again.report("api", usage(user_id("nia"), 0, 0, 5)).await), 90);
+}
+
+const APPROXIMATE: &str = r#"
+domain: approx
+consistency: approximate
+failure_mode: closed
+descriptors:
+  - key: user
+    rate_limit: { unit: hour, requests_per_unit: 100, algorithm: fixed_window }
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approximate_domain_and_rlqs_spend_one_budget() {
+    let production = tollgate::app::ServeSettings::new(std::path::PathBuf::new());
+    let options = Options { store_timeout: production.store_timeout, ..Options::new(StoreKind::Redis) };
+    let app = spawn_with(options, &[("approx.yaml", APPROXIMATE)]).await;
+    let addr = app.running.as_ref().expect("running").grpc_addr;
+    let mut envoy = Envoy::open(addr, Some("a")).await;
+    envoy.report("approx", usage(one("user", "olga"), 1, 0, 0)).await;
+    assert_eq!(tokens(&envoy.report("approx", usage(one("user", "olga"), 59, 0, 5)).await), 40);
+    // RLS on the approximate path sees RLQS's 60 (its first read of the bucket is Redis's):
+    // it admits within the 40 left (its share rule may keep part back), never 100.
+    let allowed = app.allowed_of(60, &request("approx", &[&[("user", "olga")]])).await;
+    assert!((1..=40).contains(&allowed), "RLS admits within the 40 left: {allowed}");
+    // And RLQS sees what RLS admitted once the approximate sync has written it.
+    let left = 40 - allowed as u32;
+    let until = std::time::Instant::now() + Duration::from_secs(5);
+    let synced = loop {
+        let now = tokens(&envoy.report("approx", usage(one("user", "olga"), 0, 0, 5)).await);
+        if now <= left || std::time::Instant::now() > until {
+            break now;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(synced, left, "RLQS assigns what RLS left once the sync wrote it");
+    let metrics = app.metrics().await;
+    assert_eq!(counter_value(&metrics, "tollgate_rlqs_failure_answers_total{mode=\"closed\"}"), 0.0);
 }

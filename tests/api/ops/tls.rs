@@ -82,7 +82,11 @@ impl Certs {
     }
 
     /// A TLS channel that trusts the CA, with the client certificate when `identity`.
-    async fn channel(&self, addr: std::net::SocketAddr, identity: bool) -> Result<Channel, tonic::transport::Error> {
+    async fn channel(
+        &self,
+        addr: std::net::SocketAddr,
+        identity: bool,
+    ) -> Result<Channel, tonic::transport::Error> {
         let mut tls = ClientTlsConfig::new()
             .ca_certificate(Certificate::from_pem(self.read("ca.pem")))
             .domain_name("localhost");
@@ -145,7 +149,8 @@ async fn rlqs_tokens(channel: Channel) -> Result<u32, tonic::Status> {
     // One report, then the stream stays open (as Envoy keeps it) until the answer is read.
     use futures_util::StreamExt;
     let outbound = futures_util::stream::iter([report]).chain(futures_util::stream::pending());
-    let mut answers = RateLimitQuotaServiceClient::new(channel).stream_rate_limit_quotas(outbound).await?.into_inner();
+    let mut answers =
+        RateLimitQuotaServiceClient::new(channel).stream_rate_limit_quotas(outbound).await?.into_inner();
     let response = answers.message().await?.ok_or_else(|| tonic::Status::unknown("stream ended"))?;
     let action = response.bucket_action.into_iter().next().and_then(|a| a.bucket_action);
     match action {
