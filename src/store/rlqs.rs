@@ -44,6 +44,8 @@ pub struct Hold<'a> {
     pub claim: Option<u64>,
     /// How long the entry is kept from now, in ms.
     pub keep_ms: u64,
+    /// The Tollgate instance holding its stream (no whitespace): where a push for it goes.
+    pub instance: &'a str,
 }
 
 /// A holder as the ledger has it.
@@ -54,6 +56,8 @@ pub struct Holding {
     pub newcomer: bool,
     pub live: bool,
     pub claim: u64,
+    /// The instance holding its stream.
+    pub instance: String,
 }
 
 /// What a write answers: the writer's claim as recorded, and every other holder.
@@ -84,6 +88,7 @@ impl Store {
             .arg(u8::from(hold.live))
             .arg(claim)
             .arg(hold.keep_ms)
+            .arg(hold.instance)
             .to_owned();
         match self.command(key, command, deadline).await {
             None => Ok(local.hold(key, hold, super::memory::now_us() / 1000)),
@@ -93,7 +98,7 @@ impl Store {
 }
 
 /// The script of [`Store::holders`]: every entry not expired, as `{0, field, demand,
-/// newcomer, live, claim, ...}` (the reply of the holders script with no writer). Writes
+/// newcomer, live, claim, instance, ...}` (the reply of the holders script with no writer). Writes
 /// nothing.
 const READ: &str = r#"
 local t = redis.call('TIME')
@@ -101,13 +106,14 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local out = {0}
 local all = redis.call('HGETALL', KEYS[1])
 for i = 1, #all, 2 do
-  local d, n, l, c, e = string.match(all[i + 1], '^(%d+) (%d) (%d) (%d+) (%d+)$')
+  local d, n, l, c, e, inst = string.match(all[i + 1], '^(%d+) (%d) (%d) (%d+) (%d+) ?(%S*)$')
   if e and tonumber(e) > now then
     out[#out + 1] = all[i]
     out[#out + 1] = tonumber(d)
     out[#out + 1] = tonumber(n)
     out[#out + 1] = tonumber(l)
     out[#out + 1] = tonumber(c)
+    out[#out + 1] = inst
   end
 end
 return out
@@ -130,7 +136,56 @@ impl Store {
     }
 }
 
-/// The script's `{claim, field, demand, newcomer, live, claim, ...}`.
+/// Appends a message to an instance's inbox, keeps it 10 s and at most 10,000 messages.
+const NOTIFY: &str = r#"
+redis.call('RPUSH', KEYS[1], ARGV[1])
+redis.call('PEXPIRE', KEYS[1], 10000)
+if redis.call('LLEN', KEYS[1]) > 10000 then
+  redis.call('LTRIM', KEYS[1], -10000, -1)
+end
+return 1
+"#;
+
+/// Takes up to 1,000 messages from an inbox, oldest first.
+const TAKE: &str = r#"
+local taken = redis.call('LRANGE', KEYS[1], 0, 999)
+if #taken > 0 then
+  redis.call('LTRIM', KEYS[1], #taken, -1)
+end
+return taken
+"#;
+
+impl Store {
+    /// Leaves `message` in the inbox `key` of another instance by `deadline` (nothing on
+    /// the memory store: there is no other instance).
+    pub async fn notify(&self, key: &str, message: &str, deadline: Instant) -> Result<(), StoreError> {
+        let command = ::redis::cmd("EVAL").arg(NOTIFY).arg(1).arg(key).arg(message).to_owned();
+        match self.command(key, command, deadline).await {
+            None => Ok(()),
+            Some(reply) => reply.map(|_| ()),
+        }
+    }
+
+    /// Takes the messages waiting in this instance's inbox `key` by `deadline`.
+    pub async fn take_inbox(&self, key: &str, deadline: Instant) -> Result<Vec<String>, StoreError> {
+        let command = ::redis::cmd("EVAL").arg(TAKE).arg(1).arg(key).to_owned();
+        match self.command(key, command, deadline).await {
+            None => Ok(Vec::new()),
+            Some(reply) => match reply? {
+                ::redis::Value::Array(items) => Ok(items
+                    .into_iter()
+                    .filter_map(|v| match v {
+                        ::redis::Value::BulkString(b) => String::from_utf8(b).ok(),
+                        _ => None,
+                    })
+                    .collect()),
+                other => Err(StoreError::Server(format!("unexpected reply of the inbox: {other:?}"))),
+            },
+        }
+    }
+}
+
+/// The script's `{claim, field, demand, newcomer, live, claim, instance, ...}`.
 fn holders(value: &::redis::Value) -> Result<Holders, StoreError> {
     use ::redis::Value;
     let bad = || StoreError::Server(format!("unexpected reply of the RLQS holders script: {value:?}"));
@@ -141,15 +196,19 @@ fn holders(value: &::redis::Value) -> Result<Holders, StoreError> {
     };
     let (first, rest) = items.split_first().ok_or_else(bad)?;
     let claim = int(first).ok_or_else(bad)?;
-    let mut others = Vec::with_capacity(rest.len() / 5);
-    for chunk in rest.chunks(5) {
-        let [Value::BulkString(name), demand, newcomer, live, claim] = chunk else { return Err(bad()) };
+    let mut others = Vec::with_capacity(rest.len() / 6);
+    for chunk in rest.chunks(6) {
+        let [Value::BulkString(name), demand, newcomer, live, claim, Value::BulkString(instance)] = chunk
+        else {
+            return Err(bad());
+        };
         others.push(Holding {
             holder: String::from_utf8_lossy(name).into_owned(),
             demand: int(demand).ok_or_else(bad)?,
             newcomer: int(newcomer).ok_or_else(bad)? == 1,
             live: int(live).ok_or_else(bad)? == 1,
             claim: int(claim).ok_or_else(bad)?,
+            instance: String::from_utf8_lossy(instance).into_owned(),
         });
     }
     Ok(Holders { claim, others })
@@ -193,6 +252,7 @@ impl LocalLedger {
             newcomer: hold.newcomer,
             live: hold.live,
             claim,
+            instance: hold.instance.to_string(),
         };
         holders.insert(hold.holder.to_string(), (holding, now_ms.saturating_add(hold.keep_ms)));
         Holders { claim, others }
@@ -225,7 +285,7 @@ mod tests {
     use super::*;
 
     fn hold(holder: &str, demand: u64, claim: Option<u64>) -> Hold<'_> {
-        Hold { holder, demand, newcomer: false, live: true, claim, keep_ms: 1000 }
+        Hold { holder, demand, newcomer: false, live: true, claim, keep_ms: 1000, instance: "i1" }
     }
 
     #[test]
@@ -253,12 +313,20 @@ mod tests {
             Value::Int(0),
             Value::Int(1),
             Value::Int(6),
+            Value::BulkString(b"i2".to_vec()),
         ]);
         let read = holders(&reply).expect("reads");
         assert_eq!(read.claim, 4);
         assert_eq!(
             read.others,
-            [Holding { holder: "envoy-b".into(), demand: 12, newcomer: false, live: true, claim: 6 }]
+            [Holding {
+                holder: "envoy-b".into(),
+                demand: 12,
+                newcomer: false,
+                live: true,
+                claim: 6,
+                instance: "i2".into()
+            }]
         );
         assert!(holders(&Value::Array(vec![Value::Int(1), Value::Int(2)])).is_err());
         assert!(holders(&Value::Nil).is_err());

@@ -719,3 +719,29 @@ async fn an_approximate_domain_and_rlqs_spend_one_budget() {
     let metrics = app.metrics().await;
     assert_eq!(counter_value(&metrics, "tollgate_rlqs_failure_answers_total{mode=\"closed\"}"), 0.0);
 }
+
+#[tokio::test]
+async fn a_newcomer_on_another_instance_takes_its_share_from_a_holder_at_once() {
+    let first = spawn_app(StoreKind::Redis, &[("api.yaml", POLICY)]).await;
+    let url = first.redis.as_ref().expect("own redis").url();
+    let second = spawn_with(
+        Options { redis_url: Some(url), ..Options::new(StoreKind::Redis) },
+        &[("api.yaml", POLICY)],
+    )
+    .await;
+    let mut a = Envoy::open(first.running.as_ref().expect("running").grpc_addr, Some("a")).await;
+    let mut b = Envoy::open(second.running.as_ref().expect("running").grpc_addr, Some("b")).await;
+    a.report("api", usage(user_id("pia"), 1, 0, 0)).await;
+    assert_eq!(tokens(&a.report("api", usage(user_id("pia"), 9, 0, 5)).await), 90);
+    // b's first request, through the other instance: it gets what a's claim leaves (none),
+    // and a is pushed a smaller bucket through the store without reporting.
+    let sent = std::time::Instant::now();
+    assert_eq!(tokens(&b.report("api", usage(user_id("pia"), 1, 0, 0)).await), 0);
+    let pushed = a.next().await;
+    let took = sent.elapsed();
+    let a_now = tokens(&pushed.bucket_action[0]);
+    assert!(a_now < 90, "a shrinks: {a_now}");
+    assert!(took < Duration::from_secs(2), "within the inbox's poll, not a's next report: {took:?}");
+    let b_next = tokens(&b.report("api", usage(user_id("pia"), 0, 2, 5)).await);
+    assert!(b_next > 0 && a_now + b_next <= 89, "{a_now} + {b_next} within the 89 left");
+}

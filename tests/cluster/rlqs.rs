@@ -19,7 +19,7 @@ fn link() -> tollgate::store::redis::link::LinkSettings {
 }
 
 fn hold(holder: &str, claim: Option<u64>, keep_ms: u64) -> Hold<'_> {
-    Hold { holder, demand: 7, newcomer: false, live: true, claim, keep_ms }
+    Hold { holder, demand: 7, newcomer: false, live: true, claim, keep_ms, instance: "i1" }
 }
 
 /// Two instances write one ledger per key; each sees the other's claim.

@@ -84,6 +84,9 @@ pub struct Quota {
     overrides: Arc<Overrides>,
     key_prefix: String,
     key_secret: Option<KeySecret>,
+    /// This instance's name in the ledger (random per process): where pushes for the
+    /// holders of its streams go.
+    instance: String,
 }
 
 impl Quota {
@@ -99,6 +102,7 @@ impl Quota {
             overrides: limiter.overrides(),
             key_prefix: settings.key_prefix.clone(),
             key_secret: settings.key_secret.clone(),
+            instance: format!("{:016x}", rand::random::<u64>()),
         }
     }
 
@@ -110,6 +114,16 @@ impl Quota {
     /// The store assignments are charged to.
     pub fn store(&self) -> &Store {
         &self.store
+    }
+
+    /// This instance's name in the ledger.
+    pub fn instance(&self) -> &str {
+        &self.instance
+    }
+
+    /// The inbox of `instance`: pushes for the holders of its streams from other instances.
+    pub fn inbox_key(&self, instance: &str) -> String {
+        format!("{}tollgate-rlqs-inbox:{instance}", self.key_prefix)
     }
 
     /// The claims ledger of the memory store.
@@ -278,6 +292,7 @@ impl Quota {
             live: true,
             claim: None,
             keep_ms: KEEP_MS,
+            instance: &self.instance,
         };
         let holders = store.hold(ledger, ledger_key, &hold, deadline).await?;
         let shared = shared(charges, &decisions, held, &holders);
@@ -348,6 +363,7 @@ impl Quota {
                     live: true,
                     claim: None,
                     keep_ms: KEEP_MS,
+                    instance: &self.instance,
                 };
                 let holders = self.ledger.hold(ledger_key, &hold, now / 1000);
                 let shared = shared(charges, &decisions, held, &holders);
@@ -378,6 +394,7 @@ impl Quota {
             live: false,
             claim: if named { None } else { Some(0) },
             keep_ms: KEEP_MS,
+            instance: &self.instance,
         };
         let deadline = Instant::now() + STORE_DEADLINE;
         if let Err(error) = self.store.hold(&self.ledger, ledger_key, &hold, deadline).await {
@@ -389,5 +406,5 @@ impl Quota {
 mod held;
 mod shared;
 
-pub use held::{Answer, Ask, Assignment, Held};
+pub use held::{Answer, Ask, Assignment, Held, Shrink};
 pub use shared::{shared, Shared};

@@ -34,10 +34,12 @@ use tonic::Status;
 use super::quota::{Answer, Ask, Assignment, Held, Quota};
 use book::Book;
 pub use book::NAMED_PREFIX;
+use inbox::{Lines, Push};
 pub use wait::MAX_USAGES_PER_SECOND;
 use wait::{sleep_until, stopped, Budget};
 
 mod book;
+pub mod inbox;
 mod wait;
 use super::wire::{self, Bounds, BucketKey, RateLimitQuotaUsageReports};
 
@@ -58,7 +60,7 @@ pub struct Streams {
     open: AtomicUsize,
     /// Each live holder's wake-up line, by holder name.
     /// (An Envoy with two filter domains opens two streams under one name.)
-    pushes: Mutex<HashMap<String, Vec<mpsc::Sender<BucketKey>>>>,
+    pushes: Lines,
     shutdown: watch::Receiver<bool>,
     max_age: Option<Duration>,
     /// Every open stream's book, for the status view.
@@ -68,12 +70,18 @@ pub struct Streams {
 
 impl Streams {
     /// `max_age`: `--grpc-max-connection-age`, after which (±10 %) a stream ends.
+    /// On a shared store, starts reading this instance's inbox (`inbox::poll`): call it
+    /// inside the runtime.
     pub fn new(quota: Quota, shutdown: watch::Receiver<bool>, max_age: Option<Duration>) -> Streams {
+        let (quota, pushes) = (Arc::new(quota), Lines::default());
+        if quota.store().is_shared() {
+            tokio::spawn(inbox::poll(quota.clone(), pushes.clone(), shutdown.clone()));
+        }
         Streams {
-            quota: Arc::new(quota),
+            quota,
             bounds: Bounds::default(),
             open: AtomicUsize::new(0),
-            pushes: Mutex::new(HashMap::new()),
+            pushes,
             shutdown,
             max_age,
             views: Mutex::new(HashMap::new()),
@@ -99,12 +107,7 @@ impl Streams {
         self.quota.metrics().rlqs().stream(1);
         let (out, answers) = mpsc::channel(OUTBOX);
         let (push, pushed) = mpsc::channel(OUTBOX);
-        self.pushes
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .entry(holder.clone())
-            .or_default()
-            .push(push.clone());
+        inbox::register(&self.pushes, &holder, &push);
         let book =
             Arc::new(Mutex::new(Book { holder: holder.clone(), domain: None, buckets: HashMap::new() }));
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
@@ -142,21 +145,6 @@ impl Streams {
             self.views.lock().unwrap_or_else(PoisonError::into_inner).values().cloned().collect();
         book::view(&books, each);
     }
-
-    /// Asks the stream of each of `holders` on this instance to look at `key` again.
-    fn push(&self, holders: &[String], key: &BucketKey) {
-        if holders.is_empty() {
-            return;
-        }
-        let pushes = self.pushes.lock().unwrap_or_else(PoisonError::into_inner);
-        for holder in holders {
-            // Each stream of that name looks (one that does not hold `key` ignores it); a
-            // full line is a stream behind: its next report answers anyway.
-            for line in pushes.get(holder).into_iter().flatten() {
-                let _ = line.try_send(key.clone());
-            }
-        }
-    }
 }
 
 /// The task of one stream.
@@ -179,11 +167,11 @@ struct Stream {
     logged: HashSet<&'static str>,
     out: mpsc::Sender<Result<RateLimitQuotaResponse, Status>>,
     /// This stream's own push line (kept to tell it from a newer stream of the same name).
-    push: mpsc::Sender<BucketKey>,
+    push: mpsc::Sender<Push>,
 }
 
 impl Stream {
-    async fn run<S>(mut self, mut inbound: S, mut pushed: mpsc::Receiver<BucketKey>)
+    async fn run<S>(mut self, mut inbound: S, mut pushed: mpsc::Receiver<Push>)
     where
         S: futures_util::Stream<Item = Result<RateLimitQuotaUsageReports, Status>> + Send + Unpin + 'static,
     {
@@ -204,7 +192,7 @@ impl Stream {
                     }
                     None => break,
                 },
-                Some(key) = pushed.recv() => self.again(vec![(key, false)]).await,
+                Some(push) = pushed.recv() => self.pushed(push).await,
                 _ = sleep_until(next_wake) => {
                     let now = Instant::now();
                     let mut due = Vec::new();
@@ -288,6 +276,20 @@ impl Stream {
         self.answer(&domain, asks).await;
     }
 
+    /// A push: the bucket named, or every bucket of the ledger key named.
+    async fn pushed(&mut self, push: Push) {
+        let keys = match push {
+            Push::Bucket(key) => vec![(key, false)],
+            Push::Ledger(ledger) => {
+                let book = self.book();
+                let held =
+                    book.buckets.iter().filter(|(_, held)| held.ledger.as_deref() == Some(ledger.as_str()));
+                held.map(|(key, _)| (key.clone(), false)).collect()
+            }
+        };
+        self.again(keys).await;
+    }
+
     /// Looks at `keys` again (pushes, wake-ups): `(key, fresh)`.
     async fn again(&mut self, keys: Vec<(BucketKey, bool)>) {
         let Some(domain) = self.domain.clone() else { return };
@@ -325,13 +327,15 @@ impl Stream {
             .collect()
             .await;
         let mut actions = Vec::new();
+        let mut shrinks = Vec::new();
         let now = Instant::now();
         for (key, held, answer) in answered {
             let answer_assignment = answer.actions.last().and_then(Assignment::of);
             if let Some(at) = self.wake_of.remove(&key) {
                 self.wakes.remove(&(at, key.clone()));
             }
-            self.streams.push(&answer.shrink, &key);
+            let ledger = held.ledger.clone();
+            shrinks.push((answer.shrink, key.clone(), ledger));
             actions.extend(answer.actions);
             if answer.forget {
                 if self.book().buckets.remove(&key).is_some() {
@@ -353,6 +357,9 @@ impl Stream {
             // A report is always answered: wait for room (Envoy reads as it can).
             let _ = self.out.send(Ok(wire::response(actions))).await;
         }
+        for (shrink, key, ledger) in shrinks.iter().filter(|(shrink, ..)| !shrink.is_empty()) {
+            inbox::shrink(&self.streams.quota, &self.streams.pushes, shrink, key, ledger.as_deref()).await;
+        }
     }
 
     fn book(&self) -> std::sync::MutexGuard<'_, Book> {
@@ -373,15 +380,7 @@ impl Stream {
 
     /// Releases every share this stream held and forgets the stream.
     async fn end(self) {
-        {
-            let mut pushes = self.streams.pushes.lock().unwrap_or_else(PoisonError::into_inner);
-            if let Some(lines) = pushes.get_mut(&self.holder) {
-                lines.retain(|line| !line.same_channel(&self.push));
-                if lines.is_empty() {
-                    pushes.remove(&self.holder);
-                }
-            }
-        }
+        inbox::unregister(&self.streams.pushes, &self.holder, &self.push);
         let quota = &self.streams.quota;
         let holder = &self.holder;
         let named = holder.starts_with(NAMED_PREFIX);

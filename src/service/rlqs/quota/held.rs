@@ -88,7 +88,7 @@ pub struct Answer {
     pub forget: bool,
     /// Other holders whose grant is now smaller than their claim: their streams look
     /// again at once, wherever they are on this instance.
-    pub shrink: Vec<String>,
+    pub shrink: Vec<Shrink>,
 }
 
 impl Answer {
@@ -96,4 +96,11 @@ impl Answer {
     pub fn one(action: BucketAction) -> Answer {
         Answer { actions: vec![action], ..Answer::default() }
     }
+}
+
+/// A holder whose share is now below its claim, and the instance holding its stream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Shrink {
+    pub holder: String,
+    pub instance: String,
 }

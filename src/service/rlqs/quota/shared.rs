@@ -7,7 +7,7 @@ use crate::algorithm::{Algorithm, Decision};
 use crate::store::rlqs::{Holders, Holding};
 use crate::store::Charge;
 
-use super::held::Held;
+use super::held::{Held, Shrink};
 
 /// A holder's grant over every limit of its rule, with when to look again and which other
 /// holders must shrink.
@@ -15,7 +15,7 @@ use super::held::Held;
 pub struct Shared {
     pub grant: Grant,
     pub wake: Option<Duration>,
-    pub shrink: Vec<String>,
+    pub shrink: Vec<Shrink>,
 }
 
 /// Shares each limit's headroom (its decision after the charge) among the live holders,
@@ -42,8 +42,8 @@ pub fn shared(charges: &[Charge], decisions: &[Decision], held: &Held, holders: 
         };
         let grants = share::shares(params, headroom, &all);
         for (grant, other) in grants.iter().skip(1).zip(&live) {
-            if grant.max_tokens() < other.claim && !shrink.contains(&other.holder) {
-                shrink.push(other.holder.clone());
+            if grant.max_tokens() < other.claim && !shrink.iter().any(|s: &Shrink| s.holder == other.holder) {
+                shrink.push(Shrink { holder: other.holder.clone(), instance: other.instance.clone() });
             }
         }
         // Windows: look again at the edge (a fresh bucket for the new window). GCRA: after
