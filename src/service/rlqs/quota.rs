@@ -31,12 +31,10 @@ use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
 
-use envoy_types::pb::google::protobuf::UInt64Value;
-use prost::bytes::Bytes;
 use tokio::time::Instant;
 
 use crate::algorithm::share::Grant;
-use crate::algorithm::{Decision, Hits};
+use crate::algorithm::Decision;
 use crate::config::{Domain, FailureMode, Lookup};
 use crate::sources::overrides::{Mode, Overrides};
 use crate::sources::serving::Live;
@@ -46,8 +44,6 @@ use crate::store::{Charge, MemoryStore, Store, StoreError};
 use crate::telemetry::metrics::Metrics;
 
 use super::super::limiter::RateLimiter;
-use super::super::plan::{self, Plan};
-use super::super::wire::{Entry, RateLimitDescriptor};
 use super::map::{self, Mapping};
 use super::wire::{self, Blanket, BucketKey, Ttl};
 
@@ -174,10 +170,11 @@ impl Quota {
             Ask::Report { allowed, .. } => allowed,
             Ask::Again { .. } => 0,
         };
-        let (charges, shadow) = match self.charges(domain, &entries, allowed) {
-            Ok(planned) => planned,
-            Err(reason) => return self.unlimited(key, held, reason),
-        };
+        let (charges, shadow) =
+            match charges::charges(domain, &entries, allowed, &self.key_prefix, self.key_secret.as_ref()) {
+                Ok(planned) => planned,
+                Err(reason) => return self.unlimited(key, held, reason),
+            };
         let ledger_key = Quota::ledger_key(&charges[0].key);
         held.limited = true;
         held.ledger = Some(ledger_key.clone());
@@ -198,56 +195,6 @@ impl Quota {
             Ok(shared) => self.grant(key, held, shared, fresh),
             Err(error) => self.failed(key, domain, &charges, &ledger_key, holder, held, &error, fresh),
         }
-    }
-
-    /// The charges of the descriptor `entries` in `domain` for `allowed` reported requests,
-    /// each an overdraw (the usage happened: it is recorded whether or not it fits; 0
-    /// peeks), and whether the rule is in shadow mode; or why no limit applies.
-    fn charges(
-        &self,
-        domain: &Domain,
-        entries: &[(&str, &str)],
-        allowed: u64,
-    ) -> Result<(Vec<Charge>, bool), &'static str> {
-        let descriptor = RateLimitDescriptor {
-            entries: entries.iter().map(|(k, v)| Entry::new(k, v)).collect(),
-            limit: None,
-            hits_addend: Some(UInt64Value { value: allowed }),
-            is_negative_hits: false,
-        };
-        // `--key-secret-file`: keyed as the RLS path keys it, so both charge one bucket.
-        let keyed = match &self.key_secret {
-            Some(secret) => RateLimitDescriptor {
-                entries: descriptor
-                    .entries
-                    .iter()
-                    .map(|e| Entry { key: e.key.clone(), value: Bytes::from(secret.value(&e.value)) })
-                    .collect(),
-                ..descriptor.clone()
-            },
-            None => descriptor.clone(),
-        };
-        let (plans, mut charges, _) = plan::plan_keyed(
-            domain,
-            std::slice::from_ref(&descriptor),
-            std::slice::from_ref(&keyed),
-            1,
-            &self.key_prefix,
-        );
-        let shadow = match plans.first() {
-            Some(Plan::Limited(limit)) => limit.shadow(),
-            Some(Plan::Unlimited(_)) => return Err("unlimited"),
-            Some(Plan::Pass) | None => return Err("no_rule"),
-        };
-        if charges.is_empty() {
-            return Err("no_rule");
-        }
-        for charge in &mut charges {
-            if let Hits::Consume(n) = charge.hits {
-                charge.hits = Hits::Overdraw(n);
-            }
-        }
-        Ok((charges, shadow))
     }
 
     /// No limit applies to the bucket: ALLOW_ALL for long, or `abandon` when one did.
@@ -403,6 +350,7 @@ impl Quota {
     }
 }
 
+mod charges;
 mod held;
 mod shared;
 
