@@ -42,9 +42,19 @@ pub fn try_get(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> std::i
 /// Like `try_get`, with header values as raw bytes: what a client that puts bytes ≥ 0x80
 /// (not UTF-8) into a header sends on the wire.
 pub fn try_get_bytes(addr: SocketAddr, path: &str, headers: &[(&str, &[u8])]) -> std::io::Result<Response> {
+    request(addr, "GET", path, headers)
+}
+
+fn request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &[u8])],
+) -> std::io::Result<Response> {
     let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
     stream.set_read_timeout(Some(Duration::from_secs(10)))?;
-    let mut request = format!("GET {path} HTTP/1.1\r\nHost: edge.test\r\nConnection: close\r\n").into_bytes();
+    let mut request =
+        format!("{method} {path} HTTP/1.1\r\nHost: edge.test\r\nConnection: close\r\n").into_bytes();
     for (name, value) in headers {
         request.extend_from_slice(name.as_bytes());
         request.extend_from_slice(b": ");
@@ -53,10 +63,38 @@ pub fn try_get_bytes(addr: SocketAddr, path: &str, headers: &[(&str, &[u8])]) ->
     }
     request.extend_from_slice(b"\r\n");
     stream.write_all(&request)?;
-    let mut raw = Vec::new();
-    stream.read_to_end(&mut raw)?;
+    let raw = read_response(&mut stream)?;
     parse_response(&raw)
         .ok_or_else(|| std::io::Error::other(format!("bad response: {}", String::from_utf8_lossy(&raw))))
+}
+
+/// The response's bytes: up to the end of its `content-length` body when it has one, else
+/// up to EOF. Not EOF always: Envoy keeps a connection it closes open for its
+/// `delayed_close_timeout` (1 s) after answering, which would make every request a second.
+fn read_response(stream: &mut TcpStream) -> std::io::Result<Vec<u8>> {
+    let mut raw = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        if expected_len(&raw).is_some_and(|total| raw.len() >= total) {
+            return Ok(raw);
+        }
+        let n = stream.read(&mut chunk)?;
+        if n == 0 {
+            return Ok(raw);
+        }
+        raw.extend_from_slice(&chunk[..n]);
+    }
+}
+
+/// Head plus `content-length` bytes, once the whole head is in `raw` and names a length.
+fn expected_len(raw: &[u8]) -> Option<usize> {
+    let head_end = raw.windows(4).position(|w| w == b"\r\n\r\n")? + 4;
+    let head = String::from_utf8_lossy(&raw[..head_end]);
+    let (_, length) = head
+        .split("\r\n")
+        .filter_map(|line| line.split_once(':'))
+        .find(|(name, _)| name.trim().eq_ignore_ascii_case("content-length"))?;
+    Some(head_end + length.trim().parse::<usize>().ok()?)
 }
 
 /// Like `try_get`, panicking on I/O errors.
