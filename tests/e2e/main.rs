@@ -12,6 +12,8 @@
 //! - `demo`: `make demo` (`deploy/demo/run.sh`) through Envoy, then Ctrl-C.
 //! - `token_budgets`: a budget charged by usage reported after the response (`overdraft`).
 //! - `traces`: Envoy and Tollgate tracing to one OTLP collector in the test; trace ids in logs.
+//! - `rlqs`: Tollgate as a Rate Limit Quota Service behind two Envoys' quota filter: the
+//!   bound across the fleet, reload, Redis down, an Envoy restart.
 //!
 //! Each end-to-end test starts its own redis-server, Tollgate, upstream and Envoy on free
 //! loopback ports (`harness::topology`) and kills them when it ends. A missing `envoy` or
@@ -36,6 +38,7 @@ mod istio;
 mod limits;
 mod metadata;
 mod raw_bytes;
+mod rlqs;
 mod shipped;
 mod skipped_headers;
 mod through_envoy;

@@ -45,6 +45,13 @@ pub fn try_get_bytes(addr: SocketAddr, path: &str, headers: &[(&str, &[u8])]) ->
     request(addr, "GET", path, headers)
 }
 
+/// `POST path` with an empty body (an admin action such as Tollgate's `/reload`); panics on
+/// I/O errors.
+pub fn post(addr: SocketAddr, path: &str) -> Response {
+    request(addr, "POST", path, &[("content-length", b"0".as_slice())])
+        .unwrap_or_else(|e| panic!("POST http://{addr}{path}: {e}"))
+}
+
 fn request(
     addr: SocketAddr,
     method: &str,
