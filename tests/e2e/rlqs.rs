@@ -76,8 +76,6 @@ fn the_rlqs_bootstrap_validates() {
 /// report period of each edge: an Envoy that admits more than its grant until its next
 /// report shows in the count. Every finding is collected, then reported together.
 #[test]
-#[ignore = "red against the server of 40c07ca: up to 2× the limit per window and tens of thousands \
-            of assignments at window edges; run with --include-ignored"]
 fn one_users_limit_holds_across_two_envoys_while_a_light_user_is_never_denied() {
     const WINDOW: Duration = Duration::from_secs(10);
     const LIMIT: usize = 20;

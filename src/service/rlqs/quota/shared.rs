@@ -46,10 +46,11 @@ pub fn shared(charges: &[Charge], decisions: &[Decision], held: &Held, holders: 
                 shrink.push(Shrink { holder: other.holder.clone(), instance: other.instance.clone() });
             }
         }
-        // Windows: look again at the edge (a fresh bucket for the new window). GCRA: after
-        // a denial, when one token has come back.
+        // Windows: look again just past the edge (a fresh bucket for the new window), when
+        // the window has a count (a window with none is full: its `reset_us` is 0, and
+        // looking again then would loop). GCRA: after a denial, when one token is back.
         let limit_wake = if window {
-            Some(Duration::from_micros(decision.reset_us.max(1)))
+            (decision.reset_us > 0).then(|| Duration::from_micros(decision.reset_us.saturating_add(EDGE_US)))
         } else if decision.remaining == 0 {
             let per_token = params.unit_us / params.limit.max(1);
             Some(Duration::from_micros(per_token.clamp(1_000_000, 5_000_000)))
@@ -80,8 +81,20 @@ pub fn shared(charges: &[Charge], decisions: &[Decision], held: &Held, holders: 
         Some(bucket) if !denied => Grant::TokenBucket(bucket),
         _ => Grant::DenyAll,
     };
+    // Nothing now because others hold it, and they are being asked to shrink: look again
+    // once they have (a push is applied within the inbox's poll), not at the next report.
+    if grant == Grant::DenyAll && !shrink.is_empty() {
+        wake = Some(wake.map_or(AFTER_SHRINK, |w| w.min(AFTER_SHRINK)));
+    }
     Shared { grant, wake, shrink }
 }
+
+/// How far past a window's edge a holder looks again (its count is then the new window's).
+const EDGE_US: u64 = 50_000;
+
+/// How soon a holder left nothing by others' claims looks again, once they were asked to
+/// shrink.
+const AFTER_SHRINK: Duration = Duration::from_secs(1);
 
 /// The smaller capacity and the slower refill of two limits' buckets.
 fn tighter(a: TokenBucket, b: TokenBucket) -> TokenBucket {

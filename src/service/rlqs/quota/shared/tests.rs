@@ -51,7 +51,7 @@ fn other_holders_claims_cap_this_one() {
     assert_eq!(tokens(shared.grant), 40, "100 of headroom, 60 claimed by b");
     let shrink: Vec<&str> = shared.shrink.iter().map(|s| s.holder.as_str()).collect();
     assert_eq!(shrink, ["b"], "b's share (1 of 101) is below its claim");
-    assert_eq!(shared.wake, Some(Duration::from_secs(30)), "a window is looked at again at its edge");
+    assert_eq!(shared.wake, Some(Duration::from_millis(30_050)), "a window is looked at again past its edge");
 }
 
 #[test]
@@ -120,4 +120,27 @@ fn fifty_holders_never_hold_more_than_the_headroom() {
             assert!(claims.iter().sum::<u64>() <= 1_000, "round {round}, holder {i}: {claims:?}");
         }
     }
+}
+
+#[test]
+fn a_full_window_sets_no_wake_up_so_an_edge_never_loops() {
+    let held = Held { demand: 1, ..Held::default() };
+    // A fixed window with no count answers reset 0: nothing to look at again.
+    let full = shared(
+        &[charge(params(Algorithm::FixedWindow, 10, 1))],
+        &[decision(10, 0)],
+        &held,
+        &Holders::default(),
+    );
+    assert_eq!(full.wake, None);
+}
+
+#[test]
+fn a_holder_left_nothing_by_others_claims_looks_again_soon() {
+    let held = Held { demand: 5, newcomer: true, ..Held::default() };
+    let holders = Holders { claim: 0, others: vec![other("a", 9, 90, true)] };
+    let starved = shared(&[charge(params(Algorithm::Gcra, 100, 3600))], &[decision(89, 0)], &held, &holders);
+    assert_eq!(starved.grant, Grant::DenyAll, "a holds 90 of the 89 left");
+    assert_eq!(starved.wake, Some(Duration::from_secs(1)), "once a has shrunk, not at the next report");
+    assert_eq!(starved.shrink.len(), 1);
 }
