@@ -242,9 +242,20 @@ impl Quota {
             instance: &self.instance,
         };
         let holders = store.hold(ledger, ledger_key, &hold, deadline).await?;
-        let shared = shared(charges, &decisions, held, &holders);
-        let hold = Hold { claim: Some(shared.grant.max_tokens()), ..hold };
-        store.hold(ledger, ledger_key, &hold, deadline).await?;
+        let mut shared = shared(charges, &decisions, held, &holders);
+        let claimed = Hold { claim: Some(shared.grant.max_tokens()), ..hold };
+        let after = store.hold(ledger, ledger_key, &claimed, deadline).await?;
+        // Another instance may have granted this bucket between the read and this write:
+        // the write answers every claim written before it, so the later of two writers
+        // sees the other and gives back what no longer fits (the earlier one is seen).
+        let room = decisions.iter().map(|d| d.remaining).min().unwrap_or(0);
+        let others: u64 = after.others.iter().fold(0, |sum, h| sum.saturating_add(h.claim));
+        let fits = room.saturating_sub(others);
+        if shared.grant.max_tokens() > fits {
+            shared.grant = shrunk(shared.grant, fits);
+            let hold = Hold { claim: Some(shared.grant.max_tokens()), ..hold };
+            store.hold(ledger, ledger_key, &hold, deadline).await?;
+        }
         Ok(shared)
     }
 
@@ -355,4 +366,4 @@ mod held;
 mod shared;
 
 pub use held::{Answer, Ask, Assignment, Held, Shrink};
-pub use shared::{shared, Shared};
+pub use shared::{shared, shrunk, Shared};

@@ -89,6 +89,17 @@ pub fn shared(charges: &[Charge], decisions: &[Decision], held: &Held, holders: 
     Shared { grant, wake, shrink }
 }
 
+/// `grant` with at most `tokens` of capacity (none: DENY_ALL).
+pub fn shrunk(grant: Grant, tokens: u64) -> Grant {
+    match grant {
+        Grant::TokenBucket(mut bucket) if tokens > 0 => {
+            bucket.max_tokens = bucket.max_tokens.min(u32::try_from(tokens).unwrap_or(u32::MAX));
+            Grant::TokenBucket(bucket)
+        }
+        _ => Grant::DenyAll,
+    }
+}
+
 /// How far past a window's edge a holder looks again (its count is then the new window's).
 const EDGE_US: u64 = 50_000;
 
