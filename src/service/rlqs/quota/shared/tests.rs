@@ -148,7 +148,10 @@ fn a_holder_left_nothing_by_others_claims_looks_again_soon() {
 #[test]
 fn a_grant_shrunk_to_what_fits_keeps_its_refill_and_nothing_is_deny_all() {
     let bucket = TokenBucket { max_tokens: 19, tokens_per_fill: 1, fill_interval_s: 9 };
-    assert_eq!(shrunk(Grant::TokenBucket(bucket), 5), Grant::TokenBucket(TokenBucket { max_tokens: 5, ..bucket }));
+    assert_eq!(
+        shrunk(Grant::TokenBucket(bucket), 5),
+        Grant::TokenBucket(TokenBucket { max_tokens: 5, ..bucket })
+    );
     assert_eq!(shrunk(Grant::TokenBucket(bucket), 40), Grant::TokenBucket(bucket));
     assert_eq!(shrunk(Grant::TokenBucket(bucket), 0), Grant::DenyAll);
     assert_eq!(shrunk(Grant::DenyAll, 7), Grant::DenyAll);
