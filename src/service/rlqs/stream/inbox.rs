@@ -73,8 +73,8 @@ pub async fn shrink(quota: &Quota, lines: &Lines, shrink: &[Shrink], key: &Bucke
     }
 }
 
-/// Reads this instance's inbox every [`POLL`] and delivers each push, until `shutdown`.
-/// Only on a shared store (one instance alone has no inbox).
+/// Reads this instance's inbox every [`POLL`] while it holds a stream and delivers each
+/// push, until `shutdown`. Only on a shared store (one instance alone has no inbox).
 pub async fn poll(quota: Arc<Quota>, lines: Lines, mut shutdown: watch::Receiver<bool>) {
     let key = quota.inbox_key(quota.instance());
     let mut tick = tokio::time::interval(POLL);
@@ -83,6 +83,11 @@ pub async fn poll(quota: Arc<Quota>, lines: Lines, mut shutdown: watch::Receiver
         tokio::select! {
             _ = shutdown.wait_for(|stop| *stop) => return,
             _ = tick.tick() => {}
+        }
+        // No stream here, no push to deliver: an instance that serves no RLQS costs the
+        // store nothing (an idle fleet makes no call at all).
+        if lines.lock().unwrap_or_else(PoisonError::into_inner).is_empty() {
+            continue;
         }
         let messages = match quota.store().take_inbox(&key, Instant::now() + STORE_DEADLINE).await {
             Ok(messages) => messages,
