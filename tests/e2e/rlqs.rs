@@ -7,9 +7,10 @@
 //! The bound (`algorithm::share::bound`): per window of a window limit `L`,
 //! with `N` Envoys holding the bucket, the fleet admits at most `L + 2N` (one token of refill
 //! per Envoy per window, and each Envoy's first request, decided by `no_assignment_behavior`
-//! before any assignment); GCRA, over any interval `t`, `burst + ρ·t + N`. These tests allow
-//! `N` more on top (first requests counted again, as the issue states them separately), so
-//! `L + 3N` and `burst + ρ·t + 2N`. Requests are counted client-side: 200 admitted, 429 with
+//! before any assignment); GCRA, over any interval `t`, `burst + ρ·t + N`. The window test
+//! holds the fleet to `L + 2N` exactly; the GCRA reload test allows `N` more, a margin for
+//! the spans it cuts mid-stream, so `burst + ρ·t + 2N`. Requests are
+//! counted client-side: 200 admitted, 429 with
 //! `x-quota-denied: true` denied, anything else fails the test. Tollgate's answers are
 //! bounded too: they follow reports (one per Envoy per 5 s), never requests.
 
@@ -76,8 +77,6 @@ fn the_rlqs_bootstrap_validates() {
 /// report period of each edge: an Envoy that admits more than its grant until its next
 /// report shows in the count. Every finding is collected, then reported together.
 #[test]
-#[ignore = "red 1 run in 5 at a3c1ec5: up to 28 admitted per 10 s window against L + 3N = 26 \
-            (20 in most windows of most runs); the cause is open on issue 39. Run with --include-ignored"]
 fn one_users_limit_holds_across_two_envoys_while_a_light_user_is_never_denied() {
     const WINDOW: Duration = Duration::from_secs(10);
     const LIMIT: usize = 20;
@@ -97,9 +96,10 @@ fn one_users_limit_holds_across_two_envoys_while_a_light_user_is_never_denied() 
     let assignments: f64 =
         fleet.tollgates.iter().map(|t| metric(t.admin, "tollgate_rlqs_assignments_total", &[])).sum();
     assert_no_others(&samples, &fleet);
+    fleet.dump(&samples);
 
     let mut findings = Vec::new();
-    let bound = LIMIT + 3 * N;
+    let bound = LIMIT + 2 * N;
     let mut window = window_start(samples.0[0].sent, WINDOW);
     let mut seen = Vec::new();
     while window < end {

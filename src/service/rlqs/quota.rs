@@ -127,6 +127,19 @@ impl Quota {
         &self.ledger
     }
 
+    /// `holder`'s entry in a bucket's ledger as `held` has it: live, its claim unchanged.
+    fn hold<'a>(&'a self, holder: &'a str, held: &Held) -> Hold<'a> {
+        Hold {
+            holder,
+            demand: held.demand,
+            newcomer: held.newcomer,
+            live: true,
+            claim: None,
+            keep_ms: KEEP_MS,
+            instance: &self.instance,
+        }
+    }
+
     /// The ledger key of a bucket whose first limit's bucket key is `key`.
     pub fn ledger_key(key: &str) -> String {
         format!("{key}:rlqs")
@@ -191,6 +204,7 @@ impl Quota {
             Ask::Report { denied, .. } => denied > 0,
             Ask::Again { fresh } => fresh,
         };
+        tracing::debug!(holder, ?ask, fresh, running = ?held.running, "RLQS: assign");
         match shared {
             Ok(shared) => self.grant(key, held, shared, fresh),
             Err(error) => self.failed(key, domain, &charges, &ledger_key, holder, held, &error, fresh),
@@ -232,15 +246,7 @@ impl Quota {
     ) -> Result<Shared, StoreError> {
         let decisions: Vec<Decision> =
             store.charge(charges, deadline).await.into_iter().collect::<Result<_, _>>()?;
-        let hold = Hold {
-            holder,
-            demand: held.demand,
-            newcomer: held.newcomer,
-            live: true,
-            claim: None,
-            keep_ms: KEEP_MS,
-            instance: &self.instance,
-        };
+        let hold = self.hold(holder, held);
         let holders = store.hold(ledger, ledger_key, &hold, deadline).await?;
         let mut shared = shared(charges, &decisions, held, &holders);
         let claimed = Hold { claim: Some(shared.grant.max_tokens()), ..hold };
@@ -256,6 +262,10 @@ impl Quota {
             let hold = Hold { claim: Some(shared.grant.max_tokens()), ..hold };
             store.hold(ledger, ledger_key, &hold, deadline).await?;
         }
+        tracing::debug!(
+            holder, ledger_key, demand = held.demand, room, others = ?after.others.iter().map(|h| (&h.holder, h.claim, h.live)).collect::<Vec<_>>(),
+            grant = ?shared.grant, "RLQS: shared"
+        );
         Ok(shared)
     }
 
@@ -314,15 +324,7 @@ impl Quota {
                 self.metrics.rlqs().failure_answer("local");
                 let now = crate::store::memory::now_us();
                 let decisions = self.local.charge_group_at(charges, now);
-                let hold = Hold {
-                    holder,
-                    demand: held.demand,
-                    newcomer: held.newcomer,
-                    live: true,
-                    claim: None,
-                    keep_ms: KEEP_MS,
-                    instance: &self.instance,
-                };
+                let hold = self.hold(holder, held);
                 let holders = self.ledger.hold(ledger_key, &hold, now / 1000);
                 let shared = shared(charges, &decisions, held, &holders);
                 let claim = Hold { claim: Some(shared.grant.max_tokens()), ..hold };
@@ -345,15 +347,7 @@ impl Quota {
     /// stream for the claim's life (its reconnect may then spend that claim twice: the
     /// bound counts it).
     pub async fn release(&self, ledger_key: &str, holder: &str, named: bool, held: &Held) {
-        let hold = Hold {
-            holder,
-            demand: held.demand,
-            newcomer: held.newcomer,
-            live: false,
-            claim: if named { None } else { Some(0) },
-            keep_ms: KEEP_MS,
-            instance: &self.instance,
-        };
+        let hold = Hold { live: false, claim: if named { None } else { Some(0) }, ..self.hold(holder, held) };
         let deadline = Instant::now() + STORE_DEADLINE;
         if let Err(error) = self.store.hold(&self.ledger, ledger_key, &hold, deadline).await {
             tracing::debug!(error = %error, "RLQS: releasing a share failed; it expires with its claim");

@@ -22,7 +22,7 @@ use super::compose;
 use super::envoy::{Envoy, Wiring};
 use super::free_loopback;
 use super::http;
-use super::load::metric;
+use super::load::{epoch_secs, metric, Samples};
 use super::tollgate::{self, Tollgate};
 use crate::redis_support::RedisServer;
 
@@ -226,6 +226,31 @@ impl Fleet {
         }
     }
 
+    /// A debugging aid: with `TOLLGATE_E2E_DUMP=<dir>`, writes every sample (Envoy, user,
+    /// sent and done in epoch seconds, outcome) and each Tollgate's whole log there.
+    pub fn dump(&self, samples: &Samples) {
+        let Ok(dir) = std::env::var("TOLLGATE_E2E_DUMP") else { return };
+        let lines: Vec<String> = samples
+            .0
+            .iter()
+            .map(|s| {
+                format!(
+                    "{} {} {:.3} {:.3} {:?}",
+                    s.envoy,
+                    s.user,
+                    epoch_secs(s.sent),
+                    epoch_secs(s.done),
+                    s.outcome
+                )
+            })
+            .collect();
+        std::fs::write(Path::new(&dir).join("samples.txt"), lines.join("\n")).expect("write samples");
+        for (i, tollgate) in self.tollgates.iter().enumerate() {
+            std::fs::write(Path::new(&dir).join(format!("tollgate-{i}.log")), tollgate.log())
+                .expect("write log");
+        }
+    }
+
     /// The tails of every log and Tollgate's RLQS metrics, for failure messages.
     pub fn logs(&self) -> String {
         let envoys = self.envoys.iter().map(Envoy::log_tail);
@@ -265,5 +290,8 @@ fn serve(redis: &RedisServer, grpc: SocketAddr, policies: &Path, dir: &Path, i: 
             ("--admin-addr", admin.to_string()),
         ],
     );
-    Tollgate::serve(&args, &[], admin, &subdir(dir, &format!("tollgate-{i}")))
+    // A debugging aid: TOLLGATE_E2E_RUST_LOG=info,tollgate::service::rlqs=debug logs every share.
+    let env: Vec<(String, String)> =
+        std::env::var("TOLLGATE_E2E_RUST_LOG").map(|v| vec![("RUST_LOG".to_string(), v)]).unwrap_or_default();
+    Tollgate::serve(&args, &env, admin, &subdir(dir, &format!("tollgate-{i}")))
 }

@@ -36,7 +36,12 @@ pub fn shared(charges: &[Charge], decisions: &[Decision], held: &Held, holders: 
         let params = &charge.params;
         let window = params.algorithm != Algorithm::Gcra;
         let headroom = if window {
-            Headroom::Window { remaining: decision.remaining, left_us: decision.reset_us }
+            // A window with no count answers `reset_us` 0 (nothing to wait for), not the
+            // time left in it: the refill is then spread over a whole unit, never less
+            // (a refill of 1 token per second would add a token per second to every
+            // holder for the rest of the window).
+            let left_us = if decision.reset_us == 0 { params.unit_us } else { decision.reset_us };
+            Headroom::Window { remaining: decision.remaining, left_us }
         } else {
             Headroom::Gcra { tokens: decision.remaining }
         };

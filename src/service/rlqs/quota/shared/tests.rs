@@ -136,6 +136,29 @@ fn a_full_window_sets_no_wake_up_so_an_edge_never_loops() {
 }
 
 #[test]
+fn a_window_with_no_count_refills_over_the_whole_unit_never_per_second() {
+    // The first look in a new window peeks a key not yet written: reset 0. Its refill is
+    // one token per unit (10 s), not per second (+9 tokens per holder per window).
+    let held = Held { demand: 20, ..Held::default() };
+    let grant = shared(
+        &[charge(params(Algorithm::FixedWindow, 20, 10))],
+        &[decision(20, 0)],
+        &held,
+        &Holders { claim: 0, others: vec![other("b", 20, 0, true)] },
+    )
+    .grant;
+    let Grant::TokenBucket(bucket) = grant else { panic!("room for both: {grant:?}") };
+    assert_eq!((bucket.max_tokens, bucket.tokens_per_fill, bucket.fill_interval_s), (10, 1, 10));
+    for algorithm in [Algorithm::FixedWindow, Algorithm::SlidingWindow] {
+        let grant =
+            shared(&[charge(params(algorithm, 20, 60))], &[decision(20, 0)], &held, &Holders::default())
+                .grant;
+        let Grant::TokenBucket(bucket) = grant else { panic!("{algorithm:?}: {grant:?}") };
+        assert_eq!(bucket.fill_interval_s, 60, "{algorithm:?}");
+    }
+}
+
+#[test]
 fn a_holder_left_nothing_by_others_claims_looks_again_soon() {
     let held = Held { demand: 5, newcomer: true, ..Held::default() };
     let holders = Holders { claim: 0, others: vec![other("a", 9, 90, true)] };
