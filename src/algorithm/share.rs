@@ -80,7 +80,9 @@ pub enum Headroom {
     /// GCRA: tokens the store would admit at once now, burst included.
     Gcra { tokens: u64 },
     /// Fixed or sliding window: `limit − count` of the current window (for a sliding
-    /// window, of the estimate), and the µs until the window ends.
+    /// window, of the estimate), and the µs until the window ends (the caller passes the
+    /// whole unit when it cannot tell: never less than the time left, or the refill is
+    /// faster than one token per window).
     Window { remaining: u64, left_us: u64 },
 }
 
