@@ -43,6 +43,10 @@ mod joint;
 mod new_limits;
 #[path = "cluster/ready.rs"]
 mod ready;
+#[path = "cluster/reserve.rs"]
+mod reserve;
+#[path = "api/reserve_scenario.rs"]
+mod reserve_scenario;
 #[path = "cluster/reset.rs"]
 mod reset;
 #[path = "cluster/rlqs.rs"]

@@ -66,7 +66,7 @@ const AREAS: &[(&str, &[&[&str]])] = &[
     (
         "store",
         &[
-            &["leasing", "approximating", "syncing", "reset", "shared", "rlqs"],
+            &["leasing", "approximating", "syncing", "reset", "reserving", "shared", "rlqs"],
             &["mod"],
             &["guarded"],
             &["approx", "coalesce", "breaker", "lease", "overlimit"],
@@ -91,6 +91,7 @@ const AREAS: &[(&str, &[&[&str]])] = &[
     (
         "algorithm",
         &[
+            &["reservation"],
             &["joint"],
             &["fixed_window", "gcra", "overdraft_tests", "penalty", "share", "sliding_window"],
             &["mod"],

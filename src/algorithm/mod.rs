@@ -10,8 +10,9 @@
 //! `sliding_window.rs` (two-epoch weighted counter), `fixed_window.rs` (epoch-aligned, as
 //! envoyproxy/ratelimit) over them; this file dispatches to those three (`apply`,
 //! `standing`); `joint.rs`, over the dispatch, decides a group of charges that stand or
-//! fall together (several limits of one descriptor, a domain charged all-or-nothing).
-//! Layers inside, top to bottom (`tests/layers.rs`): `joint`; `fixed_window`, `gcra`,
+//! fall together (several limits of one descriptor, a domain charged all-or-nothing);
+//! `reservation.rs`, over `joint`, reserves an estimate and settles it with the usage.
+//! Layers inside, top to bottom (`tests/layers.rs`): `reservation`; `joint`; `fixed_window`, `gcra`,
 //! `penalty`, `sliding_window`; this file; `bucket`, `saturating`.
 
 mod bucket;
@@ -19,6 +20,7 @@ pub mod fixed_window;
 pub mod gcra;
 pub mod joint;
 mod penalty;
+pub mod reservation;
 mod saturating;
 pub mod share;
 pub mod sliding_window;

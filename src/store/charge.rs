@@ -5,6 +5,7 @@
 
 use std::ops::Range;
 
+use crate::algorithm::reservation::Phase;
 use crate::algorithm::{Decision, Hits, Params};
 
 /// One bucket to charge: built by the service from a matched rule.
@@ -91,6 +92,43 @@ impl Groups {
 /// algorithm answers ([`crate::algorithm::MAX_VALUE`]), so it cannot be mistaken for one.
 pub const NOT_EVALUATED: Decision = Decision { allowed: true, remaining: u64::MAX, reset_us: 0 };
 
+/// A call naming a reservation (`reservations:` in a domain): the charges of one
+/// descriptor's limits (a group, on one slot) and the reservation they reserve or settle
+/// (`algorithm::reservation`). Never coalesced, leased or answered from the over-limit
+/// cache: every such call is one script call (Redis) or one locked decision (memory).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reservation {
+    /// The reservation's id as stored: the client's value keyed as a bucket key's part
+    /// would be (`key`), never raw when it should not be.
+    pub id: String,
+    /// How long a record lives (µs): a reservation not settled by then stays charged.
+    pub ttl_us: u64,
+}
+
+/// The answers of a call naming a reservation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reserved {
+    /// One per charge of the group, in order.
+    pub decisions: Vec<Decision>,
+    /// What the call did: reserved, refused, settled, or plain.
+    pub phase: Phase,
+    /// Reservations beside the same bucket the call found expired still held (never
+    /// settled: they stay charged).
+    pub expired: u64,
+}
+
+/// Where the records of reservations on the bucket `key` live (the first bucket of the
+/// group): a hash (id → record) and a sorted set (id by expiry), under `key`'s Redis
+/// Cluster hash tag — `key`'s own tag when it has one, else `key` itself as the tag (a key
+/// without a tag hashes whole, as the tag `{key}` does) — so that one script call on
+/// `key`'s slot holds the charge and the record. (Bucket keys hold no brace outside their
+/// tag: parts with braces are hashed, `key`.)
+pub fn record_keys(key: &str) -> (String, String) {
+    let tagged = key.find('{').is_some_and(|open| key[open + 1..].find('}').is_some_and(|len| len > 0));
+    let base = if tagged { key.to_string() } else { format!("{{{key}}}") };
+    (format!("{base}:rsv"), format!("{base}:rsx"))
+}
+
 /// Why a charge got no decision. Every variant is answered by the domain's failure policy.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum StoreError {
@@ -133,7 +171,13 @@ impl StoreError {
 
 #[cfg(test)]
 mod groups_tests {
-    use super::Groups;
+    use super::{record_keys, Groups};
+
+    #[test]
+    fn records_share_their_bucket_slot() {
+        assert_eq!(record_keys("tg:g2s:1:a").0, "{tg:g2s:1:a}:rsv");
+        assert_eq!(record_keys("tg:m:{api1:a}g2s:3:day").1, "tg:m:{api1:a}g2s:3:day:rsx");
+    }
 
     #[test]
     fn groups_cover_the_batch_in_order() {

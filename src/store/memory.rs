@@ -29,6 +29,7 @@
 //! other charge, and deadlock-free (single charges hold one lock; groups lock in one order).
 
 use std::collections::hash_map::RandomState;
+use std::collections::HashMap;
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
@@ -37,6 +38,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use indexmap::map::raw_entry_v1::{RawEntryApiV1, RawEntryMut};
 
 use crate::algorithm::joint::{self, Member};
+use crate::algorithm::reservation::Book;
 use crate::algorithm::{self, Decision, Params, State, Write};
 
 use self::evict::{pick_victim, sweep};
@@ -44,6 +46,7 @@ use self::shard::{Entry, Shard};
 use super::charge::{Charge, Groups};
 
 mod evict;
+mod reserve;
 mod shard;
 mod stored_key;
 
@@ -59,6 +62,11 @@ pub struct MemoryStore {
     lossless_evictions: AtomicU64,
     lossy_evictions: AtomicU64,
     at_limit_evictions: AtomicU64,
+    /// Reservation records by their bucket's record key (`reserve`): taken only while
+    /// the shard locks of a reservation's group are held (after them), or alone.
+    books: Mutex<HashMap<String, Book>>,
+    /// Reservations found expired unsettled by the periodic sweep (`reserve`).
+    expired_reservations: AtomicU64,
 }
 
 /// One shard's lock on cache lines of its own (128 bytes: adjacent-line prefetchers pair
@@ -102,6 +110,8 @@ impl MemoryStore {
             lossless_evictions: AtomicU64::new(0),
             lossy_evictions: AtomicU64::new(0),
             at_limit_evictions: AtomicU64::new(0),
+            books: Mutex::new(HashMap::new()),
+            expired_reservations: AtomicU64::new(0),
         }
     }
 
@@ -198,6 +208,18 @@ impl MemoryStore {
     /// each other. The group is decided on the states read under those locks and written
     /// (or not) before they are released.
     fn charge_joint(&self, group: &[Charge], now: u64) -> Vec<Decision> {
+        self.charge_locked(group, now, |stored, members| (joint::apply(stored, now, members), ())).0
+    }
+
+    /// [`Self::charge_joint`] with `decide` in place of `joint::apply`: it gets the states
+    /// read under the group's locks and the members, and what it returns is written (or
+    /// not) before they are released; its second result is handed back.
+    fn charge_locked<T>(
+        &self,
+        group: &[Charge],
+        now: u64,
+        decide: impl FnOnce(&[Option<State>], &[Member]) -> (joint::Joint, T),
+    ) -> (Vec<Decision>, T) {
         let mut keys: Vec<&str> = Vec::with_capacity(group.len());
         let members: Vec<Member> = group
             .iter()
@@ -218,11 +240,11 @@ impl MemoryStore {
         let guard = |i: usize| order.binary_search(&shard_of[i]).unwrap_or(0);
         let stored: Vec<Option<State>> =
             keys.iter().enumerate().map(|(i, k)| locked[guard(i)].live(hashes[i], k, now)).collect();
-        let outcome = joint::apply(&stored, now, &members);
+        let (outcome, more) = decide(&stored, &members);
         for w in outcome.writes.iter().flatten().chain(&outcome.marks) {
             self.write(&mut locked[guard(w.key)], hashes[w.key], keys[w.key], w.write, w.params, now);
         }
-        outcome.decisions
+        (outcome.decisions, more)
     }
 
     /// The hash of `key`, as every shard's map computes it (they share `self.hasher`).
@@ -315,6 +337,7 @@ impl MemoryStore {
                 total += sweep(&mut shard, now);
             }
         }
+        self.sweep_books(now);
         self.lossless_evictions.fetch_add(total as u64, Ordering::Relaxed);
         total
     }

@@ -12,10 +12,11 @@
 //! (`lease`: blocks of tokens taken in one charge and spent locally).
 //!
 //! The layers of `store/`, top to bottom; a file imports only from layers below its own:
-//! 1. `leasing`, `approximating`, `syncing`, `reset`, `shared`, `rlqs`: what runs over the
-//!    whole store (charging through leases and the lease sweeper, an approximate domain's
-//!    request and approximate mode's sync task, an operator's reset, the state an operator
-//!    shares with the fleet, the RLQS claims ledger);
+//! 1. `leasing`, `approximating`, `syncing`, `reset`, `reserving`, `shared`, `rlqs`: what
+//!    runs over the whole store (charging through leases and the lease sweeper, an
+//!    approximate domain's request and approximate mode's sync task, an operator's reset,
+//!    calls naming a reservation, the state an operator shares with the fleet, the RLQS
+//!    claims ledger);
 //! 2. this file: `Store`, the dispatch over the memory store and the guarded topologies;
 //! 3. `guarded`: the guards in front of a Redis client, in the order a charge meets them;
 //! 4. the guards: `approx`, `coalesce`, `breaker`, `lease`, `overlimit`;
@@ -41,6 +42,7 @@ pub mod overlimit;
 pub mod probe;
 pub mod redis;
 pub mod remote;
+pub mod reserving;
 pub mod reset;
 pub mod rlqs;
 pub mod shared;
@@ -52,7 +54,7 @@ use tokio::time::Instant;
 
 use crate::algorithm::Decision;
 
-pub use self::charge::{Charge, Groups, StoreError, NOT_EVALUATED};
+pub use self::charge::{Charge, Groups, Reservation, Reserved, StoreError, NOT_EVALUATED};
 pub use self::guarded::Guarded;
 pub use self::memory::MemoryStore;
 pub use self::overlimit::OverLimitCache;

@@ -9,7 +9,7 @@ use tokio::time::Instant;
 
 use crate::algorithm::Decision;
 
-use super::charge::{Charge, Groups, StoreError};
+use super::charge::{Charge, Groups, Reservation, Reserved, StoreError};
 
 /// A Redis client: charges a batch whose `groups` stand or fall together (see [`Groups`])
 /// by a deadline, one result per charge, in order.
@@ -24,6 +24,20 @@ pub trait Remote {
     /// Replaces the client's connections by new ones, made in the background (the breaker
     /// opened: its probe must not ride a connection from before the outage).
     fn renew(&self) {}
+
+    /// One `reserve.lua` call for `group` (one descriptor's limits, on one slot) naming
+    /// `reservation`, by `deadline`, on the charges' connections: never batched with other
+    /// requests nor coalesced. Sent once (`NOSCRIPT`: once more with the source). A client
+    /// without the script answers `Unavailable`.
+    fn reserve(
+        &self,
+        group: &[Charge],
+        reservation: &Reservation,
+        deadline: Instant,
+    ) -> impl Future<Output = Result<Reserved, StoreError>> + Send {
+        let _ = (group, reservation, deadline);
+        async { Err(StoreError::Unavailable("this client keeps no reservations".into())) }
+    }
 }
 
 /// What a client answers for a batch.

@@ -23,6 +23,8 @@ mod ops;
 mod options;
 mod overdraft;
 mod redis_store;
+mod reserve_scenario;
+mod reserve_store;
 mod rlqs;
 mod scenarios;
 #[allow(dead_code)]

@@ -46,12 +46,12 @@ use tokio::time::Instant;
 
 use crate::algorithm::Decision;
 
-use super::super::charge::{Charge, Groups, StoreError};
+use super::super::charge::{Charge, Groups, Reservation, Reserved, StoreError};
 use super::super::remote::{Charged, Remote};
 use super::connect::{connection_info, node_url};
 use super::health::Health;
 use super::link::{Link, Replaced};
-use super::scripts::Scripts;
+use super::scripts::{parse_reserve, Scripts};
 use super::slots::SlotMap;
 
 use self::groups::{Parts, REFUND_TIMEOUT};
@@ -157,6 +157,22 @@ impl ClusterStore {
 impl Remote for ClusterStore {
     async fn charge(&self, batch: &[Charge], groups: &Groups, deadline: Instant) -> Charged {
         ClusterStore::charge_groups(self, batch, groups, deadline).await
+    }
+
+    /// On the master of the first bucket's slot (every key of the call shares it: one
+    /// descriptor's limits share a hash tag, the records take the first bucket's).
+    async fn reserve(
+        &self,
+        group: &[Charge],
+        reservation: &Reservation,
+        deadline: Instant,
+    ) -> Result<Reserved, StoreError> {
+        let slot = key_slot(group.first().map_or("", |c| c.key.as_str()).as_bytes());
+        let build = |pipe: &mut redis::Pipeline, call| {
+            pipe.add_command(self.shared.scripts.reserve(group, reservation, call));
+        };
+        let reply = self.shared.send_alone(slot, None, Lane::Charges, 1, deadline, build).await;
+        parse_reserve(reply, group.len())
     }
 }
 

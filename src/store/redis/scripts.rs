@@ -26,8 +26,10 @@ mod sources;
 pub use self::commands::Scripts;
 pub(crate) use self::pipeline::send_entries;
 pub use self::pipeline::{charge_groups_pipelined, charge_pipelined};
-pub use self::replies::{parse, parse_batch, parse_part};
-pub use self::sources::{Call, Script, APPROX_LUA, BATCH_LUA, FIXED_LUA, GCRA_LUA, JOINT_LUA, SLIDING_LUA};
+pub use self::replies::{parse, parse_batch, parse_part, parse_reserve};
+pub use self::sources::{
+    Call, Script, APPROX_LUA, BATCH_LUA, FIXED_LUA, GCRA_LUA, JOINT_LUA, RESERVE_LUA, SLIDING_LUA,
+};
 
 #[cfg(test)]
 mod tests;

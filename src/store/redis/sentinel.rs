@@ -24,7 +24,7 @@ use redis::aio::MultiplexedConnection;
 use redis::ConnectionInfo;
 use tokio::time::Instant;
 
-use super::super::charge::{Charge, Groups, StoreError};
+use super::super::charge::{Charge, Groups, Reservation, Reserved, StoreError};
 use super::super::remote::{Charged, Remote, Reset};
 use super::connect::{connection_info, node_url, redact_url, with_address};
 use super::link::{Connect, Link, LinkSettings, Replaced};
@@ -223,6 +223,15 @@ impl Remote for SentinelStore {
 
     fn renew(&self) {
         self.server.renew();
+    }
+
+    async fn reserve(
+        &self,
+        group: &[Charge],
+        reservation: &Reservation,
+        deadline: Instant,
+    ) -> Result<Reserved, StoreError> {
+        self.server.reserve(group, reservation, deadline).await
     }
 }
 

@@ -9,13 +9,13 @@ use std::sync::Arc;
 use redis::{Pipeline, Value};
 use tokio::time::Instant;
 
-use super::super::charge::{Charge, Groups, StoreError};
+use super::super::charge::{Charge, Groups, Reservation, Reserved, StoreError};
 use super::super::remote::Charged;
 use super::batch::{Batcher, LANES_PER_CONNECTION};
 use super::health::Health;
 use super::link::{Connect, Link, LinkSettings, Replaced};
 use super::reply::deleted;
-use super::scripts::{charge_groups_pipelined, Scripts};
+use super::scripts::{charge_groups_pipelined, parse_reserve, send_entries, Scripts};
 
 pub(super) struct Server {
     /// Shared with a watcher that renews it (Sentinel's), which holds it weakly.
@@ -116,6 +116,20 @@ impl Server {
         pipe.add_command(redis::cmd("DEL").arg(keys).to_owned());
         let mut values = self.link.send(pipe, 1, deadline).await?;
         deleted(values.pop().unwrap_or(Value::Nil))
+    }
+
+    /// One `reserve.lua` call (see `Remote::reserve`) on the charges' connections.
+    pub(super) async fn reserve(
+        &self,
+        group: &[Charge],
+        reservation: &Reservation,
+        deadline: Instant,
+    ) -> Result<Reserved, StoreError> {
+        let add = |pipe: &mut Pipeline, _: usize, call| {
+            pipe.add_command(self.scripts.reserve(group, reservation, call));
+        };
+        let reply = send_entries(&self.link, 1, 1, deadline, add).await.pop();
+        parse_reserve(reply.unwrap_or_else(|| Err(StoreError::Server("no reply".into()))), group.len())
     }
 
     /// One command (an operator's, see `Reset::command`), its reply or the error it answered.

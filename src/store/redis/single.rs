@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::super::charge::{Charge, Groups, StoreError};
+use super::super::charge::{Charge, Groups, Reservation, Reserved, StoreError};
 use super::super::remote::{Charged, Remote, Reset};
 use super::connect::{address, connect_to, connection_info, redact_url};
 use super::link::{Link, Replaced};
@@ -95,6 +95,15 @@ impl Remote for RedisStore {
 
     fn renew(&self) {
         self.server.renew();
+    }
+
+    async fn reserve(
+        &self,
+        group: &[Charge],
+        reservation: &Reservation,
+        deadline: Instant,
+    ) -> Result<Reserved, StoreError> {
+        self.server.reserve(group, reservation, deadline).await
     }
 }
 

@@ -11,9 +11,9 @@ use std::collections::HashMap;
 use redis::Cmd;
 
 use crate::algorithm::{Algorithm, Hits, Params};
-use crate::store::charge::{Charge, Groups};
+use crate::store::charge::{record_keys, Charge, Groups, Reservation};
 
-use super::sources::{Call, Script, BATCH_LUA, FIXED_LUA, GCRA_LUA, JOINT_LUA, SLIDING_LUA};
+use super::sources::{Call, Script, BATCH_LUA, FIXED_LUA, GCRA_LUA, JOINT_LUA, RESERVE_LUA, SLIDING_LUA};
 
 /// The three algorithm scripts, the joint one and the batch one (see `lua/README.md` for
 /// their contract).
@@ -24,6 +24,7 @@ pub struct Scripts {
     fixed: Script,
     joint: Script,
     batch: Script,
+    reserve: Script,
 }
 
 impl Default for Scripts {
@@ -41,6 +42,7 @@ impl Scripts {
             fixed: Script::new(FIXED_LUA),
             joint: Script::new(JOINT_LUA),
             batch: Script::new(BATCH_LUA),
+            reserve: Script::new(RESERVE_LUA),
         }
     }
 
@@ -88,39 +90,66 @@ impl Scripts {
     /// `EVALSHA <sha> <k> <key>… <m> (<key index> <algorithm> <limit> <unit_us> <burst>
     /// <mode> <n> <penalty_us>)×m`: the distinct keys in order of first use, then each member.
     pub fn joint<'a>(&self, members: impl Iterator<Item = &'a Charge> + Clone, call: Call) -> Cmd {
-        let (name, body) = match call {
-            Call::Sha => ("EVALSHA", self.joint.sha()),
-            Call::Source => ("EVAL", self.joint.source()),
-        };
-        let mut keys: Vec<&str> = Vec::new();
-        let mut args: Vec<(usize, &Charge)> = Vec::new();
-        for charge in members {
-            let index = keys.iter().position(|k| *k == charge.key).unwrap_or_else(|| {
-                keys.push(&charge.key);
-                keys.len() - 1
-            });
-            args.push((index + 1, charge));
-        }
-        let mut cmd = redis::cmd(name);
-        cmd.arg(body).arg(keys.len());
-        for key in &keys {
-            cmd.arg(*key);
-        }
-        cmd.arg(args.len());
-        for (index, charge) in args {
-            let p = &charge.params;
-            let (mode, n) = mode(charge.hits);
-            cmd.arg(index)
-                .arg(p.algorithm.as_str())
-                .arg(p.limit)
-                .arg(p.unit_us)
-                .arg(p.burst)
-                .arg(mode)
-                .arg(n)
-                .arg(p.penalty_us);
-        }
-        cmd
+        members_command(&self.joint, members, call, &[], |_| {})
     }
+
+    /// `EVALSHA <sha> <k + 2> <key>… <R> <X> <id> <ttl_us> '' <m> (<key index> <algorithm>
+    /// <limit> <unit_us> <burst> <mode> <n> <penalty_us>)×m`: `reserve.lua`'s call for the
+    /// charges of `group` naming `reservation` (the record keys under the first bucket's
+    /// hash tag, `record_keys`).
+    pub fn reserve(&self, group: &[Charge], reservation: &Reservation, call: Call) -> Cmd {
+        let (r, x) = record_keys(group.first().map_or("", |c| c.key.as_str()));
+        let head = |cmd: &mut Cmd| {
+            // No test clock: the server's TIME.
+            cmd.arg(&reservation.id).arg(reservation.ttl_us).arg("");
+        };
+        members_command(&self.reserve, group.iter(), call, &[&r, &x], head)
+    }
+}
+
+/// A call of `script` over `members`: the number of keys, the members' distinct keys in
+/// order of first use, `extra` keys, `head`'s arguments, then `<m>` and 8 arguments per
+/// member (`joint.lua`'s layout).
+fn members_command<'a>(
+    script: &Script,
+    members: impl Iterator<Item = &'a Charge>,
+    call: Call,
+    extra: &[&str],
+    head: impl Fn(&mut Cmd),
+) -> Cmd {
+    let (name, body) = match call {
+        Call::Sha => ("EVALSHA", script.sha()),
+        Call::Source => ("EVAL", script.source()),
+    };
+    let mut keys: Vec<&str> = Vec::new();
+    let mut args: Vec<(usize, &Charge)> = Vec::new();
+    for charge in members {
+        let index = keys.iter().position(|k| *k == charge.key).unwrap_or_else(|| {
+            keys.push(&charge.key);
+            keys.len() - 1
+        });
+        args.push((index + 1, charge));
+    }
+    let mut cmd = redis::cmd(name);
+    cmd.arg(body).arg(keys.len() + extra.len());
+    for key in keys.iter().chain(extra) {
+        cmd.arg(*key);
+    }
+    head(&mut cmd);
+    cmd.arg(args.len());
+    for (index, charge) in args {
+        let p = &charge.params;
+        let (mode, n) = mode(charge.hits);
+        cmd.arg(index)
+            .arg(p.algorithm.as_str())
+            .arg(p.limit)
+            .arg(p.unit_us)
+            .arg(p.burst)
+            .arg(mode)
+            .arg(n)
+            .arg(p.penalty_us);
+    }
+    cmd
 }
 
 impl Scripts {

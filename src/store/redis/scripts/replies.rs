@@ -7,8 +7,9 @@
 
 use redis::{ServerErrorKind, Value};
 
+use crate::algorithm::reservation::Phase;
 use crate::algorithm::Decision;
-use crate::store::charge::StoreError;
+use crate::store::charge::{Reserved, StoreError};
 
 /// The reply of a `batch.lua` call of `charges` charges — three entries per charge
 /// (`allowed`, `remaining`, `reset_us`, or an error and two zeros: its group failed) — as
@@ -82,4 +83,27 @@ pub fn parse_part(reply: Result<Value, StoreError>, members: usize) -> Vec<Resul
         }
         other => vec![parse(other).and(Err(StoreError::Server("unexpected joint reply".into()))); members],
     }
+}
+
+/// The reply of a `reserve.lua` call of `members` charges: three entries per member, then
+/// the phase and the count of reservations found expired unsettled. An error (or a reply
+/// of the wrong shape) is the call's.
+pub fn parse_reserve(reply: Result<Value, StoreError>, members: usize) -> Result<Reserved, StoreError> {
+    let items = match reply? {
+        Value::Array(items) if items.len() == 3 * members + 2 => items,
+        other => {
+            return Err(parse(other).err().unwrap_or(StoreError::Server("unexpected reserve reply".into())))
+        }
+    };
+    let int = |v: &Value| match v {
+        Value::Int(i) => Ok((*i).max(0) as u64),
+        other => Err(StoreError::Server(format!("unexpected reserve reply entry {other:?}"))),
+    };
+    let decisions = items[..3 * members]
+        .chunks_exact(3)
+        .map(|d| parse(Value::Array(d.to_vec())))
+        .collect::<Result<Vec<Decision>, StoreError>>()?;
+    let phase = Phase::from_code(int(&items[3 * members])?)
+        .ok_or_else(|| StoreError::Server("unknown reservation phase".into()))?;
+    Ok(Reserved { decisions, phase, expired: int(&items[3 * members + 1])? })
 }

@@ -38,7 +38,19 @@ pub const JOINT_LUA: &str = lua!(
     "algorithm/sliding_window.lua",
     "algorithm/fixed_window.lua",
     "algorithm/penalty.lua",
+    "group.lua",
     "joint.lua"
+);
+/// A descriptor naming a reservation: reserved, settled or charged plain in one call with
+/// the reservation's record (see `algorithm::reservation`, `lua/README.md`).
+pub const RESERVE_LUA: &str = lua!(
+    "algorithm/gcra.lua",
+    "algorithm/window.lua",
+    "algorithm/sliding_window.lua",
+    "algorithm/fixed_window.lua",
+    "algorithm/penalty.lua",
+    "group.lua",
+    "reserve.lua"
 );
 /// The charges of several requests for one server in one call (see `redis::batch`,
 /// `lua/README.md`): every algorithm, joint and independent groups side by side.
