@@ -26,6 +26,7 @@ mod consistency;
 mod headers;
 mod limits;
 mod numbers;
+mod reservations;
 mod response;
 
 /// Validates and compiles `(file name, content)` pairs, in load order, into a snapshot,
@@ -140,6 +141,8 @@ fn compile_domain(
     let modes: Vec<_> =
         group.iter().map(|parsed| (parsed.file, domains::consistency(parsed, errors))).collect();
     let consistency = domains::agree("consistency", &modes, Consistency::as_str, errors).unwrap_or_default();
+    let reservations = domains::reservations(group, errors);
+    reservations::refuse_reservations(first.file, reservations.as_ref(), consistency, charge, errors);
     let mut builder = Builder {
         file: first.file,
         errors,
@@ -147,6 +150,7 @@ fn compile_domain(
         default_algorithm,
         consistency,
         charge,
+        reservation_key: reservations.as_ref().map(|r| r.key.clone()),
         prefix: String::new(),
     };
     let mut root = Branch::default();
@@ -167,6 +171,7 @@ fn compile_domain(
         charge,
         hash_tag,
         consistency,
+        reservations,
         file: first.file.to_path_buf(),
         files: group.iter().map(|parsed| parsed.file.to_path_buf()).collect(),
         default_algorithm,
@@ -192,6 +197,9 @@ struct Builder<'a> {
     /// The domain's `charge`: an `all_or_nothing` domain refuses `overdraft` (a usage that
     /// always counts cannot stand or fall with the rest of a request).
     charge: ChargeMode,
+    /// The domain's `reservations.key`: no rule may be unlimited or leased, and no node
+    /// may have that key (`compile::reservations`).
+    reservation_key: Option<String>,
     /// Put before the rule paths of this file: its stem in a merged domain, else empty.
     prefix: String,
 }

@@ -3,7 +3,7 @@
 //!
 //! Owns the grouping of parsed files by domain, the duplicate-domain error (without the
 //! flag), and the domain-level fields (`failure_mode`, `charge`, `hash_tag`,
-//! `consistency`): read per file, agreed across the files of one domain (with it).
+//! `consistency`, `reservations`): read per file, agreed across the files of one domain (with it).
 //! The merging of descriptors itself is `compile`'s tree building, run over the group's
 //! files in order. Pure: no I/O.
 
@@ -11,8 +11,9 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use super::error::ConfigError;
-use super::model::{ChargeMode, Consistency, FailureMode, HashTag};
-use super::raw::{Positions, RawFile};
+use super::model::{ChargeMode, Consistency, FailureMode, HashTag, Reservations};
+use super::raw::{Positions, RawFile, RawReservations};
+use super::rule::penalty_seconds;
 
 /// One file that parsed: its name, its YAML and where its paths are.
 #[derive(Debug)]
@@ -130,6 +131,70 @@ pub(super) fn consistency(parsed: &Parsed<'_>, errors: &mut Vec<ConfigError>) ->
         ));
     }
     parsed_mode
+}
+
+/// The domain's `reservations` over its files (set in one, it applies to the domain; two
+/// files that set different ones: an error on the later), `None` when no file sets them or
+/// they are invalid (an error per field, `reservations.key`, `reservations.ttl`).
+pub(super) fn reservations(group: &[&Parsed<'_>], errors: &mut Vec<ConfigError>) -> Option<Reservations> {
+    let mut set: Option<(&Path, &RawReservations)> = None;
+    for parsed in group {
+        let Some(raw) = parsed.raw.reservations.as_ref() else { continue };
+        match set {
+            None => set = Some((parsed.file, raw)),
+            Some((first, earlier)) if earlier != raw => errors.push(ConfigError::new(
+                parsed.file,
+                "reservations",
+                format!(
+                    "reservations differ from those in {}: the files of one domain must agree (set \
+                     them in one of them)",
+                    first.display()
+                ),
+            )),
+            Some(_) => {}
+        }
+    }
+    let (file, raw) = set?;
+    let before = errors.len();
+    let key = match raw.key.as_deref() {
+        None | Some("") => {
+            errors.push(ConfigError::new(
+                file,
+                "reservations.key",
+                "reservations need a key (the entry that names a reservation)",
+            ));
+            ""
+        }
+        Some(key) => key,
+    };
+    let ttl = match raw.ttl.as_deref().map(ttl_seconds) {
+        None => {
+            errors.push(ConfigError::new(
+                file,
+                "reservations.ttl",
+                "reservations need a ttl (30s, 10m, 1h: how long a reservation may stay unsettled)",
+            ));
+            0
+        }
+        Some(Err(why)) => {
+            errors.push(ConfigError::new(
+                file,
+                "reservations.ttl",
+                format!("invalid ttl {:?}: {why}", raw.ttl.as_deref().unwrap_or("")),
+            ));
+            0
+        }
+        Some(Ok(seconds)) => seconds,
+    };
+    (errors.len() == before).then(|| Reservations { key: key.to_owned(), ttl_us: ttl * 1_000_000 })
+}
+
+/// A `ttl` in `penalty`'s syntax (`30s`, `10m`, `1h`), from 1s to a day, in seconds.
+fn ttl_seconds(written: &str) -> Result<u64, String> {
+    penalty_seconds(written).map_err(|why| {
+        why.replace(" (leave penalty out for none)", "")
+            .replace("the longest penalty (24h)", "the longest ttl (24h)")
+    })
 }
 
 /// The value of a domain-level field (`failure_mode`, …) over the files of one domain:

@@ -21,7 +21,7 @@ use std::marker::PhantomData;
 use serde::de::{self, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 
-use super::raw::{RawDescriptor, RawFile, RawRateLimit, RawReplaces, RawResponse};
+use super::raw::{RawDescriptor, RawFile, RawRateLimit, RawReplaces, RawReservations, RawResponse};
 
 /// A field as written: `None` when absent, `Some(None)` when written as `null` (which
 /// still overrides a merged value), `Some(Some(_))` otherwise.
@@ -92,16 +92,28 @@ pub(super) struct FileLayer {
     #[serde(default, deserialize_with = "present")]
     consistency: Written<String>,
     #[serde(default, deserialize_with = "present")]
+    reservations: Written<ReservationsLayer>,
+    #[serde(default, deserialize_with = "present")]
     descriptors: Written<Vec<DescriptorLayer>>,
     #[serde(rename = "<<", default)]
     merged: Merged<FileLayer>,
+}
+
+/// A domain's `reservations`, as written (no merge keys inside: two fields).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, expecting = "a mapping with `key` and `ttl`")]
+struct ReservationsLayer {
+    #[serde(default)]
+    key: Option<String>,
+    #[serde(default)]
+    ttl: Option<String>,
 }
 
 impl FileLayer {
     fn flatten(mut self) -> Self {
         for base in std::mem::take(&mut self.merged).0 {
             let base = base.flatten();
-            fill!(self, base; domain, failure_mode, charge, hash_tag, consistency, descriptors);
+            fill!(self, base; domain, failure_mode, charge, hash_tag, consistency, reservations, descriptors);
         }
         self
     }
@@ -115,6 +127,7 @@ impl FileLayer {
             charge: file.charge.flatten(),
             hash_tag: file.hash_tag.flatten(),
             consistency: file.consistency.flatten(),
+            reservations: file.reservations.flatten().map(|r| RawReservations { key: r.key, ttl: r.ttl }),
             descriptors: resolve_all(file.descriptors),
         }
     }

@@ -37,6 +37,6 @@ mod tests;
 pub use compile::{compile_sources, compile_sources_with};
 pub use error::{ConfigError, ConfigErrors};
 pub use loader::{load_path, load_path_with};
-pub use model::{ChargeMode, Consistency, Domain, FailureMode, HashTag, Lookup, Snapshot};
+pub use model::{ChargeMode, Consistency, Domain, FailureMode, HashTag, Lookup, Reservations, Snapshot};
 pub use options::LoadOptions;
 pub use rule::{Level, Limit, Rule, RuleId, RuleLimit, Unit};

@@ -173,6 +173,9 @@ pub struct Domain {
     /// `consistency`: exact (default) or approximate (local estimates synced in the
     /// background; every limit of the domain is then a sliding or fixed window).
     pub consistency: Consistency,
+    /// `reservations`: descriptors whose last entry has its key name a reservation
+    /// (`algorithm::reservation`); `None`: no descriptor does.
+    pub reservations: Option<Reservations>,
     /// The file this domain came from (the first of `files`).
     pub file: PathBuf,
     /// Every file this domain came from, in file-name order: one, or several merged with
@@ -185,6 +188,15 @@ pub struct Domain {
     /// `RuleId` indexes this vector.
     pub rules: Vec<Rule>,
     pub(crate) tree: Tree,
+}
+
+/// A domain's `reservations`, compiled.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reservations {
+    /// The entry key that names a reservation (the descriptor's last entry).
+    pub key: String,
+    /// How long a reservation lives unsettled (µs): then it stays charged.
+    pub ttl_us: u64,
 }
 
 impl Domain {

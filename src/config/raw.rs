@@ -25,8 +25,20 @@ pub struct RawFile {
     pub hash_tag: Option<String>,
     /// `exact` (default) or `approximate`.
     pub consistency: Option<String>,
+    /// `reservations: {key, ttl}`: descriptors whose last entry has `key` name a
+    /// reservation.
+    pub reservations: Option<RawReservations>,
     /// `None` when absent or null.
     pub descriptors: Option<Vec<RawDescriptor>>,
+}
+
+/// A domain's `reservations`, as written.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct RawReservations {
+    /// The entry key that names a reservation; required, non-empty.
+    pub key: Option<String>,
+    /// How long a reservation lives unsettled, in `penalty`'s syntax; required.
+    pub ttl: Option<String>,
 }
 
 /// One node of the descriptor tree.

@@ -43,6 +43,29 @@ fn split_domain() -> tempfile::TempDir {
 }
 
 #[test]
+fn check_refuses_reservations_it_could_not_keep_exact_naming_file_line_and_field() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("tokens.yaml");
+    let policy = "domain: tokens\nconsistency: approximate\nreservations:\n  key: request\n  ttl: 10m\n\
+                  descriptors:\n  - key: user\n    rate_limit:\n      unlimited: true\n";
+    std::fs::write(&file, policy).expect("write");
+    let out = tollgate().arg("check").arg(dir.path()).output().expect("run tollgate");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("tokens.yaml:3") && err.contains("reservations") && err.contains("approximate"),
+        "{err}"
+    );
+    assert!(err.contains("tokens.yaml:9") && err.contains("descriptors[0].rate_limit.unlimited"), "{err}");
+    let fixed = policy
+        .replace("consistency: approximate\n", "")
+        .replace("unlimited: true", "unit: day\n      requests_per_unit: 1000");
+    std::fs::write(&file, fixed).expect("write");
+    let out = tollgate().arg("check").arg(dir.path()).output().expect("run tollgate");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
 fn check_and_explain_accept_merge_domains_by_flag_and_environment() {
     let dir = split_domain();
     let out = tollgate().arg("check").arg(dir.path()).output().expect("run tollgate");

@@ -24,6 +24,10 @@ impl Builder<'_> {
     /// Validates the node's `rate_limit` or `rate_limits` and records its rule; `None` when
     /// it has neither, or has errors.
     pub(super) fn rule(&mut self, raw: &RawDescriptor, path: &str, levels: &[Level]) -> Option<RuleId> {
+        let unlimited = raw.rate_limit.as_ref().filter(|r| r.unlimited).map(|_| format!("{path}.rate_limit"));
+        if self.refuse_with_reservations(raw, path, unlimited.as_deref()) {
+            return None;
+        }
         let (limit, replaces) = match (&raw.rate_limit, &raw.rate_limits) {
             (None, None) => {
                 if raw.lease {

@@ -11,6 +11,7 @@ mod merge;
 mod merge_keys;
 mod rate_limits;
 mod raw;
+mod reservations;
 mod rules;
 mod validation;
 
