@@ -43,6 +43,8 @@ mod joint;
 mod new_limits;
 #[path = "cluster/ready.rs"]
 mod ready;
+#[path = "api/reservations.rs"]
+mod reservations;
 #[path = "cluster/reserve.rs"]
 mod reserve;
 #[path = "api/reserve_scenario.rs"]

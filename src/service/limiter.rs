@@ -36,6 +36,7 @@ use super::{bounds, dynamic_metadata, headers, record, respond, traced};
 mod charging;
 mod decision;
 mod request;
+mod reserving;
 mod settings;
 
 use decision::{DecisionRecord, Route, Whole};
@@ -194,13 +195,21 @@ impl RateLimiter {
                 DecisionRecord::new(version, incident, route),
             );
         }
-        // `--key-secret-file`: matched on the values sent, keyed (and counted, and shown)
-        // on their keyed hashes only.
-        let keyed = match &self.settings.key_secret {
-            Some(secret) => Cow::Owned(request.keyed(|value| secret.value(value))),
-            None => Cow::Borrowed(request),
+        // A descriptor naming a reservation: that entry off before matching and keying.
+        let (request, reservations) = match reserving::split(request, domain) {
+            Some((stripped, ids)) => (Cow::Owned(stripped), ids),
+            None => (Cow::Borrowed(request), Vec::new()),
         };
-        let mut charged = self.charge_plans(domain, request, &keyed, deadline, probe).await;
+        // `--key-secret-file`: matched on the values sent, keyed (and counted, and shown)
+        // on their keyed hashes only (a reservation's id too).
+        let (keyed, reservations) = match &self.settings.key_secret {
+            Some(secret) => (
+                Cow::Owned(request.keyed(|value| secret.value(value))),
+                reservations.iter().map(|id| id.as_ref().map(|id| secret.value(id).into())).collect(),
+            ),
+            None => (request.clone(), reservations),
+        };
+        let mut charged = self.charge_plans(domain, &request, &keyed, &reservations, deadline, probe).await;
         let (response, verdicts) = respond::respond(
             &charged.plans,
             &charged.results,
@@ -262,6 +271,9 @@ impl RateLimiter {
         let request = request.into_inner();
         validate(&request).map_err(Status::invalid_argument)?;
         let active = self.live.load();
+        if let Some(error) = reserving_invalid(&request, &active) {
+            return Err(Status::invalid_argument(error));
+        }
         let (response, _) = self.answer(&request, &active, deadline, false).await;
         self.metrics.observe_request(started.elapsed().as_secs_f64());
         Ok(Response::new(response))
@@ -286,6 +298,12 @@ impl RateLimiter {
             return Err(Status::invalid_argument(error));
         }
         let active = self.live.load();
+        if let Some(error) = reserving_invalid(&request, &active) {
+            span.set(traced::invalid_attributes());
+            span.fail(error.clone());
+            span.end();
+            return Err(Status::invalid_argument(error));
+        }
         let (response, record) = self.answer(&request, &active, deadline, true).await;
         self.metrics.observe_request(started.elapsed().as_secs_f64());
         let mut observed = record.observed(request.descriptors.len());
@@ -304,6 +322,13 @@ impl RateLimiter {
         span.end();
         Ok(Response::new(response))
     }
+}
+
+/// Why `request` is invalid in its domain of `active` (a descriptor whose only entry names
+/// a reservation), if it is.
+fn reserving_invalid(request: &RateLimitRequest, active: &Active) -> Option<String> {
+    let domain = std::str::from_utf8(&request.domain).ok().and_then(|d| active.snapshot.domain(d))?;
+    reserving::invalid(request, domain)
 }
 
 #[cfg(test)]

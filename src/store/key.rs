@@ -267,6 +267,16 @@ fn algo_tag(algorithm: Algorithm) -> &'static str {
     }
 }
 
+/// A reservation's id as stored beside its bucket (`store::Reservation::id`): the entry's
+/// value (keyed first with `--key-secret-file`, by the caller) treated as a key part — kept
+/// as written when short and plain, else its 128-bit SHA-256 prefix — so that its length
+/// is bounded and no client value lands raw where a bucket key's would not.
+pub fn reservation_id(value: &[u8]) -> String {
+    let mut id = String::new();
+    push_part(&mut id, value);
+    id
+}
+
 fn push_part(key: &mut String, part: &[u8]) {
     let literal = (part.len() <= MAX_LITERAL_PART)
         .then(|| std::str::from_utf8(part).ok())

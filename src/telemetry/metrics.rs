@@ -11,7 +11,7 @@
 //!
 //! Layout: this file (`Metrics`: the registry and its families, which `families` creates
 //! with their label sets;
-//! `approx`, `lease`, `key_changes`, `hotkeys`, `overrides`, `rlqs` and `trace` register their own), then the recorders by
+//! `approx`, `lease`, `key_changes`, `reservations`, `hotkeys`, `overrides`, `rlqs` and `trace` register their own), then the recorders by
 //! what they count: `requests` (decisions and the request path), `store` (store calls,
 //! gauges refreshed before a scrape), `config` (loads and reloads); below them `outcome`
 //! (the closed `result` and `reason` values the service reports), `history` and `mirror`. Knows no
@@ -30,6 +30,7 @@ mod mirror;
 mod outcome;
 mod overrides;
 mod requests;
+mod reservations;
 pub mod rlqs;
 mod series;
 mod store;
@@ -88,6 +89,7 @@ pub struct Metrics {
     hot_key_shares: hotkeys::HotKeyShares,
     approx: approx::ApproxMetrics,
     fresh_rules: key_changes::FreshRules,
+    reservations: reservations::Reservations,
     leases: lease::LeaseMetrics,
     xds: xds::XdsMetrics,
     trace: trace::TraceMetrics,
@@ -120,6 +122,7 @@ impl Metrics {
         let hot_key_shares = hotkeys::HotKeyShares::register(&mut registry);
         let approx = approx::ApproxMetrics::register(&mut registry);
         let fresh_rules = key_changes::FreshRules::register(&mut registry);
+        let reservations = reservations::Reservations::register(&mut registry);
         let leases = lease::LeaseMetrics::register(&mut registry);
         let xds = xds::XdsMetrics::register(&mut registry);
         let trace = trace::TraceMetrics::register(&mut registry);
@@ -163,6 +166,7 @@ impl Metrics {
             hot_key_shares,
             approx,
             fresh_rules,
+            reservations,
             leases,
             xds,
             trace,

@@ -23,6 +23,7 @@ mod ops;
 mod options;
 mod overdraft;
 mod redis_store;
+mod reservations;
 mod reserve_scenario;
 mod reserve_store;
 mod rlqs;

@@ -16,7 +16,7 @@ use super::super::plan::{self, Plan};
 use super::super::traced::StoreCall;
 use super::super::wire::RateLimitRequest;
 use super::decision::Charged;
-use super::RateLimiter;
+use super::{reserving, RateLimiter};
 
 impl RateLimiter {
     /// Plans `request`'s descriptors (matched on its values, keyed on `keyed`'s: see
@@ -27,6 +27,7 @@ impl RateLimiter {
         domain: &'a Domain,
         request: &RateLimitRequest,
         keyed: &RateLimitRequest,
+        reservations: &[Option<prost::bytes::Bytes>],
         deadline: Instant,
         probe: bool,
     ) -> Charged<'a> {
@@ -37,7 +38,12 @@ impl RateLimiter {
             request.hits_addend,
             &self.settings.key_prefix,
         );
+        // Descriptors naming a reservation: their own store calls (`reserving`).
+        let reserved = reserving::groups(&plans, reservations);
         let (mut results, store, approximate) = match self.store.approx() {
+            _ if !reserved.is_empty() => {
+                (self.charge_reserving(domain, &charges, &groups, &reserved, deadline).await, None, false)
+            }
             // No Redis on the request path: the local estimates decide (`store::approx`).
             // A request's own `limit` of an algorithm the mode does not serve (GCRA, the
             // default of `--default-algorithm`) sends the request to the store exactly.

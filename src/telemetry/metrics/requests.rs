@@ -35,6 +35,13 @@ impl Metrics {
         self.oversized.get_or_create(&ReasonLabel { reason }).inc();
     }
 
+    /// One call naming a reservation in `domain` that did `phase`, finding `expired`
+    /// reservations expired unsettled (`tollgate_reservations_total`,
+    /// `tollgate_reservations_expired_total`).
+    pub fn reservation(&self, domain: &str, phase: &'static str, expired: u64) {
+        self.reservations.record(domain, phase, expired);
+    }
+
     /// One descriptor decided locally because the store failed (`failure_mode: local`).
     pub fn local_decision(&self, domain: &str) {
         self.local_decisions.get_or_create(&DomainLabel { domain: domain.to_string() }).inc();
