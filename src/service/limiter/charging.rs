@@ -74,7 +74,7 @@ impl RateLimiter {
 
     /// One store call for every charge; with `probe`, what the store did for it as well
     /// (boxed: only a traced request allocates it, and the record stays small to move).
-    async fn charge(
+    pub(super) async fn charge(
         &self,
         charges: &[Charge],
         groups: &Groups,

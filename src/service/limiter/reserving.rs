@@ -91,12 +91,19 @@ impl RateLimiter {
             if batch.is_empty() {
                 return Vec::new();
             }
-            self.store.charge_groups(&batch, &Groups::from_ends(ends), deadline).await
+            // As any request's store call (counted), without leases: none in such a domain.
+            self.charge(&batch, &Groups::from_ends(ends), &[], deadline, false).await.0
         };
         let calls = reserved.iter().map(|(range, id)| {
             let reservation = Reservation { id: id.clone(), ttl_us };
             let group = &charges[range.clone()];
-            async move { self.store.reserve(group, &reservation, deadline).await }
+            async move {
+                let started = Instant::now();
+                let result = self.store.reserve(group, &reservation, deadline).await;
+                let outcome = result.as_ref().err().map_or("ok", StoreError::kind);
+                self.metrics.observe_store(self.store.name(), outcome, started.elapsed().as_secs_f64());
+                result
+            }
         });
         let (plain_results, reserves) = tokio::join!(plain_call, futures_util::future::join_all(calls));
         let mut results: Vec<Result<Decision, StoreError>> = vec![Err(StoreError::Timeout); charges.len()];
