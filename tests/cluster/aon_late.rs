@@ -34,8 +34,8 @@ async fn setup(prefix: &str) -> (RedisCluster, ClusterStore, String, String, usi
     let cluster =
         tokio::task::spawn_blocking(RedisCluster::start_behind_fronts).await.expect("cluster start");
     let link = RedisSettings::new("redis://unused").link(STORE_TIMEOUT);
-    let store =
-        ClusterStore::new(&ClusterSettings { nodes: cluster.nodes(), ca_file: None, link }).expect("store");
+    let store = ClusterStore::new(&ClusterSettings { nodes: cluster.nodes(), tls: Default::default(), link })
+        .expect("store");
     let owner = |key: &str| cluster.owner_of(cluster.keyslot(key));
     let (a, b) = (0..1000)
         .map(|i| (format!("{prefix}:a:{i}"), format!("{prefix}:b:{i}")))

@@ -51,7 +51,7 @@ fn link() -> tollgate::store::redis::link::LinkSettings {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_reset_deletes_each_key_on_its_master() {
     let cluster = start_cluster().await;
-    let settings = ClusterSettings { nodes: cluster.nodes(), ca_file: None, link: link() };
+    let settings = ClusterSettings { nodes: cluster.nodes(), tls: Default::default(), link: link() };
     let store = Store::Cluster(Guarded::new(ClusterStore::new(&settings).expect("cluster store"), None));
     // Enough keys that every master holds some.
     let keys: Vec<String> = (0..12).map(|i| format!("tg:reset-test:{i}")).collect();
@@ -68,7 +68,7 @@ async fn a_sentinel_reset_deletes_on_the_master() {
         master: MASTER_NAME.into(),
         sentinels: vec![setup.sentinel_addr()],
         master_url: None,
-        ca_file: None,
+        tls: Default::default(),
         link: link(),
         batch: true,
     };
@@ -85,7 +85,7 @@ async fn a_penalty_holds_on_every_master_for_every_instance() {
     const PENALIZED: Params =
         Params { algorithm: Algorithm::Gcra, limit: 2, unit_us: 1_000_000, burst: 2, penalty_us: 2_000_000 };
     let cluster = start_cluster().await;
-    let settings = ClusterSettings { nodes: cluster.nodes(), ca_file: None, link: link() };
+    let settings = ClusterSettings { nodes: cluster.nodes(), tls: Default::default(), link: link() };
     let store = || Store::Cluster(Guarded::new(ClusterStore::new(&settings).expect("cluster store"), None));
     let (a, b) = (store(), store());
     let deadline = || Instant::now() + Duration::from_secs(2);

@@ -100,7 +100,7 @@ fn a_cluster_wake_is_one_call_per_slot_of_at_most_a_chunk() {
     items.extend((0..600).map(|i| item(format!("{{tagged}}:{i}"))));
     let link = crate::store::redis::RedisSettings::new("redis://127.0.0.1:1")
         .link(std::time::Duration::from_millis(10));
-    let settings = ClusterSettings { nodes: vec!["127.0.0.1:1".into()], ca_file: None, link };
+    let settings = ClusterSettings { nodes: vec!["127.0.0.1:1".into()], tls: Default::default(), link };
     let cluster = ClusterStore::new(&settings).expect("lazy: no connection yet");
     let mut single = items.clone();
     let chunks = sync::Via::Cluster(&cluster, Lane::Sync).chunks(&mut items);
