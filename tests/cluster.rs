@@ -56,3 +56,5 @@ mod sentinel;
 #[allow(dead_code)]
 #[path = "cluster/support.rs"]
 mod support;
+#[path = "cluster/tls.rs"]
+mod tls;
