@@ -1,6 +1,7 @@
 //! A Redis Cluster on TLS only that requires client certificates (`tls-auth-clients yes`,
 //! the bus on TLS too): the store presents its client certificate to every master, the
-//! ones it discovers from the seed included; without one every call fails.
+//! ones it discovers from the seed included; without one every call fails. The same
+//! through Sentinel on TLS only: the certificate goes to the sentinel and to the master.
 
 use std::time::Duration;
 
@@ -9,9 +10,11 @@ use tokio::time::Instant;
 use tollgate::algorithm::{Algorithm, Hits, Params};
 use tollgate::store::cluster::{ClusterSettings, ClusterStore};
 use tollgate::store::redis::{ClientCert, Tls};
+use tollgate::store::sentinel::{SentinelSettings, SentinelStore};
 use tollgate::store::{Charge, Guarded, RedisSettings, Store};
 
 use crate::cluster_support::{ClusterTls, RedisCluster, MASTERS};
+use crate::sentinel_support::{RedisSentinel, MASTER_NAME};
 
 const PARAMS: Params =
     Params { algorithm: Algorithm::FixedWindow, limit: 2, unit_us: 3_600_000_000, burst: 2, penalty_us: 0 };
@@ -77,5 +80,36 @@ async fn every_master_of_a_tls_cluster_is_reached_with_the_client_certificate() 
 
     let refused = store(&cluster, dir.path(), false);
     let results = refused.charge(&charges, deadline()).await;
+    assert!(results.iter().all(Result::is_err), "no client certificate, no call: {results:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tls_sentinel_and_its_master_are_reached_with_the_client_certificate() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    certificates(dir.path());
+    let tls = ClusterTls { dir: dir.path().to_path_buf() };
+    let setup = tokio::task::spawn_blocking(move || RedisSentinel::start_tls(tls)).await.expect("sentinel");
+    let store = |client: bool| {
+        let client = client.then(|| ClientCert {
+            cert_file: dir.path().join("client.crt"),
+            key_file: dir.path().join("client.key"),
+        });
+        let settings = SentinelSettings {
+            master: MASTER_NAME.into(),
+            sentinels: vec![format!("rediss://{}", setup.sentinel_addr())],
+            master_url: Some("rediss://127.0.0.1/".into()),
+            tls: Tls::new(Some(dir.path().join("ca.crt")), client),
+            link: RedisSettings::new("redis://127.0.0.1:1/").link(Duration::from_secs(2)),
+            batch: true,
+        };
+        Store::Sentinel(Guarded::new(SentinelStore::new(&settings).expect("sentinel store"), None))
+    };
+    let charge = [Charge { key: "tg:tls-sentinel".into(), params: PARAMS, hits: Hits::Consume(1) }];
+    let deadline = || Instant::now() + Duration::from_secs(5);
+    let results = store(true).charge(&charge, deadline()).await;
+    assert!(results.iter().all(|r| r.as_ref().is_ok_and(|d| d.allowed)), "{results:?}");
+    let master = setup.data_ports()[0];
+    assert_eq!(setup.cli(master, &["EXISTS", "tg:tls-sentinel"]), "1", "the bucket is on the TLS master");
+    let results = store(false).charge(&charge, deadline()).await;
     assert!(results.iter().all(Result::is_err), "no client certificate, no call: {results:?}");
 }

@@ -42,16 +42,18 @@ pub struct ClusterTls {
 }
 
 impl ClusterTls {
-    fn file(&self, name: &str) -> String {
+    pub fn file(&self, name: &str) -> String {
         self.dir.join(name).display().to_string()
     }
 
-    /// The server side: TLS only, on the bus too, client certificates required.
-    fn server_args(&self, port: &str) -> Vec<String> {
+    /// The server side: TLS only, on the bus and replication too, client certificates
+    /// required.
+    pub fn server_args(&self, port: &str) -> Vec<String> {
         let args = [
             ("--port", "0".to_string()),
             ("--tls-port", port.to_string()),
             ("--tls-cluster", "yes".to_string()),
+            ("--tls-replication", "yes".to_string()),
             ("--tls-cert-file", self.file("server.crt")),
             ("--tls-key-file", self.file("server.key")),
             ("--tls-ca-cert-file", self.file("ca.crt")),
@@ -61,7 +63,7 @@ impl ClusterTls {
     }
 
     /// `redis-cli`'s TLS arguments, with the client certificate.
-    fn cli_args(&self) -> Vec<String> {
+    pub fn cli_args(&self) -> Vec<String> {
         vec![
             "--tls".into(),
             "--cert".into(),
