@@ -129,5 +129,6 @@ pub fn params_window(
         unit_us: unit.micros().saturating_mul(multiplier),
         burst: burst.unwrap_or(limit),
         penalty_us: 0,
+        period: None,
     }
 }
