@@ -30,6 +30,9 @@ mod legacy;
 #[path = "differential/junk.rs"]
 mod junk;
 
+#[path = "differential/calendar.rs"]
+mod calendar;
+
 use std::cell::{Cell, RefCell};
 use std::time::{SystemTime, UNIX_EPOCH};
 

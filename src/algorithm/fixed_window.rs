@@ -38,7 +38,9 @@ use super::saturating::{add, clamp};
 /// is then clamped into the window (`[start, end − 1]`): a clock behind the caller counts
 /// from the period's start, a clock past its end counts in it until the caller crosses
 /// (`reset_us` then 1 µs). So which period a charge falls in is the callers' clocks'
-/// decision, never the server's; the server's clock only measures the time left.
+/// decision, never the server's; the server's clock only measures the time left. A period's
+/// state expires [`CALENDAR_GRACE_US`] after its end (so a caller a little behind still
+/// finds the count it must not reset); state read after that is no state.
 pub fn apply(state: Option<(u64, u64, u64)>, now: u64, p: &Params, hits: Hits) -> Outcome {
     let window = Window::observe(state, now, p);
     match hits {
@@ -69,6 +71,12 @@ pub fn apply(state: Option<(u64, u64, u64)>, now: u64, p: &Params, hits: Hits) -
     }
 }
 
+/// How long a calendar period's count outlives the period's end: callers whose clocks have
+/// not crossed the boundary yet (behind the server's, or a charge planned just before it)
+/// still count in the period, never in a fresh copy of it. Clocks further apart than this
+/// are a broken deployment: such a caller would count in an empty copy of its period.
+pub const CALENDAR_GRACE_US: u64 = 60_000_000;
+
 /// `(fresh, now)`: hits a fresh window admits (`limit`), and hits the stored count still
 /// admits at `now`. For [`standing`](super::standing).
 pub(super) fn admissible(state: Option<(u64, u64, u64)>, now: u64, p: &Params) -> (u64, u64) {
@@ -79,8 +87,6 @@ pub(super) fn admissible(state: Option<(u64, u64, u64)>, now: u64, p: &Params) -
 /// One bucket at one instant; every field <= MAX_VALUE.
 struct Window {
     limit: u64,
-    /// The window's length (µs, >= 1).
-    unit: u64,
     /// Start of the current window (`now - now % unit`, `now = max(now, stored start)`).
     start: u64,
     /// Time until the window ends, in `[1, unit]`.
@@ -88,6 +94,9 @@ struct Window {
     count: u64,
     /// What the state's third field stores: 0, or a calendar period's end.
     end: u64,
+    /// When the state expires: the window's end (a calendar period's: that plus
+    /// [`CALENDAR_GRACE_US`]).
+    expires_at: u64,
 }
 
 impl Window {
@@ -104,12 +113,17 @@ impl Window {
             Some((s, c)) if s == start => c,
             _ => 0,
         };
-        Window { limit: clamp(p.limit), unit, start, left: unit - elapsed, count, end: 0 }
+        // Not saturated: a store must never see it as passed while it still counts.
+        let expires_at = start + unit;
+        Window { limit: clamp(p.limit), start, left: unit - elapsed, count, end: 0, expires_at }
     }
 
     /// The window of a calendar limit at `now` (see [`apply`]).
     fn calendar(state: Option<(u64, u64, u64)>, now: u64, p: &Params, period: Period) -> Window {
-        let stored = state.map(|(s, c, e)| (clamp(s), clamp(c), clamp(e)));
+        let now = clamp(now);
+        let stored = state
+            .map(|(s, c, e)| (clamp(s), clamp(c), clamp(e)))
+            .filter(|&(_, _, e)| add(e, CALENDAR_GRACE_US) > now);
         let mut start = clamp(period.start_us);
         let mut end = clamp(period.end_us).max(add(start, 1));
         if let Some((s, _, e)) = stored {
@@ -117,12 +131,13 @@ impl Window {
                 (start, end) = (s, e);
             }
         }
-        let now = clamp(now).max(start).min(end - 1);
+        let now = now.max(start).min(end - 1);
         let count = match stored {
             Some((s, c, _)) if s == start => c,
             _ => 0,
         };
-        Window { limit: clamp(p.limit), unit: end - start, start, left: end - now, count, end }
+        let expires_at = add(end, CALENDAR_GRACE_US);
+        Window { limit: clamp(p.limit), start, left: end - now, count, end, expires_at }
     }
 
     /// An allowed answer for a window holding `count`.
@@ -148,8 +163,7 @@ impl Window {
         } else {
             Write::Put {
                 state: State::Window { start: self.start, current: count, previous: self.end, until: 0 },
-                // Not saturated: a store must never see it as passed while it still counts.
-                expires_at: self.start + self.unit,
+                expires_at: self.expires_at,
             }
         };
         Outcome { decision: self.describe(count), write }

@@ -36,14 +36,18 @@ fn the_period_is_the_window_and_its_end_is_stored() {
     let p = params(3, START, END);
     let out = apply(None, START + 10 * S, &p, Hits::Consume(2));
     assert_eq!(out.decision, Decision { allowed: true, remaining: 1, reset_us: END - START - 10 * S });
-    assert_eq!(put(&out), (START, 2, END, END), "count, the period's end, expiring at it");
+    assert_eq!(
+        put(&out),
+        (START, 2, END, END + CALENDAR_GRACE_US),
+        "count, the period's end, expiring a grace after it"
+    );
     let full = apply(Some((START, 3, END)), END - 1, &p, Hits::Consume(1));
     assert_eq!(full.decision, Decision { allowed: false, remaining: 0, reset_us: 1 });
     // The next period (the caller crossed): a fresh count, whatever the old one held.
     let next = params(3, END, NEXT_END);
     let out = apply(Some((START, 3, END)), END, &next, Hits::Consume(3));
     assert_eq!(out.decision, Decision { allowed: true, remaining: 0, reset_us: NEXT_END - END });
-    assert_eq!(put(&out), (END, 3, NEXT_END, NEXT_END));
+    assert_eq!(put(&out), (END, 3, NEXT_END, NEXT_END + CALENDAR_GRACE_US));
 }
 
 #[test]
@@ -56,7 +60,7 @@ fn a_later_stored_period_wins_so_a_lagging_caller_never_resets_it() {
     assert_eq!(out.decision, Decision { allowed: false, remaining: 0, reset_us: NEXT_END - END });
     let stored = Some((END, 1, NEXT_END));
     let out = apply(stored, END + 7, &lagging, Hits::Consume(1));
-    assert_eq!(put(&out), (END, 2, NEXT_END, NEXT_END));
+    assert_eq!(put(&out), (END, 2, NEXT_END, NEXT_END + CALENDAR_GRACE_US));
     // An earlier stored period (or junk) is no count.
     let out = apply(Some((START - 1, 3, START)), START, &lagging, Hits::Peek);
     assert_eq!(out.decision, Decision { allowed: true, remaining: 3, reset_us: 0 });
@@ -74,6 +78,9 @@ fn the_server_clock_is_clamped_into_the_period() {
     // Past its end (the server crossed first): still this period, 1 µs left.
     let late = apply(Some((START, 2, END)), END + 3 * S, &p, Hits::Consume(1));
     assert_eq!(late.decision, Decision { allowed: false, remaining: 0, reset_us: 1 });
+    // Past the grace, the old period's count is gone (the stores have dropped it too).
+    let gone = apply(Some((START, 2, END)), END + CALENDAR_GRACE_US, &p, Hits::Peek);
+    assert_eq!(gone.decision, Decision { allowed: true, remaining: 2, reset_us: 0 });
     // Degenerate bounds do not panic.
     for (s, e) in [(0, 0), (5, 5), (9, 2), (MAX_VALUE, MAX_VALUE), (u64::MAX, 0)] {
         let d = apply(Some((s, 1, e)), s, &params(1, s, e), Hits::Consume(1)).decision;
@@ -97,5 +104,5 @@ fn peek_refund_and_overdraw_work_in_a_period() {
     assert_eq!(refund.write, Write::Delete);
     let over = apply(st, START + S, &p, Hits::Overdraw(3));
     assert!(!over.decision.allowed);
-    assert_eq!(put(&over), (START, 5, END, END), "the period spent to its end");
+    assert_eq!(put(&over), (START, 5, END, END + CALENDAR_GRACE_US), "the period spent to its end");
 }

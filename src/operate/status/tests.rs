@@ -196,6 +196,7 @@ fn a_rule_with_several_limits_shows_the_first_and_lists_all() {
         rollout: crate::config::rule::Rollout::FULL,
         response: None,
         overdraft: false,
+        calendar: None,
     };
     rule.limit = RuleLimit::Limited(vec![burst, daily]);
     let status = rule_status(&rule, Minute::empty());
