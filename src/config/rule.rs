@@ -17,7 +17,7 @@ mod response;
 mod rollout;
 mod unit;
 
-pub use self::calendar::{Calendar, CalendarError};
+pub use self::calendar::{Calendar, CalendarError, PeriodView};
 pub use self::limit::{params, params_window, penalty_seconds, Limit, MAX_PENALTY_SECONDS};
 pub use self::response::{
     DenialResponse, Template, MAX_RESPONSE_BODY, MAX_RESPONSE_HEADERS, MAX_RESPONSE_VALUE,

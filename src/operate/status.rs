@@ -21,6 +21,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 
+use crate::config::rule::PeriodView;
 use crate::config::{Domain, Limit, Rule, RuleLimit};
 use crate::sources::serving::Live;
 use crate::store::breaker::{Breaker, BreakerState};
@@ -187,6 +188,9 @@ pub struct RuleStatus {
     pub rollout: Option<f64>,
     /// The first limit's `penalty` in seconds (0: none); `null` for `unlimited`.
     pub penalty_seconds: Option<u64>,
+    /// The first limit's calendar period and next reset; absent unless it has a `calendar`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub calendar: Option<PeriodView>,
     /// Every limit, only for a rule with several (`rate_limits`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub limits: Vec<LimitStatus>,
@@ -212,6 +216,9 @@ pub struct LimitStatus {
     pub rollout: f64,
     /// Its `penalty` in seconds (0: none).
     pub penalty_seconds: u64,
+    /// Its calendar period and next reset; absent unless it has a `calendar`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub calendar: Option<PeriodView>,
 }
 
 /// Decisions per second split by how they were decided, rounded to thousandths.
@@ -312,6 +319,7 @@ impl Status {
 }
 
 fn rule_status(rule: &Rule, minute: Minute) -> RuleStatus {
+    let now_us = crate::store::memory::now_us();
     let first = rule.limits().first();
     let limits = match rule.limits() {
         [] | [_] => Vec::new(),
@@ -326,6 +334,7 @@ fn rule_status(rule: &Rule, minute: Minute) -> RuleStatus {
                 algorithm: limit.params.algorithm.as_str(),
                 rollout: limit.rollout.share(),
                 penalty_seconds: limit.penalty_seconds(),
+                calendar: limit.calendar_view(now_us),
             })
             .collect(),
     };
@@ -339,6 +348,7 @@ fn rule_status(rule: &Rule, minute: Minute) -> RuleStatus {
         shadow_mode: rule.shadow_mode,
         rollout: first.map(|l| l.rollout.share()),
         penalty_seconds: first.map(Limit::penalty_seconds),
+        calendar: first.and_then(|l| l.calendar_view(now_us)),
         limits,
         per_second: minute.per_second().into(),
         minute,

@@ -40,6 +40,24 @@ impl fmt::Debug for Calendar {
     }
 }
 
+/// A calendar limit's period at an instant, as `/v1/usage`, `/rlconfig`, the status page
+/// and `explain` show it. Instants are RFC 3339 in the limit's zone
+/// (`2026-12-01T00:00:00+01:00`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct PeriodView {
+    /// In words: `calendar month, Europe/Berlin`.
+    pub period: String,
+    /// `day`, `week`, `month` or `year`.
+    pub unit: &'static str,
+    pub time_zone: String,
+    /// The current period's first instant.
+    pub start: String,
+    /// The next period's first instant: when the count starts over.
+    pub next_reset: String,
+    /// The same instant in seconds since the epoch.
+    pub next_reset_unix: u64,
+}
+
 /// Why a calendar was refused, in words for the operator (the caller adds the field).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CalendarError {
@@ -80,6 +98,28 @@ impl Calendar {
     /// The period in words: `calendar month, Europe/Berlin`.
     pub fn describe(&self) -> String {
         format!("calendar {}, {}", self.unit.as_str(), self.name)
+    }
+
+    /// The period that holds `now_us`, for displays.
+    pub fn view(&self, now_us: u64) -> PeriodView {
+        let period = self.period_at(now_us);
+        PeriodView {
+            period: self.describe(),
+            unit: self.unit.as_str(),
+            time_zone: self.name.to_string(),
+            start: self.instant_text(period.start_us),
+            next_reset: self.instant_text(period.end_us),
+            next_reset_unix: period.end_us / 1_000_000,
+        }
+    }
+
+    /// `us` (since the epoch) as RFC 3339 in the zone, to the second.
+    fn instant_text(&self, us: u64) -> String {
+        let at = i64::try_from(us / 1_000_000).ok().and_then(|s| Timestamp::from_second(s).ok());
+        match at {
+            Some(at) => at.to_zoned(self.zone.clone()).strftime("%Y-%m-%dT%H:%M:%S%:z").to_string(),
+            None => format!("@{}", us / 1_000_000),
+        }
     }
 
     /// The period that holds the instant `now_us` (µs since the epoch): from its first

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use crate::algorithm::{Algorithm, Params};
 
-use super::calendar::Calendar;
+use super::calendar::{Calendar, PeriodView};
 use super::response::DenialResponse;
 use super::rollout::Rollout;
 use super::unit::Unit;
@@ -62,6 +62,12 @@ impl Limit {
             Some(calendar) => Params { period: Some(calendar.period_at(now_us)), ..self.params },
             None => self.params,
         }
+    }
+
+    /// A calendar limit's period at `now_us` and its next reset, for displays; `None` for
+    /// any other limit.
+    pub fn calendar_view(&self, now_us: u64) -> Option<PeriodView> {
+        self.calendar.as_ref().map(|calendar| calendar.view(now_us))
     }
 
     /// The window in words for displays: `calendar month, Europe/Berlin` for a calendar

@@ -102,3 +102,14 @@ fn refuses_units_below_a_day_and_unknown_zones() {
     assert_eq!(berlin.describe(), "calendar month, Europe/Berlin");
     assert_eq!(Calendar::new(None, Unit::Week).unwrap().describe(), "calendar week, UTC");
 }
+
+#[test]
+fn the_view_shows_the_period_and_its_next_reset_in_the_zone() {
+    let berlin = Calendar::new(Some("Europe/Berlin"), Unit::Month).unwrap();
+    let view = berlin.view(us("2026-11-29T15:00:00Z"));
+    assert_eq!(view.period, "calendar month, Europe/Berlin");
+    assert_eq!((view.unit, view.time_zone.as_str()), ("month", "Europe/Berlin"));
+    assert_eq!(view.start, "2026-11-01T00:00:00+01:00");
+    assert_eq!(view.next_reset, "2026-12-01T00:00:00+01:00");
+    assert_eq!(view.next_reset_unix, us("2026-11-30T23:00:00Z") / 1_000_000);
+}
