@@ -1,7 +1,8 @@
 //! The status page of the admin port: `GET /` (HTML) and `GET /v1/status` (JSON), one view.
 //!
 //! Layout: this file (`Status`: gathers the serving config, the store's state and the
-//! server's one-minute history into one value, serialised as the JSON contract), `page`
+//! server's one-minute history into one value, serialised as the JSON contract; each limit
+//! of a rule with several is `limits`'), `page`
 //! (renders that value as a self-contained HTML page). The history (decisions per second
 //! of each rule, store latency) is kept below, in `crate::telemetry::metrics::history`: the request
 //! path feeds it and knows no page. Neither endpoint shows request values, and neither
@@ -12,9 +13,11 @@
 //! per-process key ([`HotBuckets`], decided by `admin`). Must not be on the request path: gathering takes
 //! a lock (the reload error) and walks every rule.
 
+mod limits;
 pub mod page;
 pub mod rlqs;
 
+pub use self::limits::LimitStatus;
 pub use self::rlqs::RlqsStatus;
 
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -202,25 +205,6 @@ pub struct RuleStatus {
     pub minute: Minute,
 }
 
-/// One limit of a rule with several.
-#[derive(Debug, Clone, Serialize)]
-pub struct LimitStatus {
-    /// Its label in metrics (`<path>/<name>`).
-    pub label: String,
-    pub name: Option<String>,
-    pub limit: u64,
-    pub unit: &'static str,
-    pub unit_multiplier: u64,
-    pub algorithm: &'static str,
-    /// The share of its buckets enforced (`rollout`, 1 when absent).
-    pub rollout: f64,
-    /// Its `penalty` in seconds (0: none).
-    pub penalty_seconds: u64,
-    /// Its calendar period and next reset; absent unless it has a `calendar`.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub calendar: Option<PeriodView>,
-}
-
 /// Decisions per second split by how they were decided, rounded to thousandths.
 #[derive(Debug, Clone, Copy, Serialize, PartialEq)]
 pub struct PerSecond {
@@ -323,20 +307,7 @@ fn rule_status(rule: &Rule, minute: Minute) -> RuleStatus {
     let first = rule.limits().first();
     let limits = match rule.limits() {
         [] | [_] => Vec::new(),
-        several => several
-            .iter()
-            .map(|limit| LimitStatus {
-                label: rule.limit_label(limit),
-                name: limit.name.clone(),
-                limit: limit.params.limit,
-                unit: limit.unit.as_str(),
-                unit_multiplier: limit.multiplier,
-                algorithm: limit.params.algorithm.as_str(),
-                rollout: limit.rollout.share(),
-                penalty_seconds: limit.penalty_seconds(),
-                calendar: limit.calendar_view(now_us),
-            })
-            .collect(),
+        several => several.iter().map(|limit| LimitStatus::of(rule, limit, now_us)).collect(),
     };
     RuleStatus {
         rule: rule.label().to_string(),
