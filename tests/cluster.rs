@@ -31,6 +31,8 @@ mod aon_members;
 mod approximate;
 #[path = "cluster/approximate_surface.rs"]
 mod approximate_surface;
+#[path = "cluster/calendar.rs"]
+mod calendar;
 #[path = "cluster/cli.rs"]
 mod cli;
 #[path = "cluster/coalesce.rs"]

@@ -71,7 +71,10 @@ fn describe_one(limit: &Limit) -> String {
     if let Some(name) = &limit.name {
         let _ = write!(s, "{name}: ");
     }
-    let _ = write!(s, "{} per {} ({})", params.limit, limit.window(), params.algorithm.as_str());
+    let _ = write!(s, "{} per {} ({})", params.limit, limit.period_text(), params.algorithm.as_str());
+    if let Some(view) = limit.calendar_view(crate::store::memory::now_us()) {
+        let _ = write!(s, " next reset {}", view.next_reset);
+    }
     if params.algorithm == Algorithm::Gcra && params.burst != params.limit {
         let _ = write!(s, " burst {}", params.burst);
     }
@@ -214,6 +217,8 @@ fn rule_json(rule: &Rule) -> Value {
                 "algorithm": l.params.algorithm.as_str(),
                 "burst": l.params.burst,
                 "penalty_seconds": l.penalty_seconds(),
+                "period": l.period_text(),
+                "calendar": l.calendar_view(crate::store::memory::now_us()),
             })
         })
         .collect();
@@ -257,6 +262,23 @@ descriptors:
 
     fn store() -> StoreState {
         StoreState { kind: "memory", healthy: true, detail: String::new(), client_cert: None }
+    }
+
+    #[test]
+    fn text_and_json_show_a_calendar_period_and_its_next_reset() {
+        let policy = "domain: billing\ndescriptors:\n  - key: plan\n    rate_limit: {unit: week, requests_per_unit: 9, calendar: {}}\n";
+        let snapshot =
+            compile_sources(&[(PathBuf::from("b.yaml"), policy.to_owned())]).expect("valid policy");
+        let text = text(&snapshot, &store());
+        assert!(text.contains("9 per calendar week, UTC (fixed_window) next reset 20"), "{text}");
+        let json = json(&snapshot, &store());
+        let limit = &json["domains"][0]["rules"][0]["limits"][0];
+        assert_eq!(
+            (limit["unit"].as_str(), limit["period"].as_str()),
+            (Some("week"), Some("calendar week, UTC"))
+        );
+        assert_eq!(limit["calendar"]["time_zone"], "UTC");
+        assert!(limit["calendar"]["next_reset"].as_str().is_some_and(|t| t.ends_with("T00:00:00+00:00")));
     }
 
     #[test]

@@ -21,7 +21,14 @@ const STORE_TIMEOUT: Duration = Duration::from_millis(10);
 const LATE: Duration = Duration::from_millis(60);
 
 fn params() -> Params {
-    Params { algorithm: Algorithm::FixedWindow, limit: 20, unit_us: YEAR_US, burst: 20, penalty_us: 0 }
+    Params {
+        algorithm: Algorithm::FixedWindow,
+        limit: 20,
+        unit_us: YEAR_US,
+        burst: 20,
+        penalty_us: 0,
+        period: None,
+    }
 }
 
 fn consume(key: &str, n: u64) -> Charge {

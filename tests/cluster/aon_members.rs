@@ -36,7 +36,14 @@ const OWNERS: usize = 6;
 const REQUESTS: usize = 150;
 
 fn params(limit: u64) -> Params {
-    Params { algorithm: Algorithm::FixedWindow, limit, unit_us: YEAR_US, burst: limit, penalty_us: 0 }
+    Params {
+        algorithm: Algorithm::FixedWindow,
+        limit,
+        unit_us: YEAR_US,
+        burst: limit,
+        penalty_us: 0,
+        period: None,
+    }
 }
 
 /// One owner's buckets as they must stand (the count of each fixed window).

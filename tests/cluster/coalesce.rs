@@ -33,6 +33,7 @@ async fn hammer(store: Arc<Store>, key: &str) -> (u64, u64) {
         unit_us: 3_600_000_000,
         burst: 0,
         penalty_us: 0,
+        period: None,
     };
     let deadline = Instant::now() + Duration::from_secs(5);
     let tasks: Vec<_> = (0..CHARGES)

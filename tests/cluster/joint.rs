@@ -28,7 +28,7 @@ fn cluster_store(cluster: &RedisCluster) -> Store {
 fn charge(key: &str, algorithm: Algorithm, limit: u64, hits: Hits) -> Charge {
     Charge {
         key: key.into(),
-        params: Params { algorithm, limit, unit_us: YEAR_US, burst: limit, penalty_us: 0 },
+        params: Params { algorithm, limit, unit_us: YEAR_US, burst: limit, penalty_us: 0, period: None },
         hits,
     }
 }

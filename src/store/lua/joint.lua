@@ -18,6 +18,7 @@ local ALGORITHMS = {
   gcra = {run = gcra, kind = 'g', code = 'g'},
   sliding_window = {run = sliding, kind = 'w', code = 's'},
   fixed_window = {run = fixed, kind = 'w', code = 'f'},
+  calendar_window = {run = calendar, kind = 'w', code = 'c'},
 }
 
 -- Parse and check every member before touching anything.

@@ -27,7 +27,9 @@ pub use self::commands::Scripts;
 pub(crate) use self::pipeline::send_entries;
 pub use self::pipeline::{charge_groups_pipelined, charge_pipelined};
 pub use self::replies::{parse, parse_batch, parse_part};
-pub use self::sources::{Call, Script, APPROX_LUA, BATCH_LUA, FIXED_LUA, GCRA_LUA, JOINT_LUA, SLIDING_LUA};
+pub use self::sources::{
+    Call, Script, APPROX_LUA, BATCH_LUA, CALENDAR_LUA, FIXED_LUA, GCRA_LUA, JOINT_LUA, SLIDING_LUA,
+};
 
 #[cfg(test)]
 mod tests;

@@ -70,6 +70,7 @@ fn the_sync_call_writes_exact_modes_format() {
             unit_us: 60_000_000,
             burst: 9,
             penalty_us: 0,
+            period: None,
         },
         unsent: Unsent { start: 120_000_000, delta: -2, carry: 3 },
         orphan: false,
@@ -91,8 +92,14 @@ fn the_sync_call_writes_exact_modes_format() {
 #[test]
 fn a_cluster_wake_is_one_call_per_slot_of_at_most_a_chunk() {
     use crate::store::redis::cluster::{key_slot, ClusterSettings, ClusterStore, Lane};
-    let params =
-        Params { algorithm: Algorithm::FixedWindow, limit: 9, unit_us: 1_000_000, burst: 9, penalty_us: 0 };
+    let params = Params {
+        algorithm: Algorithm::FixedWindow,
+        limit: 9,
+        unit_us: 1_000_000,
+        burst: 9,
+        penalty_us: 0,
+        period: None,
+    };
     let unsent = Unsent { start: 0, delta: 1, carry: 0 };
     let item = |key: String| sync::Item { key: key.into(), params, unsent, orphan: false };
     // 600 buckets of one slot (a hash tag) among 40 of their own slots.
