@@ -16,8 +16,14 @@ use tollgate::store::{Charge, Guarded, RedisSettings, Store};
 use crate::cluster_support::{ClusterTls, RedisCluster, MASTERS};
 use crate::sentinel_support::{RedisSentinel, MASTER_NAME};
 
-const PARAMS: Params =
-    Params { algorithm: Algorithm::FixedWindow, limit: 2, unit_us: 3_600_000_000, burst: 2, penalty_us: 0 };
+const PARAMS: Params = Params {
+    algorithm: Algorithm::FixedWindow,
+    limit: 2,
+    unit_us: 3_600_000_000,
+    burst: 2,
+    penalty_us: 0,
+    period: None,
+};
 
 /// A CA, the nodes' certificate for 127.0.0.1 and a client certificate, as PEM files.
 fn certificates(dir: &std::path::Path) {
