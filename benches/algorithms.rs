@@ -10,7 +10,7 @@ use tollgate::store::{Charge, MemoryStore};
 const NOW: u64 = 1_700_000_000_000_000;
 
 fn params(algorithm: Algorithm, limit: u64) -> Params {
-    Params { algorithm, limit, unit_us: 60_000_000, burst: limit, penalty_us: 0 }
+    Params { algorithm, limit, unit_us: 60_000_000, burst: limit, penalty_us: 0, period: None }
 }
 
 fn algorithms(c: &mut Criterion) {

@@ -61,6 +61,7 @@ async fn main() -> anyhow::Result<()> {
         unit_us: 60_000_000,
         burst: 1_000_000,
         penalty_us: 0,
+        period: None,
     };
     println!("keys per round: {}, at most {MAX_PER_WAKE} buckets a wake", args.keys);
     for round in 0..args.rounds {

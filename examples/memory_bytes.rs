@@ -31,8 +31,14 @@ fn rss() -> anyhow::Result<u64> {
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let now = 1_700_000_000_000_000;
-    let params =
-        Params { algorithm: Algorithm::Gcra, limit: 1_000, unit_us: 60_000_000, burst: 1_000, penalty_us: 0 };
+    let params = Params {
+        algorithm: Algorithm::Gcra,
+        limit: 1_000,
+        unit_us: 60_000_000,
+        burst: 1_000,
+        penalty_us: 0,
+        period: None,
+    };
     let pad = "p".repeat(args.pad);
     // Twice the keys: shards are capped one by one, and a full shard evicts before the
     // whole store holds `--keys`. This measures the bytes of live buckets, not eviction.

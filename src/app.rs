@@ -160,7 +160,8 @@ pub async fn spawn(settings: ServeSettings) -> anyhow::Result<Running> {
     .with_overrides(overrides.clone())
     .with_key_secret(key_secret)
     .with_listener(admin_addr)
-    .with_quota(streams.clone());
+    .with_quota(streams.clone())
+    .with_redis_tls(settings.redis.tls.clone());
     admin.log_exposure(admin_addr);
     let (health, health_service) = tonic_health::server::health_reporter();
     let mut tasks =

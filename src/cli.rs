@@ -6,7 +6,7 @@
 //! environment (peer mode). `usage` and `reset` take the admin client's `AdminCall`.
 //!
 //! Layers inside, top to bottom (`tests/layers.rs`): `peer`; this file; `serve`; `tracing`;
-//! `load`, `values`, `xds`.
+//! `redis_tls`, `load`, `values`, `xds`.
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -16,6 +16,7 @@ use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 
 mod load;
 pub mod peer;
+mod redis_tls;
 mod serve;
 #[cfg(test)]
 mod tests;

@@ -35,6 +35,7 @@ const PARAMS: Params = Params {
     unit_us: 3_600_000_000,
     burst: 0,
     penalty_us: 0,
+    period: None,
 };
 
 fn consume(key: &str) -> Charge {

@@ -31,6 +31,8 @@ mod aon_members;
 mod approximate;
 #[path = "cluster/approximate_surface.rs"]
 mod approximate_surface;
+#[path = "cluster/calendar.rs"]
+mod calendar;
 #[path = "cluster/cli.rs"]
 mod cli;
 #[path = "cluster/coalesce.rs"]
@@ -62,3 +64,5 @@ mod sentinel;
 #[allow(dead_code)]
 #[path = "cluster/support.rs"]
 mod support;
+#[path = "cluster/tls.rs"]
+mod tls;

@@ -27,6 +27,24 @@ const INVALID: &[(&str, &str, &str, Option<usize>)] = &[
     ),
     ("burst_zero.yaml", "descriptors[0].rate_limit.burst", "burst must be greater than 0", Some(7)),
     (
+        "calendar_below_a_day.yaml",
+        "descriptors[0].rate_limit.unit",
+        "unit hour is not a calendar period (expected day, week, month or year) with calendar",
+        Some(5),
+    ),
+    (
+        "calendar_unknown_zone.yaml",
+        "descriptors[0].rate_limit.calendar.time_zone",
+        "unknown time zone \"Europe/Atlantis\"",
+        Some(8),
+    ),
+    (
+        "calendar_with_gcra.yaml",
+        "descriptors[0].rate_limit.calendar",
+        "calendar with algorithm gcra: a calendar period is a fixed window's",
+        Some(8),
+    ),
+    (
         "duplicate_default_key.yaml",
         "descriptors[0].descriptors[1].key",
         "key \"user\" without a value is already defined at descriptors[0].descriptors[0]",

@@ -30,6 +30,8 @@ mod legacy;
 #[path = "differential/junk.rs"]
 mod junk;
 
+#[path = "differential/calendar.rs"]
+mod calendar;
 #[path = "differential/reserve.rs"]
 mod reserve;
 
@@ -164,7 +166,14 @@ pub(crate) fn arb_penalty() -> impl Strategy<Value = u64> {
 
 fn arb_params(algorithm: Algorithm) -> impl Strategy<Value = Params> {
     (arb_count(), arb_unit(), arb_count(), arb_penalty()).prop_map(
-        move |(limit, unit_us, burst, penalty_us)| Params { algorithm, limit, unit_us, burst, penalty_us },
+        move |(limit, unit_us, burst, penalty_us)| Params {
+            algorithm,
+            limit,
+            unit_us,
+            burst,
+            penalty_us,
+            period: None,
+        },
     )
 }
 
@@ -203,6 +212,7 @@ fn arb_high_rate_case() -> impl Strategy<Value = (Params, u64, Vec<(Tick, Hits)>
                 unit_us,
                 burst,
                 penalty_us: 0,
+                period: None,
             })
         });
     let tick = prop_oneof![
@@ -358,7 +368,7 @@ fn scripts_on_the_server_clock_admit_exactly_the_burst() {
     for (algorithm, burst, expected) in cases {
         let sha = load(&mut con, algorithm);
         let key = format!("clock:{}:{burst}", algorithm.as_str());
-        let p = Params { algorithm, limit: 5, unit_us: DAY_US, burst, penalty_us: 0 };
+        let p = Params { algorithm, limit: 5, unit_us: DAY_US, burst, penalty_us: 0, period: None };
         let allowed: Vec<i64> = (0..6)
             .map(|_| eval(&mut con, &sha, &key, &p, Hits::Consume(1), None).expect("eval")[0])
             .collect();

@@ -44,7 +44,10 @@ const LAYERS: &[&[&str]] = &[
 /// `mod` is the area's own file (`store/mod.rs`, `cli.rs`). Every part of every area is in
 /// one layer.
 const AREAS: &[(&str, &[&[&str]])] = &[
-    ("cli", &[&["peer", "tests"], &["mod"], &["serve"], &["tracing"], &["load", "values", "xds"]]),
+    (
+        "cli",
+        &[&["peer", "tests"], &["mod"], &["serve"], &["tracing"], &["redis_tls", "load", "values", "xds"]],
+    ),
     ("app", &[&["mod"], &["servers"], &["tasks"], &["loading", "store"], &["settings"]]),
     ("operate", &[&["mod"], &["admin"], &["check", "explain", "rlconfig", "status"]]),
     (

@@ -27,7 +27,21 @@ impl Algorithm {
     }
 }
 
-/// The numbers one limit is enforced with. Built once at config compile time.
+/// One calendar period (`rate_limit.calendar`): a fixed window whose bounds are not
+/// `unit_us`-aligned but computed from a time zone's civil calendar (a day, an ISO week, a
+/// month, a year). Computed once, in Rust (`config::Calendar::period_at`), from the
+/// instance's clock when the charge is built, and carried to the algorithm (memory) or the
+/// script (Redis) with the charge.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Period {
+    /// The period's first µs (since the epoch).
+    pub start_us: u64,
+    /// The next period's first µs; `> start_us`.
+    pub end_us: u64,
+}
+
+/// The numbers one limit is enforced with. Built once at config compile time; a calendar
+/// limit's `period` is filled in per charge.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Params {
     pub algorithm: Algorithm,
@@ -41,6 +55,10 @@ pub struct Params {
     /// `penalty`: once a consume is denied, the bucket denies everything for this many µs
     /// after the breach (see `algorithm::penalty`). 0: no penalty.
     pub penalty_us: u64,
+    /// A fixed window on a calendar (`rate_limit.calendar`): the period the instance's
+    /// clock is in when the charge was built (see `fixed_window::apply`). `None` for every
+    /// other limit, and in a compiled rule (the service fills it in per charge).
+    pub period: Option<Period>,
 }
 
 /// How a descriptor charges its bucket.

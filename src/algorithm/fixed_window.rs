@@ -2,12 +2,16 @@
 //! (`ws = now - now % unit`), one counter reset when the window changes — except that a
 //! denied request consumes nothing.
 //!
+//! A calendar limit (`Params::period`) is the same counter over the period the caller
+//! computed (a day, ISO week, month or year in a time zone) instead of `unit`-aligned
+//! windows: see [`apply`].
+//!
 //! Owns the math only: no I/O, no clock (`now` is passed in, µs since the epoch).
 //! `src/store/lua/fixed_window.lua` is the same function for Redis;
 //! `tests/differential.rs` keeps the two equal. All values are clamped to, and saturate
 //! at, [`MAX_VALUE`](super::MAX_VALUE) (2^53 − 1), exactly as the script does.
 
-use super::bucket::{Decision, Hits, Outcome, Params, State, Write};
+use super::bucket::{Decision, Hits, Outcome, Params, Period, State, Write};
 use super::saturating::{add, clamp};
 
 /// Applies the fixed window to the stored `(start, count, _)` (`None` = never seen or
@@ -25,6 +29,18 @@ use super::saturating::{add, clamp};
 /// Refund: `count - n` (never below 0), always allowed, `Delete` once the count is 0.
 /// Overdraw: as a consume when it fits; otherwise recorded all the same, the count capped
 /// at the limit (the window spent to its end, where the debt ends), and denied.
+///
+/// Calendar periods (`p.period = Some([start, end))`, computed by the caller from its own
+/// clock): the window is that period, and its end is stored as the state's third field.
+/// A stored period that starts later than the given one and ends after its own start (an
+/// instance whose clock crossed the boundary first) is the window instead: the count is
+/// never reset by a caller that has not crossed yet. `now` (Redis `TIME` in the scripts)
+/// is then clamped into the window (`[start, end − 1]`): a clock behind the caller counts
+/// from the period's start, a clock past its end counts in it until the caller crosses
+/// (`reset_us` then 1 µs). So which period a charge falls in is the callers' clocks'
+/// decision, never the server's; the server's clock only measures the time left. A period's
+/// state expires [`CALENDAR_GRACE_US`] after its end (so a caller a little behind still
+/// finds the count it must not reset); state read after that is no state.
 pub fn apply(state: Option<(u64, u64, u64)>, now: u64, p: &Params, hits: Hits) -> Outcome {
     let window = Window::observe(state, now, p);
     match hits {
@@ -55,6 +71,12 @@ pub fn apply(state: Option<(u64, u64, u64)>, now: u64, p: &Params, hits: Hits) -
     }
 }
 
+/// How long a calendar period's count outlives the period's end: callers whose clocks have
+/// not crossed the boundary yet (behind the server's, or a charge planned just before it)
+/// still count in the period, never in a fresh copy of it. Clocks further apart than this
+/// are a broken deployment: such a caller would count in an empty copy of its period.
+pub const CALENDAR_GRACE_US: u64 = 60_000_000;
+
 /// `(fresh, now)`: hits a fresh window admits (`limit`), and hits the stored count still
 /// admits at `now`. For [`standing`](super::standing).
 pub(super) fn admissible(state: Option<(u64, u64, u64)>, now: u64, p: &Params) -> (u64, u64) {
@@ -65,16 +87,23 @@ pub(super) fn admissible(state: Option<(u64, u64, u64)>, now: u64, p: &Params) -
 /// One bucket at one instant; every field <= MAX_VALUE.
 struct Window {
     limit: u64,
-    unit: u64,
     /// Start of the current window (`now - now % unit`, `now = max(now, stored start)`).
     start: u64,
     /// Time until the window ends, in `[1, unit]`.
     left: u64,
     count: u64,
+    /// What the state's third field stores: 0, or a calendar period's end.
+    end: u64,
+    /// When the state expires: the window's end (a calendar period's: that plus
+    /// [`CALENDAR_GRACE_US`]).
+    expires_at: u64,
 }
 
 impl Window {
     fn observe(state: Option<(u64, u64, u64)>, now: u64, p: &Params) -> Window {
+        if let Some(period) = p.period {
+            return Window::calendar(state, now, p, period);
+        }
         let unit = clamp(p.unit_us).max(1);
         let stored = state.map(|(s, c, _)| (clamp(s), clamp(c)));
         let now = stored.map_or(clamp(now), |(s, _)| clamp(now).max(s));
@@ -84,7 +113,31 @@ impl Window {
             Some((s, c)) if s == start => c,
             _ => 0,
         };
-        Window { limit: clamp(p.limit), unit, start, left: unit - elapsed, count }
+        // Not saturated: a store must never see it as passed while it still counts.
+        let expires_at = start + unit;
+        Window { limit: clamp(p.limit), start, left: unit - elapsed, count, end: 0, expires_at }
+    }
+
+    /// The window of a calendar limit at `now` (see [`apply`]).
+    fn calendar(state: Option<(u64, u64, u64)>, now: u64, p: &Params, period: Period) -> Window {
+        let now = clamp(now);
+        let stored = state
+            .map(|(s, c, e)| (clamp(s), clamp(c), clamp(e)))
+            .filter(|&(_, _, e)| add(e, CALENDAR_GRACE_US) > now);
+        let mut start = clamp(period.start_us);
+        let mut end = clamp(period.end_us).max(add(start, 1));
+        if let Some((s, _, e)) = stored {
+            if s > start && e > s {
+                (start, end) = (s, e);
+            }
+        }
+        let now = now.max(start).min(end - 1);
+        let count = match stored {
+            Some((s, c, _)) if s == start => c,
+            _ => 0,
+        };
+        let expires_at = add(end, CALENDAR_GRACE_US);
+        Window { limit: clamp(p.limit), start, left: end - now, count, end, expires_at }
     }
 
     /// An allowed answer for a window holding `count`.
@@ -109,15 +162,16 @@ impl Window {
             Write::Delete
         } else {
             Write::Put {
-                state: State::Window { start: self.start, current: count, previous: 0, until: 0 },
-                // Not saturated: a store must never see it as passed while it still counts.
-                expires_at: self.start + self.unit,
+                state: State::Window { start: self.start, current: count, previous: self.end, until: 0 },
+                expires_at: self.expires_at,
             }
         };
         Outcome { decision: self.describe(count), write }
     }
 }
 
+#[cfg(test)]
+mod calendar_tests;
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -128,7 +182,7 @@ mod tests {
     const WS: u64 = 1_700_000_000 * UNIT;
 
     fn params(limit: u64, unit_us: u64) -> Params {
-        Params { algorithm: Algorithm::FixedWindow, limit, unit_us, burst: 0, penalty_us: 0 }
+        Params { algorithm: Algorithm::FixedWindow, limit, unit_us, burst: 0, penalty_us: 0, period: None }
     }
 
     type St = Option<(u64, u64, u64)>;

@@ -25,7 +25,7 @@ mod saturating;
 pub mod share;
 pub mod sliding_window;
 
-pub use bucket::{Algorithm, Decision, Hits, Outcome, Params, State, Write};
+pub use bucket::{Algorithm, Decision, Hits, Outcome, Params, Period, State, Write};
 use saturating::clamp;
 pub(crate) use saturating::mul_div_ceil;
 pub use saturating::MAX_VALUE;
@@ -137,7 +137,7 @@ mod tests {
     const HOUR: u64 = 3_600_000_000;
 
     fn params(algorithm: Algorithm, limit: u64, unit_us: u64, burst: u64) -> Params {
-        Params { algorithm, limit, unit_us, burst, penalty_us: 0 }
+        Params { algorithm, limit, unit_us, burst, penalty_us: 0, period: None }
     }
 
     /// The state after `n` single hits at `now` on a fresh bucket.
@@ -229,6 +229,7 @@ mod tests {
                 unit_us,
                 burst,
                 penalty_us: 0,
+                period: None,
             })
     }
 

@@ -13,7 +13,7 @@ const HOUR: u64 = 3_600_000_000;
 const TRILLION: u64 = 1_000_000_000_000;
 
 fn params(algorithm: Algorithm, limit: u64, unit_us: u64, burst: u64) -> Params {
-    Params { algorithm, limit, unit_us, burst, penalty_us: 0 }
+    Params { algorithm, limit, unit_us, burst, penalty_us: 0, period: None }
 }
 
 /// A bucket as a store keeps it: the state and when it expires.

@@ -84,7 +84,7 @@ mod tests {
     const PENALTY: u64 = 10 * MINUTE;
 
     fn params(algorithm: Algorithm) -> Params {
-        Params { algorithm, limit: 2, unit_us: MINUTE, burst: 2, penalty_us: PENALTY }
+        Params { algorithm, limit: 2, unit_us: MINUTE, burst: 2, penalty_us: PENALTY, period: None }
     }
 
     /// Charges `hits` at `now`, keeping the state as a store would.
@@ -149,6 +149,7 @@ mod tests {
             unit_us: 60 * MINUTE,
             burst: 0,
             penalty_us: PENALTY,
+            period: None,
         };
         let start = NOW - NOW % p.unit_us;
         let mut state = None;

@@ -198,7 +198,7 @@ mod tests {
     const WS: u64 = 28_333_333 * UNIT; // an aligned window start near 2023
 
     fn params(limit: u64, unit_us: u64) -> Params {
-        Params { algorithm: Algorithm::SlidingWindow, limit, unit_us, burst: 0, penalty_us: 0 }
+        Params { algorithm: Algorithm::SlidingWindow, limit, unit_us, burst: 0, penalty_us: 0, period: None }
     }
 
     type St = Option<(u64, u64, u64)>;

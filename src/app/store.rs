@@ -35,7 +35,7 @@ fn build_redis(settings: &ServeSettings) -> anyhow::Result<Store> {
 
 fn build_topology(settings: &ServeSettings) -> anyhow::Result<Store> {
     let link = settings.redis.link(settings.store_timeout);
-    let ca_file = settings.redis.ca_file.clone();
+    let tls = settings.redis.tls.clone();
     // Always a table: a reload may give any rule `lease: true`.
     let leases = LeaseSettings {
         every_rule: settings.lease_hot_keys,
@@ -66,7 +66,7 @@ fn build_topology(settings: &ServeSettings) -> anyhow::Result<Store> {
                     "the key prefix holds a hash tag: every bucket is in one slot, on one master"
                 );
             }
-            let cluster = ClusterSettings { nodes: nodes.clone(), ca_file, link };
+            let cluster = ClusterSettings { nodes: nodes.clone(), tls, link };
             let client = ClusterStore::new(&cluster).context("redis cluster store")?;
             Store::Cluster(
                 Guarded::new(client, None)
@@ -80,7 +80,7 @@ fn build_topology(settings: &ServeSettings) -> anyhow::Result<Store> {
                 master: master.clone(),
                 sentinels: sentinels.clone(),
                 master_url: Some(settings.redis.url.clone()),
-                ca_file,
+                tls,
                 link,
                 batch: settings.redis.batch,
             };

@@ -251,9 +251,6 @@ fn redis(serve: &mut Serve, m: &ArgMatches, env: &PeerEnv) -> Result<(), String>
             ))
         }
     }
-    if env.get("REDIS_TLS_CLIENT_CERT").is_some() || env.get("REDIS_TLS_CLIENT_KEY").is_some() {
-        return Err("REDIS_TLS_CLIENT_CERT/REDIS_TLS_CLIENT_KEY: Tollgate presents no client certificate to Redis; a Redis that requires one would refuse every call and the failure policy would answer them all".into());
-    }
     if env.is_true("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION")? {
         return Err("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION=true: Tollgate always verifies Redis's host name; give REDIS_TLS_CACERT (or --redis-ca-file) for a private CA".into());
     }
@@ -263,6 +260,15 @@ fn redis(serve: &mut Serve, m: &ArgMatches, env: &PeerEnv) -> Result<(), String>
     }
     if !given(m, "redis_ca_file") {
         serve.redis_ca_file = env.get("REDIS_TLS_CACERT").map(PathBuf::from).or(serve.redis_ca_file.take());
+    }
+    // Envoy Gateway's `redis.tls.certificateRef`: presented to Redis (checked at startup).
+    if !given(m, "redis_client_cert_file") && !given(m, "redis_client_key_file") {
+        if let Some(cert) = env.get("REDIS_TLS_CLIENT_CERT") {
+            serve.redis_client_cert_file = Some(PathBuf::from(cert));
+        }
+        if let Some(key) = env.get("REDIS_TLS_CLIENT_KEY") {
+            serve.redis_client_key_file = Some(PathBuf::from(key));
+        }
     }
     if ["redis_url", "redis_cluster_nodes", "redis_sentinel"].iter().any(|id| given(m, id)) {
         return Ok(());

@@ -64,6 +64,14 @@ pub struct Serve {
     /// PEM CA bundle to verify the Redis server's TLS certificate (rediss://).
     #[arg(long, env = "TOLLGATE_REDIS_CA_FILE")]
     pub redis_ca_file: Option<PathBuf>,
+    /// PEM client certificate presented to every rediss:// server (with
+    /// --redis-client-key-file). Read again for every new connection: a rotated file is used
+    /// without a restart.
+    #[arg(long, env = "TOLLGATE_REDIS_CLIENT_CERT_FILE")]
+    pub redis_client_cert_file: Option<PathBuf>,
+    /// PEM private key of --redis-client-cert-file.
+    #[arg(long, env = "TOLLGATE_REDIS_CLIENT_KEY_FILE")]
+    pub redis_client_key_file: Option<PathBuf>,
     /// Fewest failed Redis calls within the breaker window that open the circuit breaker
     /// (0 = no breaker).
     #[arg(long, env = "TOLLGATE_BREAKER_FAILURES", default_value_t = 5)]
@@ -285,6 +293,14 @@ impl Serve {
         settings.xds = chosen.xds;
         settings.ready_needs_domain = chosen.ready_needs_domain;
         settings.tracing = self.trace.choose(env)?;
+        let client = super::redis_tls::client_cert(
+            self.redis_client_cert_file.as_ref(),
+            self.redis_client_key_file.as_ref(),
+            self.store,
+            &self.redis_url,
+            &settings.redis_topology,
+        )?;
+        settings.redis.tls = crate::store::redis::Tls::new(self.redis_ca_file.clone(), client);
         Ok(settings)
     }
 
@@ -299,7 +315,7 @@ impl Serve {
             redis: RedisSettings {
                 url: self.redis_url.clone(),
                 connections: self.redis_connections,
-                ca_file: self.redis_ca_file.clone(),
+                tls: crate::store::redis::Tls::new(self.redis_ca_file.clone(), None),
                 breaker: BreakerSettings {
                     failures: self.breaker_failures,
                     failure_rate: self.breaker_failure_rate,

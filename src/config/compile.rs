@@ -22,6 +22,7 @@ use super::raw::{Positions, RawDescriptor};
 use super::rule::{Level, Rule};
 use super::yaml;
 
+mod calendar;
 mod consistency;
 mod headers;
 mod limits;

@@ -21,7 +21,9 @@ use std::marker::PhantomData;
 use serde::de::{self, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 
-use super::raw::{RawDescriptor, RawFile, RawRateLimit, RawReplaces, RawReservations, RawResponse};
+use super::raw::{
+    RawCalendar, RawDescriptor, RawFile, RawRateLimit, RawReplaces, RawReservations, RawResponse,
+};
 
 /// A field as written: `None` when absent, `Some(None)` when written as `null` (which
 /// still overrides a merged value), `Some(Some(_))` otherwise.
@@ -229,6 +231,8 @@ struct RateLimitLayer {
     response: Written<ResponseLayer>,
     #[serde(default, deserialize_with = "present")]
     overdraft: Option<bool>,
+    #[serde(default, deserialize_with = "present")]
+    calendar: Written<CalendarLayer>,
     #[serde(rename = "<<", default)]
     merged: Merged<RateLimitLayer>,
 }
@@ -238,7 +242,7 @@ impl RateLimitLayer {
         for base in std::mem::take(&mut self.merged).0 {
             let base = base.flatten();
             fill!(self, base; unit, unit_multiplier, requests_per_unit, unlimited, name, replaces, algorithm,
-                burst, rollout, penalty, response, overdraft);
+                burst, rollout, penalty, response, overdraft, calendar);
         }
         self
     }
@@ -261,8 +265,21 @@ impl RateLimitLayer {
             penalty: limit.penalty.flatten(),
             response: limit.response.flatten().map(ResponseLayer::resolve),
             overdraft: limit.overdraft.unwrap_or_default(),
+            // `calendar:` with nothing after it is `calendar: {}` (UTC).
+            calendar: limit.calendar.map(|c| RawCalendar { time_zone: c.and_then(|c| c.time_zone) }),
         }
     }
+}
+
+/// A limit's `calendar`, as written (no merge keys inside: one field).
+#[derive(Debug, Default, Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a mapping with an optional `time_zone`, such as {time_zone: Europe/Berlin}"
+)]
+struct CalendarLayer {
+    #[serde(default)]
+    time_zone: Option<String>,
 }
 
 /// A limit's `response`, as written (no merge keys inside: it is small and specific).

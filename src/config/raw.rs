@@ -100,6 +100,16 @@ pub struct RawRateLimit {
     pub response: Option<RawResponse>,
     /// Every consume is recorded, even past the limit (usage reported after the fact).
     pub overdraft: bool,
+    /// The windows are calendar periods (a day, ISO week, month or year) in a time zone;
+    /// fixed_window only.
+    pub calendar: Option<RawCalendar>,
+}
+
+/// A limit's `calendar`, as written: `{}` is UTC.
+#[derive(Debug, Default)]
+pub struct RawCalendar {
+    /// An IANA zone name (`Europe/Berlin`); absent: UTC.
+    pub time_zone: Option<String>,
 }
 
 /// A limit's `response`, as written: every field optional (checked by `compile`).

@@ -7,15 +7,17 @@
 //!
 //! This file holds the rule and the path to it; a limit's parts live beside it, each
 //! re-exported here so `config::rule::X` names them all: `limit` (a `Limit` and the
-//! helpers that build its `Params`), `unit` (the window's unit), `rollout` (the share of
+//! helpers that build its `Params`), `calendar` (the periods of a calendar limit), `unit` (the window's unit), `rollout` (the share of
 //! buckets enforced), `response` (the body and headers of a denial). They import one
 //! another, never this file.
 
+mod calendar;
 mod limit;
 mod response;
 mod rollout;
 mod unit;
 
+pub use self::calendar::{Calendar, CalendarError, PeriodView};
 pub use self::limit::{params, params_window, penalty_seconds, Limit, MAX_PENALTY_SECONDS};
 pub use self::response::{
     DenialResponse, Template, MAX_RESPONSE_BODY, MAX_RESPONSE_HEADERS, MAX_RESPONSE_VALUE,

@@ -126,6 +126,11 @@ async fn metrics(State(admin): State<Admin>) -> impl IntoResponse {
     }
     let name = admin.store.name();
     admin.metrics.export_store(name);
+    if let Some(cert) = admin.redis_tls.as_ref().and_then(crate::store::redis::Tls::client_cert) {
+        let now =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        admin.metrics.set_redis_client_cert(name, cert.not_after, i64::try_from(now).unwrap_or(i64::MAX));
+    }
     admin.overrides.export();
     match admin.store.as_ref() {
         Store::Memory(_) => {}
@@ -196,7 +201,7 @@ async fn explain(State(admin): State<Admin>, uri: axum::http::Uri) -> axum::resp
 
 async fn rlconfig(State(admin): State<Admin>, Query(format): Query<Format>) -> axum::response::Response {
     let active = admin.live.load();
-    let store = store_state(&admin.store);
+    let store = store_state(&admin);
     // From xDS: the server, the acknowledged version and the last rejection come first.
     let xds = admin.live.xds_state();
     if format.format.as_deref() == Some("json") {
@@ -235,7 +240,15 @@ fn set_breaker(admin: &Admin, breaker: Option<&crate::store::breaker::Breaker>) 
     }
 }
 
-fn store_state(store: &Store) -> crate::operate::rlconfig::StoreState {
+fn store_state(admin: &Admin) -> crate::operate::rlconfig::StoreState {
+    let mut state = store_kind(&admin.store);
+    if state.kind != "memory" {
+        state.client_cert = admin.redis_tls.as_ref().map(|tls| tls.client.as_ref().and(tls.client_cert()));
+    }
+    state
+}
+
+fn store_kind(store: &Store) -> crate::operate::rlconfig::StoreState {
     match store {
         Store::Memory(memory) => {
             let stats = memory.stats();
@@ -243,22 +256,26 @@ fn store_state(store: &Store) -> crate::operate::rlconfig::StoreState {
                 kind: "memory",
                 healthy: true,
                 detail: format!("{} keys", stats.keys),
+                client_cert: None,
             }
         }
         Store::Redis(redis) => crate::operate::rlconfig::StoreState {
             kind: "redis",
             healthy: redis.client().is_healthy(),
             detail: redis.client().redacted_url(),
+            client_cert: None,
         },
         Store::Cluster(cluster) => crate::operate::rlconfig::StoreState {
             kind: "redis_cluster",
             healthy: cluster.client().is_healthy(),
             detail: cluster.client().redacted_nodes(),
+            client_cert: None,
         },
         Store::Sentinel(sentinel) => crate::operate::rlconfig::StoreState {
             kind: "redis_sentinel",
             healthy: sentinel.client().is_healthy(),
             detail: sentinel.client().description(),
+            client_cert: None,
         },
     }
 }

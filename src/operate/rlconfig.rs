@@ -12,6 +12,7 @@ use serde_json::{json, Value};
 
 use crate::algorithm::Algorithm;
 use crate::config::{Limit, Rule, RuleLimit, Snapshot};
+use crate::store::redis::CertInfo;
 
 /// The store's state as shown to operators.
 #[derive(Debug, Clone)]
@@ -20,6 +21,29 @@ pub struct StoreState {
     pub healthy: bool,
     /// Redacted URL (redis) or key count (memory).
     pub detail: String,
+    /// A Redis store: the client certificate it presents (`Some(None)`: none). Memory: `None`.
+    pub client_cert: Option<Option<CertInfo>>,
+}
+
+/// Whole days from `now` (Unix seconds) until `not_after` (negative once past).
+pub fn days_left(not_after: i64, now: i64) -> i64 {
+    not_after.saturating_sub(now).div_euclid(86_400)
+}
+
+fn now_s() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(0))
+}
+
+/// `on (subject …, expires …, in N days)` or `off`.
+fn describe_cert(cert: Option<&CertInfo>) -> String {
+    match cert {
+        Some(c) => {
+            format!("on ({}, expires {}, in {} days)", c.subject, c.expires, days_left(c.not_after, now_s()))
+        }
+        None => "off".to_string(),
+    }
 }
 
 fn loaded_at(snapshot: &Snapshot) -> u64 {
@@ -47,7 +71,10 @@ fn describe_one(limit: &Limit) -> String {
     if let Some(name) = &limit.name {
         let _ = write!(s, "{name}: ");
     }
-    let _ = write!(s, "{} per {} ({})", params.limit, limit.window(), params.algorithm.as_str());
+    let _ = write!(s, "{} per {} ({})", params.limit, limit.period_text(), params.algorithm.as_str());
+    if let Some(view) = limit.calendar_view(crate::store::memory::now_us()) {
+        let _ = write!(s, " next reset {}", view.next_reset);
+    }
     if params.algorithm == Algorithm::Gcra && params.burst != params.limit {
         let _ = write!(s, " burst {}", params.burst);
     }
@@ -90,6 +117,9 @@ pub fn text(snapshot: &Snapshot, store: &StoreState) -> String {
     let _ = writeln!(out, "default_algorithm: {}", snapshot.default_algorithm.as_str());
     let health = if store.healthy { "up" } else { "down" };
     let _ = writeln!(out, "store: {} ({health}) {}", store.kind, store.detail);
+    if let Some(cert) = &store.client_cert {
+        let _ = writeln!(out, "redis_client_cert: {}", describe_cert(cert.as_ref()));
+    }
     for domain in sorted_domains(snapshot) {
         let files: Vec<String> = domain.files.iter().map(|file| file.display().to_string()).collect();
         let _ = writeln!(
@@ -147,9 +177,21 @@ pub fn json(snapshot: &Snapshot, store: &StoreState) -> Value {
         "version": snapshot.version,
         "loaded_at": loaded_at(snapshot),
         "default_algorithm": snapshot.default_algorithm.as_str(),
-        "store": { "kind": store.kind, "healthy": store.healthy, "detail": store.detail },
+        "store": store_json(store),
         "domains": domains,
     })
+}
+
+fn store_json(store: &StoreState) -> Value {
+    let mut out = json!({ "kind": store.kind, "healthy": store.healthy, "detail": store.detail });
+    let Some(cert) = &store.client_cert else { return out };
+    out["redis_client_cert"] = json!(if cert.is_some() { "on" } else { "off" });
+    if let Some(cert) = cert {
+        out["redis_client_cert_subject"] = json!(cert.subject);
+        out["redis_client_cert_not_after"] = json!(cert.not_after);
+        out["redis_client_cert_days_left"] = json!(days_left(cert.not_after, now_s()));
+    }
+    out
 }
 
 fn rule_json(rule: &Rule) -> Value {
@@ -175,6 +217,8 @@ fn rule_json(rule: &Rule) -> Value {
                 "algorithm": l.params.algorithm.as_str(),
                 "burst": l.params.burst,
                 "penalty_seconds": l.penalty_seconds(),
+                "period": l.period_text(),
+                "calendar": l.calendar_view(crate::store::memory::now_us()),
             })
         })
         .collect();
@@ -217,7 +261,24 @@ descriptors:
     }
 
     fn store() -> StoreState {
-        StoreState { kind: "memory", healthy: true, detail: String::new() }
+        StoreState { kind: "memory", healthy: true, detail: String::new(), client_cert: None }
+    }
+
+    #[test]
+    fn text_and_json_show_a_calendar_period_and_its_next_reset() {
+        let policy = "domain: billing\ndescriptors:\n  - key: plan\n    rate_limit: {unit: week, requests_per_unit: 9, calendar: {}}\n";
+        let snapshot =
+            compile_sources(&[(PathBuf::from("b.yaml"), policy.to_owned())]).expect("valid policy");
+        let text = text(&snapshot, &store());
+        assert!(text.contains("9 per calendar week, UTC (fixed_window) next reset 20"), "{text}");
+        let json = json(&snapshot, &store());
+        let limit = &json["domains"][0]["rules"][0]["limits"][0];
+        assert_eq!(
+            (limit["unit"].as_str(), limit["period"].as_str()),
+            (Some("week"), Some("calendar week, UTC"))
+        );
+        assert_eq!(limit["calendar"]["time_zone"], "UTC");
+        assert!(limit["calendar"]["next_reset"].as_str().is_some_and(|t| t.ends_with("T00:00:00+00:00")));
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! The status page of the admin port: `GET /` (HTML) and `GET /v1/status` (JSON), one view.
 //!
 //! Layout: this file (`Status`: gathers the serving config, the store's state and the
-//! server's one-minute history into one value, serialised as the JSON contract), `page`
+//! server's one-minute history into one value, serialised as the JSON contract; each limit
+//! of a rule with several is `limits`'), `page`
 //! (renders that value as a self-contained HTML page). The history (decisions per second
 //! of each rule, store latency) is kept below, in `crate::telemetry::metrics::history`: the request
 //! path feeds it and knows no page. Neither endpoint shows request values, and neither
@@ -12,15 +13,18 @@
 //! per-process key ([`HotBuckets`], decided by `admin`). Must not be on the request path: gathering takes
 //! a lock (the reload error) and walks every rule.
 
+mod limits;
 pub mod page;
 pub mod rlqs;
 
+pub use self::limits::LimitStatus;
 pub use self::rlqs::RlqsStatus;
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 
+use crate::config::rule::PeriodView;
 use crate::config::{Domain, Limit, Rule, RuleLimit};
 use crate::sources::serving::Live;
 use crate::store::breaker::{Breaker, BreakerState};
@@ -187,6 +191,9 @@ pub struct RuleStatus {
     pub rollout: Option<f64>,
     /// The first limit's `penalty` in seconds (0: none); `null` for `unlimited`.
     pub penalty_seconds: Option<u64>,
+    /// The first limit's calendar period and next reset; absent unless it has a `calendar`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub calendar: Option<PeriodView>,
     /// Every limit, only for a rule with several (`rate_limits`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub limits: Vec<LimitStatus>,
@@ -196,22 +203,6 @@ pub struct RuleStatus {
     /// Per-second counts of the last minute, oldest first (for the page's chart).
     #[serde(skip)]
     pub minute: Minute,
-}
-
-/// One limit of a rule with several.
-#[derive(Debug, Clone, Serialize)]
-pub struct LimitStatus {
-    /// Its label in metrics (`<path>/<name>`).
-    pub label: String,
-    pub name: Option<String>,
-    pub limit: u64,
-    pub unit: &'static str,
-    pub unit_multiplier: u64,
-    pub algorithm: &'static str,
-    /// The share of its buckets enforced (`rollout`, 1 when absent).
-    pub rollout: f64,
-    /// Its `penalty` in seconds (0: none).
-    pub penalty_seconds: u64,
 }
 
 /// Decisions per second split by how they were decided, rounded to thousandths.
@@ -312,22 +303,11 @@ impl Status {
 }
 
 fn rule_status(rule: &Rule, minute: Minute) -> RuleStatus {
+    let now_us = crate::store::memory::now_us();
     let first = rule.limits().first();
     let limits = match rule.limits() {
         [] | [_] => Vec::new(),
-        several => several
-            .iter()
-            .map(|limit| LimitStatus {
-                label: rule.limit_label(limit),
-                name: limit.name.clone(),
-                limit: limit.params.limit,
-                unit: limit.unit.as_str(),
-                unit_multiplier: limit.multiplier,
-                algorithm: limit.params.algorithm.as_str(),
-                rollout: limit.rollout.share(),
-                penalty_seconds: limit.penalty_seconds(),
-            })
-            .collect(),
+        several => several.iter().map(|limit| LimitStatus::of(rule, limit, now_us)).collect(),
     };
     RuleStatus {
         rule: rule.label().to_string(),
@@ -339,6 +319,7 @@ fn rule_status(rule: &Rule, minute: Minute) -> RuleStatus {
         shadow_mode: rule.shadow_mode,
         rollout: first.map(|l| l.rollout.share()),
         penalty_seconds: first.map(Limit::penalty_seconds),
+        calendar: first.and_then(|l| l.calendar_view(now_us)),
         limits,
         per_second: minute.per_second().into(),
         minute,

@@ -224,7 +224,13 @@ fn push_charges(
             None => key::domain_override_key(key_prefix, domain, one.params.algorithm, one.unit, entries),
         };
         let hits = if one.overdraft { hits.overdrawn() } else { hits };
-        charges.push(Charge { key, params: one.params, hits });
+        // A calendar limit's period is computed here, from this instance's clock, and goes
+        // with the charge to whichever store decides it (see `Limit::charge_params`).
+        let params = match one.calendar {
+            Some(_) => one.charge_params(crate::store::memory::now_us()),
+            None => one.params,
+        };
+        charges.push(Charge { key, params, hits });
     }
     limit.charges = start..charges.len();
 }

@@ -23,6 +23,8 @@
 //!   descriptor's identity in a Redis Cluster hash tag so that the limits of one descriptor
 //!   share a slot (one script call charges them all): `tg:m:{<domain><parts>}<tag><unit>[N]:
 //!   <name part>` (parts never hold braces: those are hashed);
+//! - a calendar limit (`calendar`) has the tag [`CALENDAR_TAG`] and ends in `@` and its
+//!   zone as a part: `tg:cM:3:api4:user5:alice@13:Europe/Berlin` (no part starts with `@`);
 //! - `hash_tag: domain` puts `{<domain part>}` right after `tg:` in every key of the
 //!   domain, before the key it would otherwise have: one slot for the whole domain.
 
@@ -52,6 +54,11 @@ pub const OVERRIDE_FIXED_TAG: &str = "of";
 pub const SLIDING_TAG: &str = "s";
 /// Key tag of fixed-window buckets (state format 1).
 pub const FIXED_TAG: &str = "f";
+/// Key tag of fixed windows over calendar periods (`rate_limit.calendar`; state format 1:
+/// the window hash with the period's end in `p`). Its own tag, so that a limit that turns
+/// `calendar` on or off starts a fresh count rather than read the other's state; the zone
+/// follows the key's parts (`@<zone part>`), so that a change of zone starts afresh too.
+pub const CALENDAR_TAG: &str = "c";
 
 /// Parts longer than this are hashed: keys stay short whatever clients send.
 pub const MAX_LITERAL_PART: usize = 48;
@@ -128,12 +135,17 @@ pub fn limit_key<K: AsRef<[u8]>, V: AsRef<[u8]>>(
     entries: impl Iterator<Item = (K, V)>,
 ) -> String {
     let prefix = tagged_prefix(prefix, domain);
-    let algorithm = limit.params.algorithm;
+    let tag = match limit.calendar {
+        Some(_) => CALENDAR_TAG,
+        None => algo_tag(limit.params.algorithm),
+    };
     let Some(name) = &limit.name else {
-        let mut key = rule_key(&prefix, &domain.name, rule, algorithm, limit.unit, entries);
+        let mut key = head(&prefix, tag, limit.unit, &domain.name);
+        push_levels(&mut key, rule, entries);
         if limit.multiplier != 1 {
             insert_multiplier(&mut key, prefix.len(), limit.multiplier);
         }
+        push_zone(&mut key, limit);
         return key;
     };
     let mut key = String::with_capacity(prefix.len() + 80);
@@ -142,14 +154,23 @@ pub fn limit_key<K: AsRef<[u8]>, V: AsRef<[u8]>>(
     push_part(&mut key, domain.name.as_bytes());
     push_levels(&mut key, rule, entries);
     key.push('}');
-    key.push_str(algo_tag(algorithm));
+    key.push_str(tag);
     key.push(limit.unit.key_char());
     if limit.multiplier != 1 {
         let _ = write!(key, "{}", limit.multiplier);
     }
     key.push(':');
     push_part(&mut key, name.as_bytes());
+    push_zone(&mut key, limit);
     key
+}
+
+/// A calendar limit's zone at the end of its key (see [`CALENDAR_TAG`]).
+fn push_zone(key: &mut String, limit: &Limit) {
+    if let Some(calendar) = &limit.calendar {
+        key.push('@');
+        push_part(key, calendar.zone().as_bytes());
+    }
 }
 
 /// The key of the bucket for a request's own `limit` override in `domain` (see

@@ -84,8 +84,14 @@ mod tests {
     use crate::algorithm::{Algorithm, Hits, Params};
     use crate::store::{Charge, MemoryStore};
 
-    const PARAMS: Params =
-        Params { algorithm: Algorithm::FixedWindow, limit: 2, unit_us: 60_000_000, burst: 2, penalty_us: 0 };
+    const PARAMS: Params = Params {
+        algorithm: Algorithm::FixedWindow,
+        limit: 2,
+        unit_us: 60_000_000,
+        burst: 2,
+        penalty_us: 0,
+        period: None,
+    };
 
     fn charge(key: &str, hits: Hits) -> Charge {
         Charge { key: key.into(), params: PARAMS, hits }

@@ -26,7 +26,7 @@ fn store_with(server: &RedisServer, batch: bool) -> Store {
 fn charge(key: &str, algorithm: Algorithm, limit: u64, hits: Hits) -> Charge {
     Charge {
         key: key.into(),
-        params: Params { algorithm, limit, unit_us: YEAR_US, burst: limit, penalty_us: 0 },
+        params: Params { algorithm, limit, unit_us: YEAR_US, burst: limit, penalty_us: 0, period: None },
         hits,
     }
 }

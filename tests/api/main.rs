@@ -14,6 +14,7 @@ mod otlp;
 #[path = "../support/redis.rs"]
 mod redis_support;
 
+mod calendar;
 mod cli;
 mod controls;
 mod joint_store;

@@ -18,9 +18,22 @@ fn deadline() -> Instant {
 /// The two limits of one descriptor, under `tag`: 100 per hour (GCRA) and 80 per hour
 /// (fixed window).
 pub fn pair(tag: &str, hits: Hits) -> Vec<Charge> {
-    let gcra = Params { algorithm: Algorithm::Gcra, limit: 100, unit_us: HOUR, burst: 100, penalty_us: 0 };
-    let fixed =
-        Params { algorithm: Algorithm::FixedWindow, limit: 80, unit_us: HOUR, burst: 80, penalty_us: 0 };
+    let gcra = Params {
+        algorithm: Algorithm::Gcra,
+        limit: 100,
+        unit_us: HOUR,
+        burst: 100,
+        penalty_us: 0,
+        period: None,
+    };
+    let fixed = Params {
+        algorithm: Algorithm::FixedWindow,
+        limit: 80,
+        unit_us: HOUR,
+        burst: 80,
+        penalty_us: 0,
+        period: None,
+    };
     vec![
         Charge { key: format!("tg:m:{{{tag}}}g2h:1:a"), params: gcra, hits },
         Charge { key: format!("tg:m:{{{tag}}}fh:1:b"), params: fixed, hits },

@@ -44,6 +44,8 @@ pub struct Options {
     pub response_dynamic_metadata: bool,
     pub breaker: tollgate::store::breaker::BreakerSettings,
     pub redis_ca_file: Option<PathBuf>,
+    /// `--redis-client-cert-file`, `--redis-client-key-file`.
+    pub redis_client_cert: Option<(PathBuf, PathBuf)>,
     /// `--redis-max-inflight` (commands outstanding per connection).
     pub max_inflight: usize,
     /// Per-key coalescing (`--no-coalesce` when false).
@@ -84,6 +86,7 @@ impl Options {
             response_dynamic_metadata: false,
             breaker: Default::default(),
             redis_ca_file: None,
+            redis_client_cert: None,
             max_inflight: tollgate::store::redis::DEFAULT_MAX_INFLIGHT,
             coalesce: tollgate::store::redis::DEFAULT_COALESCE,
             redis_connections: 2,
@@ -126,7 +129,10 @@ pub async fn spawn_in(options: Options, config_dir: tempfile::TempDir) -> TestAp
     settings.store = options.store;
     settings.redis = RedisSettings::new(redis_url);
     settings.redis.breaker = options.breaker;
-    settings.redis.ca_file = options.redis_ca_file;
+    let client = options
+        .redis_client_cert
+        .map(|(cert_file, key_file)| tollgate::store::redis::ClientCert { cert_file, key_file });
+    settings.redis.tls = tollgate::store::redis::Tls::new(options.redis_ca_file, client);
     settings.redis.max_inflight = options.max_inflight;
     settings.redis.coalesce = options.coalesce;
     settings.redis.connections = options.redis_connections;

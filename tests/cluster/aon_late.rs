@@ -21,7 +21,14 @@ const STORE_TIMEOUT: Duration = Duration::from_millis(10);
 const LATE: Duration = Duration::from_millis(60);
 
 fn params() -> Params {
-    Params { algorithm: Algorithm::FixedWindow, limit: 20, unit_us: YEAR_US, burst: 20, penalty_us: 0 }
+    Params {
+        algorithm: Algorithm::FixedWindow,
+        limit: 20,
+        unit_us: YEAR_US,
+        burst: 20,
+        penalty_us: 0,
+        period: None,
+    }
 }
 
 fn consume(key: &str, n: u64) -> Charge {
@@ -34,8 +41,8 @@ async fn setup(prefix: &str) -> (RedisCluster, ClusterStore, String, String, usi
     let cluster =
         tokio::task::spawn_blocking(RedisCluster::start_behind_fronts).await.expect("cluster start");
     let link = RedisSettings::new("redis://unused").link(STORE_TIMEOUT);
-    let store =
-        ClusterStore::new(&ClusterSettings { nodes: cluster.nodes(), ca_file: None, link }).expect("store");
+    let store = ClusterStore::new(&ClusterSettings { nodes: cluster.nodes(), tls: Default::default(), link })
+        .expect("store");
     let owner = |key: &str| cluster.owner_of(cluster.keyslot(key));
     let (a, b) = (0..1000)
         .map(|i| (format!("{prefix}:a:{i}"), format!("{prefix}:b:{i}")))

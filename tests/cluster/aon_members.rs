@@ -36,7 +36,14 @@ const OWNERS: usize = 6;
 const REQUESTS: usize = 150;
 
 fn params(limit: u64) -> Params {
-    Params { algorithm: Algorithm::FixedWindow, limit, unit_us: YEAR_US, burst: limit, penalty_us: 0 }
+    Params {
+        algorithm: Algorithm::FixedWindow,
+        limit,
+        unit_us: YEAR_US,
+        burst: limit,
+        penalty_us: 0,
+        period: None,
+    }
 }
 
 /// One owner's buckets as they must stand (the count of each fixed window).
@@ -227,7 +234,7 @@ async fn own_pair(store: Arc<Store>, keys: [String; 2], seed: u64) -> Result<Pai
 async fn spanning_groups_answer_each_member_its_own_bucket_at_the_store() {
     let cluster = start_cluster().await;
     let link = RedisSettings::new("redis://unused").link(Duration::from_secs(2));
-    let settings = ClusterSettings { nodes: cluster.nodes(), ca_file: None, link };
+    let settings = ClusterSettings { nodes: cluster.nodes(), tls: Default::default(), link };
     let client = ClusterStore::new(&settings).expect("cluster store");
     let store = Arc::new(Store::Cluster(Guarded::new(client, None).coalescing(Some(DEFAULT_MAX_INFLIGHT))));
     let pairs = pairs(&cluster, "aon");

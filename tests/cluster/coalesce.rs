@@ -33,6 +33,7 @@ async fn hammer(store: Arc<Store>, key: &str) -> (u64, u64) {
         unit_us: 3_600_000_000,
         burst: 0,
         penalty_us: 0,
+        period: None,
     };
     let deadline = Instant::now() + Duration::from_secs(5);
     let tasks: Vec<_> = (0..CHARGES)
@@ -68,7 +69,7 @@ fn cluster_calls(cluster: &RedisCluster) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_coalesces_one_key_exactly() {
     let cluster = start_cluster().await;
-    let settings = ClusterSettings { nodes: cluster.nodes(), ca_file: None, link: link() };
+    let settings = ClusterSettings { nodes: cluster.nodes(), tls: Default::default(), link: link() };
     let client = ClusterStore::new(&settings).expect("cluster store");
     let store = Arc::new(Store::Cluster(Guarded::new(client, None).coalescing(Some(DEFAULT_MAX_INFLIGHT))));
     let before = cluster_calls(&cluster);
@@ -85,7 +86,7 @@ async fn sentinel_coalesces_one_key_exactly() {
         master: MASTER_NAME.into(),
         sentinels: vec![setup.sentinel_addr()],
         master_url: None,
-        ca_file: None,
+        tls: Default::default(),
         link: link(),
         batch: true,
     };

@@ -21,14 +21,14 @@ fn link() -> tollgate::store::redis::link::LinkSettings {
 }
 
 fn cluster_store(cluster: &RedisCluster) -> Store {
-    let settings = ClusterSettings { nodes: cluster.nodes(), ca_file: None, link: link() };
+    let settings = ClusterSettings { nodes: cluster.nodes(), tls: Default::default(), link: link() };
     Store::Cluster(Guarded::new(ClusterStore::new(&settings).expect("cluster store"), None))
 }
 
 fn charge(key: &str, algorithm: Algorithm, limit: u64, hits: Hits) -> Charge {
     Charge {
         key: key.into(),
-        params: Params { algorithm, limit, unit_us: YEAR_US, burst: limit, penalty_us: 0 },
+        params: Params { algorithm, limit, unit_us: YEAR_US, burst: limit, penalty_us: 0, period: None },
         hits,
     }
 }
@@ -119,7 +119,7 @@ async fn sentinel_groups_charge_all_or_nothing() {
         master: MASTER_NAME.into(),
         sentinels: vec![setup.sentinel_addr()],
         master_url: None,
-        ca_file: None,
+        tls: Default::default(),
         link: link(),
         batch: true,
     };

@@ -19,7 +19,7 @@ use crate::support::start_cluster;
 
 fn cluster_store(cluster: &RedisCluster) -> Store {
     let link = RedisSettings::new("redis://unused").link(Duration::from_secs(2));
-    let settings = ClusterSettings { nodes: cluster.nodes(), ca_file: None, link };
+    let settings = ClusterSettings { nodes: cluster.nodes(), tls: Default::default(), link };
     Store::Cluster(Guarded::new(ClusterStore::new(&settings).expect("cluster store"), None))
 }
 

@@ -13,8 +13,14 @@ use tollgate::store::{Charge, Guarded, RedisSettings, Store, StoreError};
 use crate::sentinel_support::{RedisSentinel, MASTER_NAME};
 use crate::support::start_cluster;
 
-const PARAMS: Params =
-    Params { algorithm: Algorithm::FixedWindow, limit: 2, unit_us: 3_600_000_000, burst: 2, penalty_us: 0 };
+const PARAMS: Params = Params {
+    algorithm: Algorithm::FixedWindow,
+    limit: 2,
+    unit_us: 3_600_000_000,
+    burst: 2,
+    penalty_us: 0,
+    period: None,
+};
 
 fn charges(keys: &[String], hits: Hits) -> Vec<Charge> {
     keys.iter().map(|key| Charge { key: key.clone(), params: PARAMS, hits }).collect()
@@ -51,7 +57,7 @@ fn link() -> tollgate::store::redis::link::LinkSettings {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_reset_deletes_each_key_on_its_master() {
     let cluster = start_cluster().await;
-    let settings = ClusterSettings { nodes: cluster.nodes(), ca_file: None, link: link() };
+    let settings = ClusterSettings { nodes: cluster.nodes(), tls: Default::default(), link: link() };
     let store = Store::Cluster(Guarded::new(ClusterStore::new(&settings).expect("cluster store"), None));
     // Enough keys that every master holds some.
     let keys: Vec<String> = (0..12).map(|i| format!("tg:reset-test:{i}")).collect();
@@ -68,7 +74,7 @@ async fn a_sentinel_reset_deletes_on_the_master() {
         master: MASTER_NAME.into(),
         sentinels: vec![setup.sentinel_addr()],
         master_url: None,
-        ca_file: None,
+        tls: Default::default(),
         link: link(),
         batch: true,
     };
@@ -82,10 +88,16 @@ async fn a_sentinel_reset_deletes_on_the_master() {
 /// vetoed group still writes it); `reset` lifts it. GCRA 2 a second, penalty 2 s.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_penalty_holds_on_every_master_for_every_instance() {
-    const PENALIZED: Params =
-        Params { algorithm: Algorithm::Gcra, limit: 2, unit_us: 1_000_000, burst: 2, penalty_us: 2_000_000 };
+    const PENALIZED: Params = Params {
+        algorithm: Algorithm::Gcra,
+        limit: 2,
+        unit_us: 1_000_000,
+        burst: 2,
+        penalty_us: 2_000_000,
+        period: None,
+    };
     let cluster = start_cluster().await;
-    let settings = ClusterSettings { nodes: cluster.nodes(), ca_file: None, link: link() };
+    let settings = ClusterSettings { nodes: cluster.nodes(), tls: Default::default(), link: link() };
     let store = || Store::Cluster(Guarded::new(ClusterStore::new(&settings).expect("cluster store"), None));
     let (a, b) = (store(), store());
     let deadline = || Instant::now() + Duration::from_secs(2);

@@ -53,7 +53,7 @@ async fn two_instances_share_each_ledger(a: &Store, b: &Store, keys: &[String]) 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_ledger_is_shared_by_the_instances_on_every_master() {
     let cluster = start_cluster().await;
-    let settings = ClusterSettings { nodes: cluster.nodes(), ca_file: None, link: link() };
+    let settings = ClusterSettings { nodes: cluster.nodes(), tls: Default::default(), link: link() };
     let store = || Store::Cluster(Guarded::new(ClusterStore::new(&settings).expect("cluster store"), None));
     let keys: Vec<String> = (0..12).map(|i| format!("tg:rlqs-test:user{}:rlqs", i * 7919)).collect();
     let masters: std::collections::BTreeSet<u16> =
@@ -69,7 +69,7 @@ async fn a_sentinel_ledger_is_shared_by_the_instances() {
         master: MASTER_NAME.into(),
         sentinels: vec![setup.sentinel_addr()],
         master_url: None,
-        ca_file: None,
+        tls: Default::default(),
         link: link(),
         batch: true,
     };

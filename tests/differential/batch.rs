@@ -168,7 +168,14 @@ fn a_failing_group_fails_alone() {
     let server = RedisServer::start();
     let mut con = server.client();
     let _: i64 = redis::cmd("RPUSH").arg("batch:list").arg("x").query(&mut con).expect("RPUSH");
-    let p = Params { algorithm: Algorithm::Gcra, limit: 5, unit_us: DAY_US, burst: 5, penalty_us: 0 };
+    let p = Params {
+        algorithm: Algorithm::Gcra,
+        limit: 5,
+        unit_us: DAY_US,
+        burst: 5,
+        penalty_us: 0,
+        period: None,
+    };
     let member = |key: usize| Member { key, params: p, hits: Hits::Consume(1) };
     let keys = ["batch:a".to_string(), "batch:list".to_string(), "batch:b".to_string()];
     let groups = vec![(false, vec![member(0)]), (true, vec![member(0), member(1)]), (false, vec![member(2)])];

@@ -36,6 +36,7 @@ pub(crate) fn arb_small_params(below: u64) -> impl Strategy<Value = Params> {
             unit_us,
             burst,
             penalty_us,
+            period: None,
         },
     )
 }
@@ -239,9 +240,22 @@ fn joint_on_the_server_clock_charges_all_or_nothing() {
     let server = RedisServer::start();
     let mut con = server.client();
     let sha: String = redis::cmd("SCRIPT").arg("LOAD").arg(JOINT_LUA).query(&mut con).expect("loads");
-    let wide = Params { algorithm: Algorithm::Gcra, limit: 5, unit_us: DAY_US, burst: 5, penalty_us: 0 };
-    let narrow =
-        Params { algorithm: Algorithm::FixedWindow, limit: 2, unit_us: DAY_US, burst: 0, penalty_us: 0 };
+    let wide = Params {
+        algorithm: Algorithm::Gcra,
+        limit: 5,
+        unit_us: DAY_US,
+        burst: 5,
+        penalty_us: 0,
+        period: None,
+    };
+    let narrow = Params {
+        algorithm: Algorithm::FixedWindow,
+        limit: 2,
+        unit_us: DAY_US,
+        burst: 0,
+        penalty_us: 0,
+        period: None,
+    };
     let members = [
         Member { key: 0, params: wide, hits: Hits::Consume(1) },
         Member { key: 1, params: narrow, hits: Hits::Consume(1) },

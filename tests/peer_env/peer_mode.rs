@@ -1,5 +1,6 @@
 //! Peer-mode variables Envoy Gateway does not set, on free ports: the peer's client CA, a
-//! file config from its runtime directory, Redis.
+//! file config from its runtime directory, Redis, and Redis requiring the peer's client
+//! certificate (`REDIS_TLS_CLIENT_CERT` / `_KEY`).
 
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
@@ -91,4 +92,65 @@ async fn the_peers_file_config_and_redis_limit_requests() {
     let log = peer.log();
     assert!(log.lines().next().is_some_and(|line| line.starts_with('{')), "LOG_FORMAT=json:\n{log}");
     assert!(!log.contains("s3cret-pw"), "REDIS_AUTH must not be logged:\n{log}");
+}
+
+/// Envoy Gateway's `redis.tls.certificateRef`: `REDIS_TLS_CLIENT_CERT` / `_KEY` (a leaf shaped
+/// as its certgen makes them: PKCS#1 key, no extended key usage) presented to a Redis that
+/// requires a client certificate (`--tls-auth-clients yes`).
+#[tokio::test]
+async fn the_peers_redis_client_certificate_is_presented_to_a_redis_that_requires_one() {
+    let mut pki = Pki::new();
+    pki.leaf("redis", "localhost", &["localhost"]);
+    pki.leaf("ratelimit", "envoy-ratelimit", &["envoy-ratelimit"]);
+    let tls_port = free_port().to_string();
+    let file = |name: &str| pki.path(name).display().to_string();
+    let redis = RedisServer::start_with(&[
+        "--tls-port",
+        &tls_port,
+        "--tls-cert-file",
+        &file("redis.crt"),
+        "--tls-key-file",
+        &file("redis.key"),
+        "--tls-ca-cert-file",
+        &file("ca.crt"),
+        "--tls-auth-clients",
+        "yes",
+    ]);
+    let certs = pki.certs_dir("ratelimit");
+    let cert = |name: &str| certs.path().join(name).display().to_string();
+    let runtime = runtime_dir();
+    let (grpc, mut env) = free_listeners();
+    let health = env.iter().find(|(k, _)| k == "PORT").map(|(_, v)| v.parse().expect("port")).expect("PORT");
+    env.extend(
+        [
+            ("RUNTIME_ROOT", runtime.path().to_str().expect("UTF-8").to_string()),
+            ("RUNTIME_SUBDIRECTORY", "ratelimit".to_string()),
+            ("REDIS_SOCKET_TYPE", "tcp".to_string()),
+            ("REDIS_URL", format!("localhost:{tls_port}")),
+            ("REDIS_TLS", "true".to_string()),
+            ("REDIS_TLS_CACERT", cert("ca.crt")),
+            ("REDIS_TLS_CLIENT_CERT", cert("tls.crt")),
+            ("REDIS_TLS_CLIENT_KEY", cert("tls.key")),
+        ]
+        .map(|(k, v)| (k.to_string(), v)),
+    );
+    let mut peer = Peer::start(&env);
+    peer.until_healthy(local(health)).await;
+    let channel = Channel::from_shared(format!("http://{}", local(grpc)))
+        .expect("uri")
+        .connect()
+        .await
+        .expect("connect");
+    let mut client = RateLimitServiceClient::new(channel);
+    assert_eq!(
+        codes(&mut client, "api", "alice", 3).await,
+        [Code::Ok, Code::Ok, Code::OverLimit],
+        "{}",
+        peer.log()
+    );
+    let keys = redis.cli(&["KEYS", "*"]);
+    assert_eq!(keys.lines().count(), 1, "the bucket lives in the mTLS Redis: {keys:?}");
+    let key = String::from_utf8(std::fs::read(certs.path().join("tls.key")).expect("key")).expect("PEM");
+    let material = key.lines().nth(1).expect("key material");
+    assert!(!peer.log().contains(material), "the key never shows in the log");
 }

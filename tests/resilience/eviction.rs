@@ -25,8 +25,14 @@ const LOGIN: [(&str, &str); 1] = [(
     "domain: login\nfailure_mode: local\ndescriptors:\n  - key: remote_address\n    descriptors:\n      - key: username\n        rate_limit: { name: per-ip-user, unit: hour, requests_per_unit: 5 }\n",
 )];
 /// The rule's numbers, for the keys charged straight into the store.
-const RULE: Params =
-    Params { algorithm: Algorithm::Gcra, limit: 5, unit_us: 3_600_000_000, burst: 5, penalty_us: 0 };
+const RULE: Params = Params {
+    algorithm: Algorithm::Gcra,
+    limit: 5,
+    unit_us: 3_600_000_000,
+    burst: 5,
+    penalty_us: 0,
+    period: None,
+};
 const AT_LIMIT: &str = "tollgate_memory_at_limit_evictions_total";
 const LOSSY: &str = "tollgate_memory_evictions_total{lossy=\"true\"}";
 

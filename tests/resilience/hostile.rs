@@ -109,10 +109,22 @@ fn memory_store_keeps_its_cap_under_a_flood_of_random_keys() {
     // keep a debug build fast); half of the early buckets expire during the flood.
     let store = MemoryStore::new(100_000);
     let t0 = 1_700_000_000_000_000u64;
-    let short =
-        Params { algorithm: Algorithm::Gcra, limit: 10, unit_us: 1_000_000, burst: 10, penalty_us: 0 };
-    let long =
-        Params { algorithm: Algorithm::Gcra, limit: 10, unit_us: 3_600_000_000, burst: 10, penalty_us: 0 };
+    let short = Params {
+        algorithm: Algorithm::Gcra,
+        limit: 10,
+        unit_us: 1_000_000,
+        burst: 10,
+        penalty_us: 0,
+        period: None,
+    };
+    let long = Params {
+        algorithm: Algorithm::Gcra,
+        limit: 10,
+        unit_us: 3_600_000_000,
+        burst: 10,
+        penalty_us: 0,
+        period: None,
+    };
     for i in 0..1_000_000u64 {
         let params = if i % 2 == 0 { short } else { long };
         let charge = Charge { key: format!("flood:{i:x}"), params, hits: Hits::Consume(1) };

@@ -41,12 +41,12 @@ async fn a_connect_in_flight_at_a_renew_is_not_kept() {
             let url = target.lock().expect("target").clone();
             let (gate, entered, held) = (gate.clone(), entered.clone(), held.clone());
             Box::pin(async move {
-                let info = connection_info(&url, None)?;
+                let info = connection_info(&url, &Default::default())?;
                 if held.swap(false, std::sync::atomic::Ordering::SeqCst) {
                     entered.notify_one();
                     gate.notified().await;
                 }
-                connect_to(info)(config).await
+                connect_to(info, Default::default())(config).await
             })
         })
     };

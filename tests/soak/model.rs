@@ -47,7 +47,7 @@ pub(crate) fn mode(domain: &str) -> Option<Mode> {
 }
 
 fn window(algorithm: Algorithm, limit: u64, unit_us: u64, penalty_s: u64) -> Params {
-    Params { algorithm, limit, unit_us, burst: limit, penalty_us: penalty_s * 1_000_000 }
+    Params { algorithm, limit, unit_us, burst: limit, penalty_us: penalty_s * 1_000_000, period: None }
 }
 
 /// The limits of `domain`'s rule under `t` (one per bucket of a key), and whether a consume

@@ -619,7 +619,14 @@ mod tests {
     use super::{prune, Candidate, MAX_CANDIDATES};
 
     fn minute(limit: u64) -> Params {
-        Params { algorithm: Algorithm::FixedWindow, limit, unit_us: 60_000_000, burst: limit, penalty_us: 0 }
+        Params {
+            algorithm: Algorithm::FixedWindow,
+            limit,
+            unit_us: 60_000_000,
+            burst: limit,
+            penalty_us: 0,
+            period: None,
+        }
     }
 
     fn counted(current: u64, landed: Vec<u32>) -> Candidate {

@@ -11,6 +11,10 @@
 //! discovers nodes by `CLUSTER SLOTS` or follows `MOVED` connects through the fronts, and a
 //! test can silence one master's connections. The cluster's own helpers (`cli`, …) always
 //! talk to the real ports.
+//!
+//! `start_tls` runs every node on TLS only (client port and cluster bus), requiring client
+//! certificates (`tls-auth-clients yes`); its helpers talk TLS with the test's client
+//! certificate (`ClusterTls`).
 
 use std::collections::HashSet;
 use std::net::TcpListener;
@@ -26,6 +30,50 @@ pub const MASTERS: usize = 3;
 pub struct RedisCluster {
     nodes: Vec<Node>,
     dir: tempfile::TempDir,
+    tls: Option<ClusterTls>,
+}
+
+/// The PEM files of a TLS cluster: `ca.crt`, the nodes' `server.crt` / `server.key` (for
+/// 127.0.0.1, also their client identity on the bus) and a client's `client.crt` /
+/// `client.key`, all in `dir`.
+#[derive(Debug, Clone)]
+pub struct ClusterTls {
+    pub dir: std::path::PathBuf,
+}
+
+impl ClusterTls {
+    pub fn file(&self, name: &str) -> String {
+        self.dir.join(name).display().to_string()
+    }
+
+    /// The server side: TLS only, on the bus and replication too, client certificates
+    /// required.
+    pub fn server_args(&self, port: &str) -> Vec<String> {
+        let args = [
+            ("--port", "0".to_string()),
+            ("--tls-port", port.to_string()),
+            ("--tls-cluster", "yes".to_string()),
+            ("--tls-replication", "yes".to_string()),
+            ("--tls-cert-file", self.file("server.crt")),
+            ("--tls-key-file", self.file("server.key")),
+            ("--tls-ca-cert-file", self.file("ca.crt")),
+            ("--tls-auth-clients", "yes".to_string()),
+        ];
+        args.into_iter().flat_map(|(flag, value)| [flag.to_string(), value]).collect()
+    }
+
+    /// `redis-cli`'s TLS arguments, with the client certificate.
+    pub fn cli_args(&self) -> Vec<String> {
+        vec![
+            "--tls".into(),
+            "--cert".into(),
+            self.file("client.crt"),
+            "--key".into(),
+            self.file("client.key"),
+            "--cacert".into(),
+            self.file("ca.crt"),
+        ]
+    }
 }
 
 struct Node {
@@ -53,15 +101,20 @@ fn free_cluster_port(taken: &HashSet<u16>) -> u16 {
 impl RedisCluster {
     /// Starts three masters, creates the cluster and waits until it is ready.
     pub fn start() -> RedisCluster {
-        Self::start_with(false)
+        Self::start_with(false, None)
     }
 
     /// Like `start`, each master behind a front of its own that it announces to clients.
     pub fn start_behind_fronts() -> RedisCluster {
-        Self::start_with(true)
+        Self::start_with(true, None)
     }
 
-    fn start_with(fronts: bool) -> RedisCluster {
+    /// Like `start`, on TLS only and requiring client certificates (`tls`'s files).
+    pub fn start_tls(tls: ClusterTls) -> RedisCluster {
+        Self::start_with(false, Some(tls))
+    }
+
+    fn start_with(fronts: bool, tls: Option<ClusterTls>) -> RedisCluster {
         let dir = tempfile::Builder::new().prefix("tollgate-cluster-").tempdir().expect("tempdir");
         let mut taken = HashSet::new();
         let mut nodes = Vec::new();
@@ -71,7 +124,7 @@ impl RedisCluster {
             let front = fronts.then(|| Front::to_port(port));
             nodes.push(Node { port, child: None, front });
         }
-        let mut cluster = RedisCluster { nodes, dir };
+        let mut cluster = RedisCluster { nodes, dir, tls };
         for i in 0..MASTERS {
             cluster.spawn(i);
         }
@@ -92,8 +145,13 @@ impl RedisCluster {
             ],
             None => vec![],
         };
+        let listen = match &self.tls {
+            Some(tls) => tls.server_args(&port),
+            None => vec!["--port".to_string(), port.clone()],
+        };
         let child = Command::new("redis-server")
-            .args(["--port", &port, "--bind", "127.0.0.1"])
+            .args(&listen)
+            .args(["--bind", "127.0.0.1"])
             .args(["--cluster-enabled", "yes", "--cluster-config-file", &format!("nodes-{port}.conf")])
             .args(["--cluster-require-full-coverage", "no", "--cluster-node-timeout", "2000"])
             .args(&announce)
@@ -114,7 +172,8 @@ impl RedisCluster {
 
     fn create(&self) {
         let addrs: Vec<String> = self.nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)).collect();
-        let out = Command::new("redis-cli")
+        let out = self
+            .redis_cli()
             .args(["--cluster", "create"])
             .args(&addrs)
             .args(["--cluster-replicas", "0", "--cluster-yes"])
@@ -133,6 +192,15 @@ impl RedisCluster {
                 info.contains("cluster_state:ok") && info.contains(&known)
             })
         });
+    }
+
+    /// `redis-cli`, with the client certificate on a TLS cluster.
+    fn redis_cli(&self) -> Command {
+        let mut command = Command::new("redis-cli");
+        if let Some(tls) = &self.tls {
+            command.args(tls.cli_args());
+        }
+        command
     }
 
     /// Polls `ready` every 20 ms; panics naming `what` after `timeout`.
@@ -167,7 +235,8 @@ impl RedisCluster {
 
     /// `redis-cli -p PORT args…` on node `i` (no cluster redirects); its trimmed stdout.
     pub fn cli(&self, i: usize, args: &[&str]) -> String {
-        let out = Command::new("redis-cli")
+        let out = self
+            .redis_cli()
             .args(["-p", &self.nodes[i].port.to_string()])
             .args(args)
             .output()

@@ -4,10 +4,13 @@
 //! `start` returns once the replica's link is up and the sentinel knows master and replica;
 //! `failover` asks the sentinel for a failover and returns once the old replica is master
 //! and the old master has become its replica. Readiness is polled, never slept for.
+//! `start_tls` runs all three on TLS only, requiring client certificates.
 
 use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+use crate::cluster_support::ClusterTls;
 
 /// The master's name in the sentinel's configuration.
 pub const MASTER_NAME: &str = "tollgate";
@@ -19,13 +22,14 @@ pub struct RedisSentinel {
     sentinel: u16,
     children: Vec<Child>,
     dir: tempfile::TempDir,
+    tls: Option<ClusterTls>,
 }
 
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port").local_addr().expect("local addr").port()
 }
 
-fn redis_server(dir: &std::path::Path, args: &[&str]) -> Child {
+fn redis_server(dir: &std::path::Path, args: &[String]) -> Child {
     Command::new("redis-server")
         .args(args)
         .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
@@ -41,20 +45,44 @@ fn redis_server(dir: &std::path::Path, args: &[&str]) -> Child {
 
 impl RedisSentinel {
     pub fn start() -> RedisSentinel {
+        Self::start_with(None)
+    }
+
+    /// Like `start`, master, replica and sentinel on TLS only, requiring client
+    /// certificates (`tls`'s files; the sentinel and the replica present the nodes' own).
+    pub fn start_tls(tls: ClusterTls) -> RedisSentinel {
+        Self::start_with(Some(tls))
+    }
+
+    fn start_with(tls: Option<ClusterTls>) -> RedisSentinel {
         let dir = tempfile::Builder::new().prefix("tollgate-sentinel-").tempdir().expect("tempdir");
         let (master, replica, sentinel) = (free_port(), free_port(), free_port());
-        let mut setup = RedisSentinel { data: [master, replica], sentinel, children: vec![], dir };
-        setup.children.push(redis_server(setup.dir.path(), &["--port", &master.to_string()]));
-        setup.children.push(redis_server(
-            setup.dir.path(),
-            &["--port", &replica.to_string(), "--replicaof", "127.0.0.1", &master.to_string()],
-        ));
+        let listen = |port: u16| match &tls {
+            Some(tls) => tls.server_args(&port.to_string()),
+            None => vec!["--port".to_string(), port.to_string()],
+        };
+        let tls_conf = match &tls {
+            Some(tls) => format!(
+                "port 0\ntls-port {sentinel}\ntls-replication yes\ntls-auth-clients yes\n\
+                 tls-cert-file {}\ntls-key-file {}\ntls-ca-cert-file {}\n",
+                tls.file("server.crt"),
+                tls.file("server.key"),
+                tls.file("ca.crt")
+            ),
+            None => format!("port {sentinel}\n"),
+        };
+        let master_args = listen(master);
+        let mut replica_args = listen(replica);
+        replica_args.extend(["--replicaof".to_string(), "127.0.0.1".to_string(), master.to_string()]);
+        let mut setup = RedisSentinel { data: [master, replica], sentinel, children: vec![], dir, tls };
+        setup.children.push(redis_server(setup.dir.path(), &master_args));
+        setup.children.push(redis_server(setup.dir.path(), &replica_args));
         setup.wait("the replica's link is up", |s| {
             s.cli(replica, &["INFO", "replication"]).contains("master_link_status:up")
         });
         let conf = setup.dir.path().join("sentinel.conf");
         let text = format!(
-            "port {sentinel}\nbind 127.0.0.1\ndir {}\n\
+            "{tls_conf}bind 127.0.0.1\ndir {}\n\
              sentinel monitor {MASTER_NAME} 127.0.0.1 {master} 1\n\
              sentinel down-after-milliseconds {MASTER_NAME} 1000\n\
              sentinel failover-timeout {MASTER_NAME} 10000\n",
@@ -119,7 +147,11 @@ impl RedisSentinel {
 
     /// `redis-cli -p port args…`; its trimmed stdout.
     pub fn cli(&self, port: u16, args: &[&str]) -> String {
-        let out = Command::new("redis-cli")
+        let mut command = Command::new("redis-cli");
+        if let Some(tls) = &self.tls {
+            command.args(tls.cli_args());
+        }
+        let out = command
             .args(["-p", &port.to_string()])
             .args(args)
             .output()

@@ -9,7 +9,7 @@ use proptest::prelude::*;
 const NOW: u64 = 1_700_000_000_000_000;
 
 fn params(limit: u64, unit_us: u64, burst: u64) -> Params {
-    Params { algorithm: Algorithm::Gcra, limit, unit_us, burst, penalty_us: 0 }
+    Params { algorithm: Algorithm::Gcra, limit, unit_us, burst, penalty_us: 0, period: None }
 }
 
 /// Runs `hits` at `now` on `tat`, applying the write like a store would.

@@ -7,7 +7,7 @@ const NOW: u64 = 1_700_000_000_000_000;
 const MINUTE: u64 = 60_000_000;
 
 fn params(algorithm: Algorithm, limit: u64) -> Params {
-    Params { algorithm, limit, unit_us: MINUTE, burst: limit, penalty_us: 0 }
+    Params { algorithm, limit, unit_us: MINUTE, burst: limit, penalty_us: 0, period: None }
 }
 
 fn member(key: usize, params: Params, hits: Hits) -> Member {
@@ -135,6 +135,7 @@ fn arb_params() -> impl Strategy<Value = Params> {
         unit_us: MINUTE,
         burst,
         penalty_us,
+        period: None,
     })
 }
 
@@ -190,13 +191,21 @@ const PENALTY: u64 = 10 * MINUTE;
 
 #[test]
 fn a_vetoed_group_still_writes_the_penalty_it_started() {
-    let wide = Params { algorithm: Algorithm::Gcra, limit: 100, unit_us: MINUTE, burst: 100, penalty_us: 0 };
+    let wide = Params {
+        algorithm: Algorithm::Gcra,
+        limit: 100,
+        unit_us: MINUTE,
+        burst: 100,
+        penalty_us: 0,
+        period: None,
+    };
     let narrow = Params {
         algorithm: Algorithm::FixedWindow,
         limit: 2,
         unit_us: MINUTE,
         burst: 2,
         penalty_us: PENALTY,
+        period: None,
     };
     let members = [
         Member { key: 0, params: wide, hits: Hits::Consume(1) },

@@ -5,7 +5,7 @@ const NOW: u64 = 1_700_000_000_000_000;
 const MINUTE: u64 = 60_000_000;
 
 fn params(algorithm: Algorithm, limit: u64) -> Params {
-    Params { algorithm, limit, unit_us: MINUTE, burst: limit, penalty_us: 0 }
+    Params { algorithm, limit, unit_us: MINUTE, burst: limit, penalty_us: 0, period: None }
 }
 
 fn member(p: Params, hits: Hits) -> Member {

@@ -6,11 +6,11 @@ const SECOND: u64 = 1_000_000;
 const MINUTE: u64 = 60 * SECOND;
 
 fn gcra(limit: u64, unit_us: u64, burst: u64) -> Params {
-    Params { algorithm: Algorithm::Gcra, limit, unit_us, burst, penalty_us: 0 }
+    Params { algorithm: Algorithm::Gcra, limit, unit_us, burst, penalty_us: 0, period: None }
 }
 
 fn window(algorithm: Algorithm, limit: u64, unit_us: u64) -> Params {
-    Params { algorithm, limit, unit_us, burst: limit, penalty_us: 0 }
+    Params { algorithm, limit, unit_us, burst: limit, penalty_us: 0, period: None }
 }
 
 fn busy(demand: u64) -> Holder {
@@ -272,7 +272,7 @@ proptest! {
         left_us in 0..(3600 * SECOND),
         holders in prop::collection::vec(holder(), 0..60),
     ) {
-        let params = Params { algorithm, limit, unit_us: unit_s * SECOND, burst, penalty_us: 0 };
+        let params = Params { algorithm, limit, unit_us: unit_s * SECOND, burst, penalty_us: 0, period: None };
         let headroom = match algorithm {
             Algorithm::Gcra => Headroom::Gcra { tokens },
             _ => Headroom::Window { remaining: tokens, left_us },

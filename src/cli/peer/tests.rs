@@ -150,16 +150,24 @@ fn every_variable_envoy_gateway_sets_is_accepted_but_a_redis_client_certificate(
         };
         assert!(known.all(|(name, _)| reported(name)), "{group}: {report:?}");
     }
-    // redis.tls.certificateRef: Tollgate presents no client certificate to Redis (a known
-    // gap), so the variables are refused rather than ignored.
+    // redis.tls.certificateRef: the two files become the client certificate flags, checked
+    // at startup (here they do not exist: the error names the peer's variable).
     let mut env = base(false);
     env.extend([
         ("REDIS_TLS", "true"),
         ("REDIS_TLS_CLIENT_CERT", "/redis-certs/tls.crt"),
         ("REDIS_TLS_CLIENT_KEY", "/redis-certs/tls.key"),
     ]);
-    let refused = parse(&["/bin/ratelimit"], &env).expect_err("a Redis client certificate");
-    assert!(refused.contains("REDIS_TLS_CLIENT_CERT"), "{refused}");
+    let parsed = parse(&["/bin/ratelimit"], &env).expect("a Redis client certificate is honoured");
+    let serve = serve_of(&parsed);
+    assert_eq!(serve.redis_client_cert_file, Some(PathBuf::from("/redis-certs/tls.crt")));
+    assert_eq!(serve.redis_client_key_file, Some(PathBuf::from("/redis-certs/tls.key")));
+    let lookup = |name: &str| env.iter().find(|(k, _)| *k == name).map(|(_, v)| v.to_string());
+    let missing = serve.settings_from(&lookup).expect_err("the files are missing");
+    assert!(
+        missing.contains("REDIS_TLS_CLIENT_CERT") && missing.contains("/redis-certs/tls.crt"),
+        "{missing}"
+    );
 }
 
 #[test]
@@ -230,7 +238,7 @@ fn generic_variables_map_onto_tollgate_settings() {
     let settings = settings_of(&parsed, &env);
     assert_eq!(settings.config, PathBuf::from("/srv/runtime_data/current/ratelimit/config"));
     assert_eq!(settings.redis.url, "rediss://app:p%40ss%3Aword@redis:6379/");
-    assert_eq!(settings.redis.ca_file, Some(PathBuf::from("/etc/ca.pem")));
+    assert_eq!(settings.redis.tls.ca_file, Some(PathBuf::from("/etc/ca.pem")));
     assert_eq!(settings.redis_key_prefix, "eg:rl:");
     assert_eq!(settings.near_limit_ratio, 0.9);
     let names = settings.limit_headers.expect("limit headers");
@@ -295,7 +303,6 @@ fn what_tollgate_cannot_honour_is_refused_with_the_variable_named() {
         ("BACKEND_TYPE", "memcache"),
         ("GRPC_UDS", "/run/rls.sock"),
         ("CONFIG_TYPE", "CONSUL"),
-        ("REDIS_TLS_CLIENT_CERT", "/redis-certs/tls.crt"),
         ("LOG_LEVEL", "loud"),
         ("GRPC_PORT", "http"),
         ("SHADOW_MODE", "yes"),

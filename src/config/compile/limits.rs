@@ -71,6 +71,15 @@ impl Builder<'_> {
             );
             return None;
         }
+        let calendar = matches!(&limit, RuleLimit::Limited(all) if all.iter().any(|l| l.calendar.is_some()));
+        if raw.lease && calendar {
+            self.error(
+                format!("{path}.lease"),
+                "lease: true on a rule with a calendar: leases refill by epoch windows, not calendar \
+                 periods; remove one",
+            );
+            return None;
+        }
         let id = RuleId(self.rules.len());
         self.rules.push(Rule {
             id,

@@ -90,7 +90,8 @@ impl Builder<'_> {
         let rollout = self.rollout(raw, at)?;
         let response = self.response(raw, at)?;
         let overdraft = self.overdraft(raw, at)?;
-        let limit = Limit { name: None, params, unit, multiplier, rollout, response, overdraft };
+        let calendar = self.calendar(raw, at, unit, multiplier, algorithm)?;
+        let limit = Limit { name: None, params, unit, multiplier, rollout, response, overdraft, calendar };
         (self.errors.len() == before).then_some(limit)
     }
 
@@ -176,6 +177,8 @@ impl Builder<'_> {
         let algorithm = match raw.algorithm.as_deref().map(str::to_ascii_lowercase).as_deref() {
             // `burst` is gcra's alone: with it, no algorithm means gcra whatever the default.
             None if raw.burst.is_some() => Some(Algorithm::Gcra),
+            // Likewise `calendar` is fixed_window's alone.
+            None if raw.calendar.is_some() => Some(Algorithm::FixedWindow),
             None => Some(self.default_algorithm),
             Some("gcra") => Some(Algorithm::Gcra),
             Some("sliding_window") => Some(Algorithm::SlidingWindow),

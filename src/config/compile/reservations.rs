@@ -3,8 +3,9 @@
 //! a reservation's record with its charge), `charge: all_or_nothing` (a reservation is one
 //! descriptor's: it cannot stand or fall with the rest of a request), `lease: true` (a
 //! lease spends hits unseen by the bucket and its records), `unlimited` rules (nothing to
-//! hold), and a node keyed by the reservation key (that entry is removed before matching:
-//! the node could never match). Each error names the field; pure.
+//! hold), a node keyed by the reservation key (that entry is removed before matching:
+//! the node could never match), and `calendar` limits (a reservation's window is an epoch
+//! window). Each error names the field; pure.
 
 use std::path::Path;
 
@@ -65,6 +66,15 @@ impl Builder<'_> {
                     "key {key:?} is the domain's reservations.key: that entry names a reservation \
                      and is removed before matching, so this node could never match; rename one"
                 ),
+            );
+        }
+        let calendar =
+            raw.rate_limit.iter().chain(raw.rate_limits.iter().flatten()).any(|l| l.calendar.is_some());
+        if calendar {
+            self.error(
+                format!("{path}.rate_limit.calendar"),
+                "calendar in a domain with reservations: a reservation is settled against the \
+                 window it was held in, reckoned in epoch windows, not calendar periods; remove one",
             );
         }
         if raw.lease {

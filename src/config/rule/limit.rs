@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use crate::algorithm::{Algorithm, Params};
 
+use super::calendar::{Calendar, PeriodView};
 use super::response::DenialResponse;
 use super::rollout::Rollout;
 use super::unit::Unit;
@@ -34,6 +35,9 @@ pub struct Limit {
     pub response: Option<Arc<DenialResponse>>,
     /// `overdraft: true`: every consume is recorded, even past the limit (`Hits::Overdraw`).
     pub overdraft: bool,
+    /// `calendar`: the fixed window's windows are this calendar's periods, not `unit`-long
+    /// epoch-aligned windows. Part of the bucket identity (its own key tag and the zone).
+    pub calendar: Option<Calendar>,
 }
 
 impl Limit {
@@ -47,6 +51,31 @@ impl Limit {
             rollout: Rollout::FULL,
             response: None,
             overdraft: false,
+            calendar: None,
+        }
+    }
+
+    /// The numbers one charge of this limit at `now_us` (the instance's clock, µs since the
+    /// epoch) is decided with: `params`, and for a calendar limit the period `now_us` is in.
+    pub fn charge_params(&self, now_us: u64) -> Params {
+        match &self.calendar {
+            Some(calendar) => Params { period: Some(calendar.period_at(now_us)), ..self.params },
+            None => self.params,
+        }
+    }
+
+    /// A calendar limit's period at `now_us` and its next reset, for displays; `None` for
+    /// any other limit.
+    pub fn calendar_view(&self, now_us: u64) -> Option<PeriodView> {
+        self.calendar.as_ref().map(|calendar| calendar.view(now_us))
+    }
+
+    /// The window in words for displays: `calendar month, Europe/Berlin` for a calendar
+    /// limit, else as [`Limit::window`].
+    pub fn period_text(&self) -> String {
+        match &self.calendar {
+            Some(calendar) => calendar.describe(),
+            None => self.window(),
         }
     }
 
@@ -129,5 +158,6 @@ pub fn params_window(
         unit_us: unit.micros().saturating_mul(multiplier),
         burst: burst.unwrap_or(limit),
         penalty_us: 0,
+        period: None,
     }
 }

@@ -2,6 +2,7 @@
 //! Fixture-driven tests of every validation rule and of the directory loader live in
 //! `tests/config_fixtures.rs`.
 
+mod calendar;
 mod charge;
 mod consistency;
 mod controls;

@@ -110,8 +110,14 @@ descriptors:
 "#,
     );
     let params: Vec<Params> = only_domain(&snapshot).rules.iter().map(|r| limited(&r.limit).0).collect();
-    let expect =
-        |algorithm, burst| Params { algorithm, limit: 600, unit_us: 60_000_000, burst, penalty_us: 0 };
+    let expect = |algorithm, burst| Params {
+        algorithm,
+        limit: 600,
+        unit_us: 60_000_000,
+        burst,
+        penalty_us: 0,
+        period: None,
+    };
     assert_eq!(
         params,
         [

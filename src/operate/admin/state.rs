@@ -45,6 +45,8 @@ pub struct Admin {
     pub(super) open: Option<Arc<ViewKey>>,
     /// The RLQS streams, for the status view and `/v1/usage` (`with_quota`).
     pub(super) quota: Option<Arc<crate::service::rlqs::Streams>>,
+    /// The Redis TLS files: `/rlconfig` and the metrics show the client certificate.
+    pub(super) redis_tls: Option<crate::store::redis::Tls>,
 }
 
 /// Who called a reset, for the audit line.
@@ -79,6 +81,7 @@ impl Admin {
             key_secret: None,
             open: None,
             quota: None,
+            redis_tls: None,
         }
     }
 
@@ -86,6 +89,13 @@ impl Admin {
     /// `/v1/usage` their holders.
     pub fn with_quota(mut self, streams: Arc<crate::service::rlqs::Streams>) -> Admin {
         self.quota = Some(streams);
+        self
+    }
+
+    /// With the Redis TLS files (a Redis store): `/rlconfig` says whether a client
+    /// certificate is presented, whose and until when; a metric counts its days left.
+    pub fn with_redis_tls(mut self, tls: crate::store::redis::Tls) -> Admin {
+        self.redis_tls = Some(tls);
         self
     }
 

@@ -107,6 +107,10 @@ fn limit_json(bucket: &Bucket<'_>, decision: &Decision) -> Value {
         "remaining": remaining,
         "reset_seconds": decision.reset_us.div_ceil(1_000_000),
         "penalty_seconds": limit.penalty_seconds(),
+        // Added with calendar periods: the window in words, and a calendar limit's period
+        // and next reset (null for any other limit).
+        "period": limit.period_text(),
+        "calendar": limit.calendar_view(crate::store::memory::now_us()),
     })
 }
 

@@ -218,9 +218,16 @@ fn describe_one(limit: &crate::config::Limit) -> String {
         s,
         "requests_per_unit {} per {} ({})",
         params.limit,
-        limit.window(),
+        limit.period_text(),
         params.algorithm.as_str()
     );
+    if let Some(view) = limit.calendar_view(crate::store::memory::now_us()) {
+        let _ = write!(
+            s,
+            ", this period {} to {} (the count starts over at the next reset, {})",
+            view.start, view.next_reset, view.next_reset
+        );
+    }
     if params.algorithm == Algorithm::Gcra {
         let _ = write!(s, ", burst {}", params.burst);
     }

@@ -286,3 +286,18 @@ fn text_says_an_approximate_domain_decides_its_buckets_locally() {
         "the default goes unsaid:\n{exact}"
     );
 }
+
+#[test]
+fn text_shows_a_calendar_period_its_next_reset_and_its_own_key() {
+    let policy = "domain: billing\ndescriptors:\n  - key: plan\n    rate_limit:\n      unit: month\n      requests_per_unit: 1000\n      calendar: {time_zone: Europe/Berlin}\n";
+    let billing =
+        compile_sources(&[(PathBuf::from("billing.yaml"), policy.to_string())]).expect("valid policy");
+    let text = explain(&billing, "billing", &[arg("plan=pro")]).to_string();
+    for expected in [
+        "requests_per_unit 1000 per calendar month, Europe/Berlin (fixed_window), this period ",
+        "(the count starts over at the next reset, ",
+        "tg:cM:7:billing4:plan3:pro@13:Europe/Berlin",
+    ] {
+        assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
+    }
+}

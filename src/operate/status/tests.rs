@@ -196,6 +196,7 @@ fn a_rule_with_several_limits_shows_the_first_and_lists_all() {
         rollout: crate::config::rule::Rollout::FULL,
         response: None,
         overdraft: false,
+        calendar: None,
     };
     rule.limit = RuleLimit::Limited(vec![burst, daily]);
     let status = rule_status(&rule, Minute::empty());
@@ -226,6 +227,25 @@ fn each_domain_shows_its_consistency() {
     assert!(html.contains("charge <b>per_descriptor</b>, consistency <b>approximate</b>"), "{html}");
     assert!(
         html.contains("failure mode <b>closed</b>, charge <b>per_descriptor</b>, consistency <b>exact</b>"),
+        "{html}"
+    );
+}
+
+#[test]
+fn a_calendar_limit_shows_its_period_and_next_reset_in_json_and_page() {
+    let billing = "domain: billing\ndescriptors:\n  - key: plan\n    rate_limit:\n      unit: month\n      requests_per_unit: 1000\n      calendar: {time_zone: Europe/Berlin}\n";
+    let fixture = fixture(&[("billing.yaml", billing)]);
+    let status = fixture.status();
+    let json = serde_json::to_value(&status).expect("json");
+    let rule = &json["domains"][0]["rules"][0];
+    assert_eq!((rule["unit"].as_str(), rule["algorithm"].as_str()), (Some("month"), Some("fixed_window")));
+    assert_eq!(rule["calendar"]["period"], "calendar month, Europe/Berlin");
+    assert!(rule["calendar"]["next_reset"].as_str().is_some_and(|t| t.contains("-01T00:00:00+0")), "{rule}");
+    let html = render(&status);
+    assert!(
+        html.contains(
+            "1000 per month <span class=\"muted calendar\">(calendar month, Europe/Berlin; next reset "
+        ),
         "{html}"
     );
 }

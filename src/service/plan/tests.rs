@@ -35,6 +35,7 @@ pub(crate) fn snapshot() -> Snapshot {
             rollout: rule::Rollout::FULL,
             response: None,
             overdraft: false,
+            calendar: None,
         },
         ConfigLimit {
             name: Some("daily".into()),
@@ -44,6 +45,7 @@ pub(crate) fn snapshot() -> Snapshot {
             rollout: rule::Rollout::FULL,
             response: None,
             overdraft: false,
+            calendar: None,
         },
     ]);
     snapshot
@@ -149,6 +151,7 @@ fn a_single_limit_keeps_its_key_and_a_multiplier_makes_a_new_one() {
         rollout: rule::Rollout::FULL,
         response: None,
         overdraft: false,
+        calendar: None,
     }]);
     let domain = snapshot.domain("d").expect("d");
     let (_, charges, _) = plan(domain, &request, 0, "");

@@ -76,6 +76,7 @@ fn limit(count: u64, unit: Unit, multiplier: u64) -> ConfigLimit {
         rollout: rule::Rollout::FULL,
         response: None,
         overdraft: false,
+        calendar: None,
     }
 }
 

@@ -218,7 +218,14 @@ mod tests {
     use crate::algorithm::Algorithm;
 
     fn sliding(limit: u64) -> Params {
-        Params { algorithm: Algorithm::SlidingWindow, limit, unit_us: 1_000_000, burst: limit, penalty_us: 0 }
+        Params {
+            algorithm: Algorithm::SlidingWindow,
+            limit,
+            unit_us: 1_000_000,
+            burst: limit,
+            penalty_us: 0,
+            period: None,
+        }
     }
 
     #[test]

@@ -16,6 +16,7 @@ fn charge(key: &str, limit: u64, hits: Hits) -> Charge {
             unit_us: 60_000_000,
             burst: limit,
             penalty_us: 0,
+            period: None,
         },
         hits,
     }
@@ -154,6 +155,7 @@ fn fixed_windows_start_again_at_their_edge() {
             unit_us: 1_000_000,
             burst: 3,
             penalty_us: 0,
+            period: None,
         },
         hits,
     };
@@ -303,6 +305,7 @@ fn a_refund_waiting_across_a_window_edge_frees_nothing_in_the_next_window() {
             unit_us: 1_000_000,
             burst: 10,
             penalty_us: 0,
+            period: None,
         },
         hits,
     };

@@ -129,7 +129,14 @@ mod tests {
     use super::*;
 
     fn sliding(limit: u64) -> Params {
-        Params { algorithm: Algorithm::SlidingWindow, limit, unit_us: 1_000_000, burst: limit, penalty_us: 0 }
+        Params {
+            algorithm: Algorithm::SlidingWindow,
+            limit,
+            unit_us: 1_000_000,
+            burst: limit,
+            penalty_us: 0,
+            period: None,
+        }
     }
 
     #[test]

@@ -6,8 +6,14 @@ use tokio::sync::Semaphore;
 use super::*;
 use crate::algorithm::{Algorithm, Hits, Params};
 
-const PARAMS: Params =
-    Params { algorithm: Algorithm::FixedWindow, limit: 3, unit_us: 60_000_000, burst: 0, penalty_us: 0 };
+const PARAMS: Params = Params {
+    algorithm: Algorithm::FixedWindow,
+    limit: 3,
+    unit_us: 60_000_000,
+    burst: 0,
+    penalty_us: 0,
+    period: None,
+};
 
 /// A Redis stand-in: each call waits for a permit (so a test holds it in flight), then
 /// admits consumes in order against one count per key, up to `PARAMS.limit`.

@@ -4,8 +4,14 @@ use std::time::Duration;
 use super::*;
 use crate::algorithm::{Algorithm, Params};
 
-const PARAMS: Params =
-    Params { algorithm: Algorithm::Gcra, limit: 5, unit_us: 60_000_000, burst: 5, penalty_us: 0 };
+const PARAMS: Params = Params {
+    algorithm: Algorithm::Gcra,
+    limit: 5,
+    unit_us: 60_000_000,
+    burst: 5,
+    penalty_us: 0,
+    period: None,
+};
 const DENIED: Decision = Decision { allowed: false, remaining: 0, reset_us: 5_000_000 };
 const ALLOWED: Decision = Decision { allowed: true, remaining: 4, reset_us: 1 };
 

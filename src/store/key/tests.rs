@@ -11,7 +11,14 @@ fn rule(levels: &[(&str, Option<&str>)]) -> Rule {
         path: "descriptors[0]".into(),
         name: None,
         limit: crate::config::RuleLimit::Limited(vec![crate::config::Limit::single(
-            Params { algorithm: Algorithm::Gcra, limit: 1, unit_us: 1, burst: 1, penalty_us: 0 },
+            Params {
+                algorithm: Algorithm::Gcra,
+                limit: 1,
+                unit_us: 1,
+                burst: 1,
+                penalty_us: 0,
+                period: None,
+            },
             Unit::Second,
         )]),
         shadow_mode: false,

@@ -12,7 +12,7 @@ const MS: Duration = Duration::from_millis(1);
 const HOUR_US: u64 = 3_600_000_000;
 
 fn params(algorithm: Algorithm, limit: u64) -> Params {
-    Params { algorithm, limit, unit_us: HOUR_US, burst: limit, penalty_us: 0 }
+    Params { algorithm, limit, unit_us: HOUR_US, burst: limit, penalty_us: 0, period: None }
 }
 
 fn gcra(limit: u64) -> Params {

@@ -22,9 +22,9 @@
 -- can hold (unreadable state is no state, every number clamped; tests/differential/junk.rs).
 -- A Lua error past the reads would be a bug here, and fail the whole call.
 
-local ALGORITHMS = {gcra = gcra, sliding_window = sliding, fixed_window = fixed}
-local KINDS = {gcra = 'g', sliding_window = 'w', fixed_window = 'w'}
-local CODES = {gcra = 'g', sliding_window = 's', fixed_window = 'f'}
+local ALGORITHMS = {gcra = gcra, sliding_window = sliding, fixed_window = fixed, calendar_window = calendar}
+local KINDS = {gcra = 'g', sliding_window = 'w', fixed_window = 'w', calendar_window = 'w'}
+local CODES = {gcra = 'g', sliding_window = 's', fixed_window = 'f', calendar_window = 'c'}
 local MODES = {['0'] = 0, ['1'] = 1, ['2'] = 2, ['3'] = 3}
 -- The scratch value of a key read and found empty (nil means not read yet).
 local NONE = false

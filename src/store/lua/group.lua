@@ -8,6 +8,7 @@ local ALGORITHMS = {
   gcra = {run = gcra, kind = 'g', code = 'g'},
   sliding_window = {run = sliding, kind = 'w', code = 's'},
   fixed_window = {run = fixed, kind = 'w', code = 'f'},
+  calendar_window = {run = calendar, kind = 'w', code = 'c'},
 }
 
 -- The m members at ARGV[a + 1 ..] (8 arguments each: key index, algorithm, limit, unit_us,

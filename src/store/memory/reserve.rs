@@ -88,6 +88,7 @@ mod tests {
         unit_us: 3_600_000_000,
         burst: 10,
         penalty_us: 0,
+        period: None,
     };
 
     fn call(store: &MemoryStore, id: &str, hits: Hits, now: u64) -> Reserved {

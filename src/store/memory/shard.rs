@@ -6,7 +6,7 @@ use std::collections::hash_map::RandomState;
 use indexmap::map::raw_entry_v1::RawEntryApiV1;
 use indexmap::IndexMap;
 
-use crate::algorithm::{Algorithm, Params, State, MAX_VALUE};
+use crate::algorithm::{Algorithm, Params, Period, State, MAX_VALUE};
 
 use super::stored_key::StoredKey;
 
@@ -74,6 +74,21 @@ impl Entry {
             1 => Algorithm::SlidingWindow,
             _ => Algorithm::FixedWindow,
         };
-        Params { algorithm, limit: self.limit, unit_us: self.unit_us, burst: self.burst, penalty_us: 0 }
+        // A calendar period stores its end beside its start (a plain fixed window stores 0):
+        // without it, eviction would rank an exhausted period as an empty epoch window.
+        let period = match (algorithm, self.state) {
+            (Algorithm::FixedWindow, State::Window { start, previous, .. }) if previous > start => {
+                Some(Period { start_us: start, end_us: previous })
+            }
+            _ => None,
+        };
+        Params {
+            algorithm,
+            limit: self.limit,
+            unit_us: self.unit_us,
+            burst: self.burst,
+            penalty_us: 0,
+            period,
+        }
     }
 }

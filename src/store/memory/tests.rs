@@ -5,7 +5,7 @@ use crate::algorithm::{Algorithm, Hits, Params};
 const T0: u64 = 1_700_000_000_000_000;
 
 fn gcra(limit: u64, unit_us: u64) -> Params {
-    Params { algorithm: Algorithm::Gcra, limit, unit_us, burst: limit, penalty_us: 0 }
+    Params { algorithm: Algorithm::Gcra, limit, unit_us, burst: limit, penalty_us: 0, period: None }
 }
 
 fn charge(key: &str, params: Params) -> Charge {
@@ -142,8 +142,14 @@ fn a_store_full_of_exhausted_buckets_counts_the_free_resets() {
 #[test]
 fn eviction_ranks_window_buckets_by_their_count() {
     let store = MemoryStore::new(64);
-    let window =
-        Params { algorithm: Algorithm::SlidingWindow, limit: 5, unit_us: HOUR, burst: 0, penalty_us: 0 };
+    let window = Params {
+        algorithm: Algorithm::SlidingWindow,
+        limit: 5,
+        unit_us: HOUR,
+        burst: 0,
+        penalty_us: 0,
+        period: None,
+    };
     let start = T0 - T0 % HOUR;
     assert_eq!(charge_n(&store, "victim", window, 5, start), 5);
     for i in 0..store.capacity() as u64 * 20 {
@@ -227,6 +233,7 @@ fn concurrent_overlapping_groups_never_admit_past_the_limit() {
         unit_us: 3_600_000_000,
         burst: 0,
         penalty_us: 0,
+        period: None,
     };
     let keys = ["k0", "k1", "k2", "k3"];
     let threads: Vec<_> = (0..6)

@@ -4,8 +4,14 @@ use std::sync::Arc;
 use super::*;
 use crate::algorithm::Algorithm;
 
-const PARAMS: Params =
-    Params { algorithm: Algorithm::Gcra, limit: 5, unit_us: 60_000_000, burst: 5, penalty_us: 0 };
+const PARAMS: Params = Params {
+    algorithm: Algorithm::Gcra,
+    limit: 5,
+    unit_us: 60_000_000,
+    burst: 5,
+    penalty_us: 0,
+    period: None,
+};
 
 fn charge(key: &str, hits: Hits) -> Charge {
     Charge { key: key.into(), params: PARAMS, hits }

@@ -76,13 +76,12 @@ impl ClusterStore {
             return Err(StoreError::Unavailable("no redis cluster nodes given".into()));
         }
         let urls: Vec<String> = settings.nodes.iter().map(|n| node_url(n)).collect();
-        let seeds = urls
-            .iter()
-            .map(|url| connection_info(url, settings.ca_file.as_ref()))
-            .collect::<Result<Vec<_>, _>>()?;
+        let seeds =
+            urls.iter().map(|url| connection_info(url, &settings.tls)).collect::<Result<Vec<_>, _>>()?;
         Ok(ClusterStore {
             shared: Arc::new(Shared {
                 seeds,
+                tls: settings.tls.clone(),
                 settings: settings.link,
                 links: Mutex::new(HashMap::new()),
                 sync_links: Mutex::new(HashMap::new()),
@@ -188,7 +187,7 @@ mod tests {
         assert_eq!(node_url("rediss://:pw@h:7000"), "rediss://:pw@h:7000");
         let s = ClusterSettings {
             nodes: vec!["redis://:s3cret@h:7000".into(), "h2:7001".into()],
-            ca_file: None,
+            tls: crate::store::redis::Tls::default(),
             link: crate::store::redis::RedisSettings::new("redis://h").link(Duration::from_millis(10)),
         };
         let shown = format!("{s:?}");

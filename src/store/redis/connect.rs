@@ -3,13 +3,13 @@
 //! and password redaction for logs, errors and `/rlconfig`. What every topology shares.
 
 use std::fmt;
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use redis::{ConnectionInfo, IntoConnectionInfo, ProtocolVersion};
 
 use super::super::charge::StoreError;
 use super::link::{self, Connect};
+use super::tls::Tls;
 
 /// The URL with every password form redis-rs accepts replaced by `***`, for logs, errors
 /// and `/rlconfig`: the user-info of `redis://user:pass@` / `redis://:pass@` / `redis://pass@`
@@ -58,31 +58,53 @@ pub fn node_url(node: &str) -> String {
     }
 }
 
-/// A URL's connection info as every lifecycle connection uses it: the custom CA for
-/// `rediss://` when one is given, the socket options, and RESP3.
-pub fn connection_info(url: &str, ca_file: Option<&PathBuf>) -> Result<ConnectionInfo, StoreError> {
+/// A URL's connection info as every lifecycle connection uses it: for `rediss://`, the
+/// custom CA and the client certificate when given (`tls`; a plain URL ignores them: a
+/// sentinel without TLS beside a TLS master), the socket options, and RESP3.
+pub fn connection_info(url: &str, tls: &Tls) -> Result<ConnectionInfo, StoreError> {
     let invalid =
         |e: &dyn fmt::Display| StoreError::Unavailable(format!("invalid redis url {}: {e}", redact_url(url)));
-    let info = match ca_file {
-        None => url.into_connection_info().map_err(|e| invalid(&e))?,
-        Some(ca_file) => {
-            let root_cert = std::fs::read(ca_file)
-                .map_err(|e| invalid(&format!("reading {}: {e}", ca_file.display())))?;
-            let certs = redis::TlsCertificates { client_tls: None, root_cert: Some(root_cert) };
-            let client = redis::Client::build_with_tls(url, certs).map_err(|e| invalid(&e))?;
-            client.get_connection_info().clone()
-        }
+    let plain = url.into_connection_info().map_err(|e| invalid(&e))?;
+    let info = if tls.is_set() && is_tls(&plain) {
+        let certs = tls.certificates().map_err(|e| invalid(&e))?;
+        let client = redis::Client::build_with_tls(url, certs).map_err(|e| invalid(&e))?;
+        client.get_connection_info().clone()
+    } else {
+        plain
     };
     let redis = info.redis_settings().clone().set_protocol(ProtocolVersion::RESP3);
     Ok(info.set_redis_settings(redis).set_tcp_settings(link::socket_settings()))
 }
 
-/// Connects to the server `info` names, every time.
-pub fn connect_to(info: ConnectionInfo) -> Connect {
+fn is_tls(info: &ConnectionInfo) -> bool {
+    matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. })
+}
+
+/// A client for `info` whose TLS files (`tls`) are read again now, so that a certificate
+/// rotated on disk is presented by this new connection. A read that fails keeps what was
+/// read before (a secret swapped file by file), and says so.
+pub fn client(info: &ConnectionInfo, tls: &Tls) -> Result<redis::Client, StoreError> {
+    if tls.is_set() && is_tls(info) {
+        match tls.certificates() {
+            Ok(certs) => {
+                return redis::Client::build_with_tls(info.clone(), certs)
+                    .map_err(|e| StoreError::Unavailable(e.to_string()))
+            }
+            Err(error) => tracing::warn!(
+                error = %error,
+                "reading the Redis TLS files again failed: this connection uses what was read before"
+            ),
+        }
+    }
+    redis::Client::open(info.clone()).map_err(|e| StoreError::Unavailable(e.to_string()))
+}
+
+/// Connects to the server `info` names, every time (its TLS files read again each time).
+pub fn connect_to(info: ConnectionInfo, tls: Tls) -> Connect {
     Arc::new(move |config| {
-        let info = info.clone();
+        let (info, tls) = (info.clone(), tls.clone());
         Box::pin(async move {
-            let client = redis::Client::open(info).map_err(|e| StoreError::Unavailable(e.to_string()))?;
+            let client = client(&info, &tls)?;
             client
                 .get_multiplexed_async_connection_with_config(&config)
                 .await
@@ -148,7 +170,7 @@ mod tests {
 
     #[test]
     fn connection_info_keeps_credentials_and_moves_keep_tls() {
-        let info = connection_info("rediss://app:pw@h:6380/3", None).expect("valid");
+        let info = connection_info("rediss://app:pw@h:6380/3", &Tls::default()).expect("valid");
         assert_eq!(info.redis_settings().protocol(), ProtocolVersion::RESP3);
         assert!(info.tcp_settings().nodelay());
         let moved = with_address(&info, "10.0.0.2", 7001);

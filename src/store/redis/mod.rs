@@ -11,8 +11,8 @@
 //!
 //! What they share: `settings` (what a store is built from), `connect` (URLs, connecting,
 //! redaction), `server` (one server's connections, scripts and health: the single node's
-//! and the Sentinel master's), `health`. From the bottom up: `reply`, `link`, `connect`,
-//! `settings`, `health`, `slots`, `batch` (requests batched into one call), `server`,
+//! and the Sentinel master's), `health`. From the bottom up: `reply`, `link`, `tls` (the CA
+//! and client certificate, read again for every connection), `connect`, `settings`, `health`, `slots`, `batch` (requests batched into one call), `server`,
 //! then the topologies.
 
 mod batch;
@@ -28,12 +28,14 @@ mod server;
 pub mod settings;
 pub mod single;
 pub mod slots;
+pub mod tls;
 
 pub use self::connect::{
-    address, connect_to, connection_info, host_port, node_url, redact_url, with_address,
+    address, client, connect_to, connection_info, host_port, node_url, redact_url, with_address,
 };
 pub use self::health::Health;
 pub use self::settings::{
     RedisSettings, DEFAULT_BATCH, DEFAULT_COALESCE, DEFAULT_MAX_INFLIGHT, MIN_REPLY_TIMEOUT,
 };
 pub use self::single::RedisStore;
+pub use self::tls::{CertInfo, ClientCert, Tls};

@@ -16,7 +16,6 @@
 //! asynchronous: counts the old master had not yet sent are lost.
 
 use std::fmt;
-use std::path::PathBuf;
 use std::sync::{Arc, Once, Weak};
 use std::time::Duration;
 
@@ -26,9 +25,10 @@ use tokio::time::Instant;
 
 use super::super::charge::{Charge, Groups, Reservation, Reserved, StoreError};
 use super::super::remote::{Charged, Remote, Reset};
-use super::connect::{connection_info, node_url, redact_url, with_address};
+use super::connect::{client, connection_info, node_url, redact_url, with_address};
 use super::link::{Connect, Link, LinkSettings, Replaced};
 use super::server::Server;
+use super::tls::Tls;
 
 /// How often the sentinels are asked which node is master.
 const WATCH_PERIOD: Duration = Duration::from_secs(1);
@@ -42,8 +42,8 @@ pub struct SentinelSettings {
     pub sentinels: Vec<String>,
     /// Credentials, database and TLS for the master (its host is ignored): `--redis-url`.
     pub master_url: Option<String>,
-    /// PEM CA bundle for a `rediss://` master.
-    pub ca_file: Option<PathBuf>,
+    /// The CA and client certificate for a `rediss://` master and `rediss://` sentinels.
+    pub tls: Tls,
     /// How connections to the master are kept.
     pub link: LinkSettings,
     /// Requests queued for the master go together (`redis::batch`); false: `--no-batch`.
@@ -66,7 +66,7 @@ impl fmt::Debug for SentinelSettings {
 pub struct SentinelStore {
     server: Server,
     master: String,
-    sentinels: Vec<String>,
+    sentinels: Sentinels,
     watching: Once,
     description: String,
 }
@@ -85,11 +85,13 @@ impl SentinelStore {
         }
         let urls: Vec<String> = settings.sentinels.iter().map(|s| node_url(s)).collect();
         let master_url = settings.master_url.as_deref().unwrap_or("redis://127.0.0.1:6379/");
-        let template = connection_info(master_url, settings.ca_file.as_ref())?;
-        let connect = connect_to_master(template.clone(), urls.clone(), settings.master.clone());
+        let template = connection_info(master_url, &settings.tls)?;
+        let infos = urls.iter().map(|url| connection_info(url, &settings.tls)).collect::<Result<_, _>>()?;
+        let sentinels = Sentinels { infos, tls: settings.tls.clone() };
+        let connect = connect_to_master(template.clone(), sentinels.clone(), settings.master.clone());
         let shown: Vec<String> = urls.iter().map(|u| redact_url(u)).collect();
         let description = format!("{} via {}", settings.master, shown.join(","));
-        let sync_connect = connect_to_master(template, urls.clone(), settings.master.clone());
+        let sync_connect = connect_to_master(template, sentinels.clone(), settings.master.clone());
         let server = Server::new(
             settings.link,
             description.clone(),
@@ -101,7 +103,7 @@ impl SentinelStore {
         Ok(SentinelStore {
             server,
             master: settings.master.clone(),
-            sentinels: urls,
+            sentinels,
             watching: Once::new(),
             description,
         })
@@ -145,16 +147,22 @@ impl SentinelStore {
 
 /// Each connect asks the sentinels for the master's address, then connects there with
 /// the master URL's credentials, database and TLS mode.
-fn connect_to_master(template: ConnectionInfo, sentinels: Vec<String>, master: String) -> Connect {
+/// The sentinels to ask, and the TLS files of their connections and the master's.
+#[derive(Clone)]
+struct Sentinels {
+    infos: Vec<ConnectionInfo>,
+    tls: Tls,
+}
+
+fn connect_to_master(template: ConnectionInfo, sentinels: Sentinels, master: String) -> Connect {
     Arc::new(move |config| {
         let (template, sentinels, master) = (template.clone(), sentinels.clone(), master.clone());
         Box::pin(async move {
-            let mut conns = vec![None; sentinels.len()];
+            let mut conns = vec![None; sentinels.infos.len()];
             let Some((host, port)) = ask_sentinels(&sentinels, &mut conns, &master).await else {
                 return Err(StoreError::Unavailable(format!("no sentinel knows master {master}")));
             };
-            let client = redis::Client::open(with_address(&template, &host, port))
-                .map_err(|e| StoreError::Unavailable(e.to_string()))?;
+            let client = client(&with_address(&template, &host, port), &sentinels.tls)?;
             client
                 .get_multiplexed_async_connection_with_config(&config)
                 .await
@@ -165,8 +173,8 @@ fn connect_to_master(template: ConnectionInfo, sentinels: Vec<String>, master: S
 
 /// Until the store is dropped: asks the sentinels which node is master every
 /// `WATCH_PERIOD` and drops every kept connection when the answer changes.
-async fn watch_master(links: Vec<Weak<Link>>, sentinels: Vec<String>, master: String) {
-    let mut conns: Vec<Option<MultiplexedConnection>> = vec![None; sentinels.len()];
+async fn watch_master(links: Vec<Weak<Link>>, sentinels: Sentinels, master: String) {
+    let mut conns: Vec<Option<MultiplexedConnection>> = vec![None; sentinels.infos.len()];
     let mut known: Option<(String, u16)> = None;
     let mut tick = tokio::time::interval(WATCH_PERIOD);
     loop {
@@ -192,14 +200,14 @@ async fn watch_master(links: Vec<Weak<Link>>, sentinels: Vec<String>, master: St
 
 /// The master's address from the first sentinel that knows it (connections kept).
 async fn ask_sentinels(
-    urls: &[String],
+    sentinels: &Sentinels,
     conns: &mut [Option<MultiplexedConnection>],
     master: &str,
 ) -> Option<(String, u16)> {
     let limit = WATCH_PERIOD / 2;
-    for (url, conn) in urls.iter().zip(conns.iter_mut()) {
+    for (info, conn) in sentinels.infos.iter().zip(conns.iter_mut()) {
         if conn.is_none() {
-            let client = redis::Client::open(url.as_str()).ok()?;
+            let client = client(info, &sentinels.tls).ok()?;
             let made = tokio::time::timeout(limit, client.get_multiplexed_async_connection()).await;
             *conn = made.ok().and_then(Result::ok);
         }
@@ -260,7 +268,7 @@ mod tests {
             master: "mymaster".into(),
             sentinels: vec!["redis://:s3cret@h:26379".into()],
             master_url: Some("redis://:m4ster@h:6379".into()),
-            ca_file: None,
+            tls: Tls::default(),
             link: crate::store::redis::RedisSettings::new("redis://h").link(Duration::from_millis(10)),
             batch: true,
         };

@@ -3,11 +3,11 @@
 //! starts from. The password never prints (`Debug` redacts the URL).
 
 use std::fmt;
-use std::path::PathBuf;
 use std::time::Duration;
 
 use super::connect::redact_url;
 use super::link::LinkSettings;
+use super::tls::Tls;
 
 /// Commands outstanding per connection by default (see `LinkSettings::max_inflight`).
 pub const DEFAULT_MAX_INFLIGHT: usize = 4096;
@@ -26,8 +26,8 @@ pub struct RedisSettings {
     pub url: String,
     /// Multiplexed connections kept open (per server) and shared by all requests.
     pub connections: usize,
-    /// PEM CA bundle to verify a `rediss://` server with (default: the system roots).
-    pub ca_file: Option<PathBuf>,
+    /// The CA that verifies a `rediss://` server and the client certificate presented to it.
+    pub tls: Tls,
     pub breaker: BreakerSettings,
     /// A connection with commands outstanding and no reply for this long is replaced.
     /// `None`: 3 × the store timeout, at least `MIN_REPLY_TIMEOUT`.
@@ -46,7 +46,7 @@ impl RedisSettings {
         RedisSettings {
             url: url.into(),
             connections: 2,
-            ca_file: None,
+            tls: Tls::default(),
             breaker: BreakerSettings::default(),
             reply_timeout: None,
             max_inflight: DEFAULT_MAX_INFLIGHT,
@@ -70,7 +70,7 @@ impl fmt::Debug for RedisSettings {
         f.debug_struct("RedisSettings")
             .field("url", &redact_url(&self.url))
             .field("connections", &self.connections)
-            .field("ca_file", &self.ca_file)
+            .field("tls", &self.tls)
             .field("breaker", &self.breaker)
             .field("reply_timeout", &self.reply_timeout)
             .field("max_inflight", &self.max_inflight)

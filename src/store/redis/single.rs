@@ -38,15 +38,15 @@ impl RedisStore {
     /// Builds the store; requests run with `store_timeout`. Connects in the background
     /// once a runtime runs: Redis being down at startup is not an error.
     pub fn new(settings: &RedisSettings, store_timeout: Duration) -> Result<RedisStore, StoreError> {
-        let info = connection_info(&settings.url, settings.ca_file.as_ref())?;
+        let info = connection_info(&settings.url, &settings.tls)?;
         let name = address(&info);
         let shown = redact_url(&settings.url);
         let server = Server::new(
             settings.link(store_timeout),
             name,
             shown,
-            connect_to(info.clone()),
-            connect_to(info),
+            connect_to(info.clone(), settings.tls.clone()),
+            connect_to(info, settings.tls.clone()),
             settings.batch,
         );
         Ok(RedisStore { server, url: settings.url.clone() })

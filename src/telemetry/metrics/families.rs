@@ -147,6 +147,7 @@ pub(super) struct Guards {
     pub local_decisions: Family<DomainLabel, Counter>,
     pub breaker_state: Family<StoreName, Gauge>,
     pub breaker_opens: Family<StoreName, Counter>,
+    pub redis_client_cert_days_left: Family<StoreName, Gauge>,
 }
 
 impl Guards {
@@ -190,6 +191,12 @@ impl Guards {
             "Times the store circuit breaker opened",
             breaker_opens.clone(),
         );
+        let redis_client_cert_days_left = Family::<StoreName, Gauge>::default();
+        registry.register(
+            "tollgate_redis_client_cert_days_left",
+            "Whole days until the client certificate presented to Redis expires (negative: expired); only with one",
+            redis_client_cert_days_left.clone(),
+        );
         Guards {
             series_dropped,
             connections_replaced,
@@ -197,6 +204,7 @@ impl Guards {
             local_decisions,
             breaker_state,
             breaker_opens,
+            redis_client_cert_days_left,
         }
     }
 }

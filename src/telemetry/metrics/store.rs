@@ -65,6 +65,13 @@ impl Metrics {
         set_counter(&self.over_limit_cache_hits.get_or_create(&StoreName { store }), hits);
     }
 
+    /// Days until the Redis client certificate (as last read) expires, refreshed before
+    /// each scrape; absent without one.
+    pub fn set_redis_client_cert(&self, store: &'static str, not_after: i64, now: i64) {
+        let days = not_after.saturating_sub(now).div_euclid(86_400);
+        self.redis_client_cert_days_left.get_or_create(&StoreName { store }).set(days);
+    }
+
     /// Breaker gauges, refreshed before each scrape.
     pub fn set_breaker(&self, store: &'static str, state: i64, opens: u64) {
         self.breaker_state.get_or_create(&StoreName { store }).set(state);

@@ -7,6 +7,7 @@ use std::fmt::Write as _;
 
 use super::chart::sparkline;
 use super::format::escape_html;
+use crate::config::rule::PeriodView;
 use crate::operate::status::{DomainStatus, RuleStatus};
 
 pub(super) fn domain_table(out: &mut String, domain: &DomainStatus) {
@@ -67,13 +68,16 @@ fn limit_text(rule: &RuleStatus) -> String {
     };
     if rule.limits.is_empty() {
         return match (rule.limit, rule.unit, rule.unit_multiplier) {
-            (Some(limit), Some(unit), multiplier) => one(
-                limit,
-                unit,
-                multiplier.unwrap_or(1),
-                rule.rollout.unwrap_or(1.0),
-                rule.penalty_seconds.unwrap_or(0),
-            ),
+            (Some(limit), Some(unit), multiplier) => {
+                let window = one(
+                    limit,
+                    unit,
+                    multiplier.unwrap_or(1),
+                    rule.rollout.unwrap_or(1.0),
+                    rule.penalty_seconds.unwrap_or(0),
+                );
+                window + &calendar_text(rule.calendar.as_ref())
+            }
             _ => String::new(),
         };
     }
@@ -81,10 +85,23 @@ fn limit_text(rule: &RuleStatus) -> String {
         .iter()
         .map(|l| {
             let name = l.name.as_deref().map(|n| format!("{}: ", escape_html(n))).unwrap_or_default();
-            format!("{name}{}", one(l.limit, l.unit, l.unit_multiplier, l.rollout, l.penalty_seconds))
+            let window = one(l.limit, l.unit, l.unit_multiplier, l.rollout, l.penalty_seconds);
+            format!("{name}{window}{}", calendar_text(l.calendar.as_ref()))
         })
         .collect::<Vec<_>>()
         .join("<br>")
+}
+
+/// A calendar limit's period and next reset, after its window (nothing for other limits).
+fn calendar_text(view: Option<&PeriodView>) -> String {
+    match view {
+        Some(v) => format!(
+            " <span class=\"muted calendar\">({}; next reset {})</span>",
+            escape_html(&v.period),
+            escape_html(&v.next_reset)
+        ),
+        None => String::new(),
+    }
 }
 
 fn algorithm_text(rule: &RuleStatus) -> String {

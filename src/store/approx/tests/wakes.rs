@@ -70,6 +70,7 @@ fn the_sync_call_writes_exact_modes_format() {
             unit_us: 60_000_000,
             burst: 9,
             penalty_us: 0,
+            period: None,
         },
         unsent: Unsent { start: 120_000_000, delta: -2, carry: 3 },
         orphan: false,
@@ -91,8 +92,14 @@ fn the_sync_call_writes_exact_modes_format() {
 #[test]
 fn a_cluster_wake_is_one_call_per_slot_of_at_most_a_chunk() {
     use crate::store::redis::cluster::{key_slot, ClusterSettings, ClusterStore, Lane};
-    let params =
-        Params { algorithm: Algorithm::FixedWindow, limit: 9, unit_us: 1_000_000, burst: 9, penalty_us: 0 };
+    let params = Params {
+        algorithm: Algorithm::FixedWindow,
+        limit: 9,
+        unit_us: 1_000_000,
+        burst: 9,
+        penalty_us: 0,
+        period: None,
+    };
     let unsent = Unsent { start: 0, delta: 1, carry: 0 };
     let item = |key: String| sync::Item { key: key.into(), params, unsent, orphan: false };
     // 600 buckets of one slot (a hash tag) among 40 of their own slots.
@@ -100,7 +107,7 @@ fn a_cluster_wake_is_one_call_per_slot_of_at_most_a_chunk() {
     items.extend((0..600).map(|i| item(format!("{{tagged}}:{i}"))));
     let link = crate::store::redis::RedisSettings::new("redis://127.0.0.1:1")
         .link(std::time::Duration::from_millis(10));
-    let settings = ClusterSettings { nodes: vec!["127.0.0.1:1".into()], ca_file: None, link };
+    let settings = ClusterSettings { nodes: vec!["127.0.0.1:1".into()], tls: Default::default(), link };
     let cluster = ClusterStore::new(&settings).expect("lazy: no connection yet");
     let mut single = items.clone();
     let chunks = sync::Via::Cluster(&cluster, Lane::Sync).chunks(&mut items);

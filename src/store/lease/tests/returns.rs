@@ -15,11 +15,24 @@ fn gcra_return(key: &str, tokens: u64, since: Instant) -> Return {
 #[test]
 fn refill_time_is_the_tokens_at_the_limits_rate() {
     assert_eq!(refill_time(&gcra(3_600), 4), 4 * SECOND);
-    let per_second =
-        Params { algorithm: Algorithm::Gcra, limit: 10, unit_us: 1_000_000, burst: 10, penalty_us: 0 };
+    let per_second = Params {
+        algorithm: Algorithm::Gcra,
+        limit: 10,
+        unit_us: 1_000_000,
+        burst: 10,
+        penalty_us: 0,
+        period: None,
+    };
     assert_eq!(refill_time(&per_second, 3), 300 * MS);
     assert_eq!(refill_time(&gcra(0), 5), Duration::ZERO, "a limit of 0 takes nothing back");
-    let slowest = Params { algorithm: Algorithm::Gcra, limit: 1, unit_us: u64::MAX, burst: 1, penalty_us: 0 };
+    let slowest = Params {
+        algorithm: Algorithm::Gcra,
+        limit: 1,
+        unit_us: u64::MAX,
+        burst: 1,
+        penalty_us: 0,
+        period: None,
+    };
     assert_eq!(refill_time(&slowest, u64::MAX), Duration::from_micros(u64::MAX), "saturates");
 }
 

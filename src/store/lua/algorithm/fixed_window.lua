@@ -7,10 +7,11 @@
 -- nothing). mode is 0 (consume n), 1 (peek), 2 (refund n) or 3 (overdraw n), checked by the caller; unit
 -- >= 1.
 
--- Fixed window, epoch-aligned as envoyproxy/ratelimit, but a denial consumes nothing
--- (src/algorithm/fixed_window.rs). The hash's p is always 0. No closure is built per call.
-local function fixed(st, now, limit, unit, burst, mode, n)
-  local ws, left, count = window_at(st, now, unit, false)
+-- The fixed window's decision in the window starting at ws, at an instant left µs before
+-- its end, holding count; e is what the hash's p stores (0, or a calendar period's end);
+-- at is the state's expiry (µs). A denial consumes nothing (src/algorithm/fixed_window.rs).
+-- No closure is built per call.
+local function fixed_in(ws, at, left, count, e, limit, mode, n)
   local c
   if mode == 0 then
     if count + n > limit then return 0, 0, left end
@@ -21,7 +22,7 @@ local function fixed(st, now, limit, unit, burst, mode, n)
     c = add(count, n)
     if c > limit then
       if limit == 0 then return 0, 0, left, false end
-      return 0, 0, left, {kind = 'w', s = ws, c = limit, p = 0, at = window_expiry(ws, unit, false)}
+      return 0, 0, left, {kind = 'w', s = ws, c = limit, p = e, at = ms_ceil(at)}
     end
   elseif mode == 1 then
     if count >= limit then return 0, 0, left end
@@ -33,5 +34,27 @@ local function fixed(st, now, limit, unit, burst, mode, n)
   end
   -- Allowed, leaving c in the window: store it, or drop an empty window.
   if c == 0 then return 1, limit, 0, false end
-  return 1, math.max(limit - c, 0), left, {kind = 'w', s = ws, c = c, p = 0, at = window_expiry(ws, unit, false)}
+  return 1, math.max(limit - c, 0), left, {kind = 'w', s = ws, c = c, p = e, at = ms_ceil(at)}
+end
+
+-- Fixed window, epoch-aligned as envoyproxy/ratelimit. The hash's p is always 0.
+local function fixed(st, now, limit, unit, burst, mode, n)
+  local ws, left, count = window_at(st, now, unit, false)
+  return fixed_in(ws, add(ws, unit), left, count, 0, limit, mode, n)
+end
+
+-- A fixed window over a calendar period [ps, pe) computed by the caller (README.md,
+-- "Calendar periods"): called with unit = pe and burst = ps. A stored period that starts
+-- later (and ends after its start) is the window instead; now is clamped into the window.
+-- The hash's p is the window's end; the state expires CALENDAR_GRACE after it, and is no
+-- state once that has passed (algorithm::fixed_window::CALENDAR_GRACE_US).
+local CALENDAR_GRACE = 60000000
+local function calendar(st, now, limit, pe, ps, mode, n)
+  if st and (st.kind ~= 'w' or add(st.p, CALENDAR_GRACE) <= now) then st = nil end
+  local ws, e = ps, math.max(pe, add(ps, 1))
+  if st and st.s > ws and st.p > st.s then ws, e = st.s, st.p end
+  now = math.min(math.max(now, ws), e - 1)
+  local count = 0
+  if st and st.s == ws then count = st.c end
+  return fixed_in(ws, add(e, CALENDAR_GRACE), e - now, count, e, limit, mode, n)
 end

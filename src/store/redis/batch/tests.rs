@@ -8,8 +8,14 @@ use super::*;
 use crate::algorithm::{Algorithm, Hits, Params};
 use crate::store::redis::link::LinkSettings;
 
-const PARAMS: Params =
-    Params { algorithm: Algorithm::Gcra, limit: 10, unit_us: 1_000_000, burst: 10, penalty_us: 0 };
+const PARAMS: Params = Params {
+    algorithm: Algorithm::Gcra,
+    limit: 10,
+    unit_us: 1_000_000,
+    burst: 10,
+    penalty_us: 0,
+    period: None,
+};
 
 /// A batcher whose link never connects (nothing here sends).
 fn batcher(lanes: usize, max_charges: usize) -> Arc<Batcher> {

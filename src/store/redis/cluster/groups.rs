@@ -226,8 +226,14 @@ mod tests {
     use crate::algorithm::{Algorithm, Params};
 
     fn batch(keys: &[&str]) -> Vec<Charge> {
-        let params =
-            Params { algorithm: Algorithm::Gcra, limit: 5, unit_us: 1_000_000, burst: 5, penalty_us: 0 };
+        let params = Params {
+            algorithm: Algorithm::Gcra,
+            limit: 5,
+            unit_us: 1_000_000,
+            burst: 5,
+            penalty_us: 0,
+            period: None,
+        };
         keys.iter().map(|k| Charge { key: (*k).into(), params, hits: Hits::Consume(1) }).collect()
     }
 

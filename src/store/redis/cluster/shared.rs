@@ -6,7 +6,6 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use arc_swap::ArcSwap;
@@ -19,6 +18,7 @@ use super::super::health::Health;
 use super::super::link::{Link, LinkSettings};
 use super::super::scripts::Scripts;
 use super::super::slots::{Node, SlotMap};
+use super::super::tls::Tls;
 
 /// How to reach a Redis Cluster.
 #[derive(Clone)]
@@ -27,8 +27,8 @@ pub struct ClusterSettings {
     /// Any reachable node is enough: the others are discovered, and reached with the first
     /// seed's credentials and TLS mode.
     pub nodes: Vec<String>,
-    /// PEM CA bundle for `rediss://` nodes.
-    pub ca_file: Option<PathBuf>,
+    /// The CA and client certificate for `rediss://` nodes (every node, discovered ones too).
+    pub tls: Tls,
     /// How connections to each master are kept.
     pub link: LinkSettings,
 }
@@ -60,6 +60,8 @@ pub enum Lane {
 /// The state a cluster store's calls and its background map refresh share.
 pub(super) struct Shared {
     pub(super) seeds: Vec<ConnectionInfo>,
+    /// The TLS files every new connection reads again.
+    pub(super) tls: Tls,
     pub(super) settings: LinkSettings,
     /// One lifecycle per master, by `host:port`.
     pub(super) links: Mutex<HashMap<Node, Arc<Link>>>,
@@ -114,7 +116,7 @@ impl Shared {
             return link.clone();
         }
         let info = with_address(&self.seeds[0], &node.0, node.1);
-        let link = Arc::new(Link::new(settings, address(&info), connect_to(info)));
+        let link = Arc::new(Link::new(settings, address(&info), connect_to(info, self.tls.clone())));
         links.insert(node.clone(), link.clone());
         link
     }

@@ -13,7 +13,9 @@ use redis::Cmd;
 use crate::algorithm::{Algorithm, Hits, Params};
 use crate::store::charge::{record_keys, Charge, Groups, Reservation};
 
-use super::sources::{Call, Script, BATCH_LUA, FIXED_LUA, GCRA_LUA, JOINT_LUA, RESERVE_LUA, SLIDING_LUA};
+use super::sources::{
+    Call, Script, BATCH_LUA, CALENDAR_LUA, FIXED_LUA, GCRA_LUA, JOINT_LUA, RESERVE_LUA, SLIDING_LUA,
+};
 
 /// The three algorithm scripts, the joint one and the batch one (see `lua/README.md` for
 /// their contract).
@@ -22,6 +24,7 @@ pub struct Scripts {
     gcra: Script,
     sliding: Script,
     fixed: Script,
+    calendar: Script,
     joint: Script,
     batch: Script,
     reserve: Script,
@@ -40,6 +43,7 @@ impl Scripts {
             gcra: Script::new(GCRA_LUA),
             sliding: Script::new(SLIDING_LUA),
             fixed: Script::new(FIXED_LUA),
+            calendar: Script::new(CALENDAR_LUA),
             joint: Script::new(JOINT_LUA),
             batch: Script::new(BATCH_LUA),
             reserve: Script::new(RESERVE_LUA),
@@ -50,10 +54,11 @@ impl Scripts {
     /// then `'' <penalty_us>` for a limit with a penalty. The bucket key is the only key: a
     /// cluster client routes the command by it.
     pub fn command(&self, charge: &Charge, call: Call) -> Cmd {
-        let script = match charge.params.algorithm {
-            Algorithm::Gcra => &self.gcra,
-            Algorithm::SlidingWindow => &self.sliding,
-            Algorithm::FixedWindow => &self.fixed,
+        let script = match (charge.params.algorithm, charge.params.period) {
+            (Algorithm::Gcra, _) => &self.gcra,
+            (Algorithm::SlidingWindow, _) => &self.sliding,
+            (Algorithm::FixedWindow, Some(_)) => &self.calendar,
+            (Algorithm::FixedWindow, None) => &self.fixed,
         };
         let (name, body) = match call {
             Call::Sha => ("EVALSHA", script.sha()),
@@ -61,8 +66,9 @@ impl Scripts {
         };
         let (mode, n) = mode(charge.hits);
         let p = &charge.params;
+        let (_, unit_us, burst) = wire(p);
         let mut cmd = redis::cmd(name);
-        cmd.arg(body).arg(1).arg(&charge.key).arg(p.limit).arg(p.unit_us).arg(p.burst).arg(mode).arg(n);
+        cmd.arg(body).arg(1).arg(&charge.key).arg(p.limit).arg(unit_us).arg(burst).arg(mode).arg(n);
         if p.penalty_us > 0 {
             // No test clock (`''`: the server's TIME), then the penalty.
             cmd.arg("").arg(p.penalty_us);
@@ -140,14 +146,8 @@ fn members_command<'a>(
     for (index, charge) in args {
         let p = &charge.params;
         let (mode, n) = mode(charge.hits);
-        cmd.arg(index)
-            .arg(p.algorithm.as_str())
-            .arg(p.limit)
-            .arg(p.unit_us)
-            .arg(p.burst)
-            .arg(mode)
-            .arg(n)
-            .arg(p.penalty_us);
+        let (algorithm, unit_us, burst) = wire(p);
+        cmd.arg(index).arg(algorithm).arg(p.limit).arg(unit_us).arg(burst).arg(mode).arg(n).arg(p.penalty_us);
     }
     cmd
 }
@@ -211,7 +211,8 @@ impl Scripts {
         // No test clock: the server's TIME.
         cmd.arg("").arg(rules.len());
         for p in rules {
-            cmd.arg(p.algorithm.as_str()).arg(p.limit).arg(p.unit_us).arg(p.burst).arg(p.penalty_us);
+            let (algorithm, unit_us, burst) = wire(p);
+            cmd.arg(algorithm).arg(p.limit).arg(unit_us).arg(burst).arg(p.penalty_us);
         }
         let mut members = members.chunks_exact(4);
         for (kind, m) in layout {
@@ -221,6 +222,17 @@ impl Scripts {
             }
         }
         cmd
+    }
+}
+
+/// The algorithm, `unit_us` and `burst` arguments of a limit: its own, but for a calendar
+/// period (`Params::period`), which is `calendar_window` with the period's end in place of
+/// `unit_us` and its start in place of `burst` (the fixed window reads no burst; see
+/// `lua/README.md`, "Calendar periods").
+fn wire(p: &Params) -> (&'static str, u64, u64) {
+    match p.period {
+        Some(period) => ("calendar_window", period.end_us, period.start_us),
+        None => (p.algorithm.as_str(), p.unit_us, p.burst),
     }
 }
 

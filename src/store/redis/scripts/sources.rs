@@ -31,6 +31,14 @@ pub const FIXED_LUA: &str = lua!(
     "single.lua",
     "fixed_window.lua"
 );
+/// A fixed window over calendar periods (`Params::period`).
+pub const CALENDAR_LUA: &str = lua!(
+    "algorithm/window.lua",
+    "algorithm/fixed_window.lua",
+    "algorithm/penalty.lua",
+    "single.lua",
+    "calendar_window.lua"
+);
 /// A group of charges decided together (see `store::Groups`, `lua/README.md`).
 pub const JOINT_LUA: &str = lua!(
     "algorithm/gcra.lua",

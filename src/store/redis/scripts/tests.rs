@@ -10,7 +10,7 @@ use crate::store::charge::{Charge, StoreError};
 fn charge(algorithm: Algorithm, hits: Hits) -> Charge {
     Charge {
         key: "tg:k".into(),
-        params: Params { algorithm, limit: 10, unit_us: 1_000_000, burst: 4, penalty_us: 0 },
+        params: Params { algorithm, limit: 10, unit_us: 1_000_000, burst: 4, penalty_us: 0, period: None },
         hits,
     }
 }

@@ -5,7 +5,7 @@ use super::*;
 use crate::algorithm::{Hits, Params};
 
 fn params(algorithm: Algorithm, limit: u64, unit_s: u64) -> Params {
-    Params { algorithm, limit, unit_us: unit_s * 1_000_000, burst: limit, penalty_us: 0 }
+    Params { algorithm, limit, unit_us: unit_s * 1_000_000, burst: limit, penalty_us: 0, period: None }
 }
 
 fn charge(params: Params) -> Charge {
