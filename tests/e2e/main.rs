@@ -11,6 +11,8 @@
 //! - `xds`: policies only over xDS (an ADS server in the test), a new snapshot applied.
 //! - `demo`: `make demo` (`deploy/demo/run.sh`) through Envoy, then Ctrl-C.
 //! - `token_budgets`: a budget charged by usage reported after the response (`overdraft`).
+//! - `reservations`: a budget that cannot be overspent: the estimate held at request time,
+//!   settled with the usage at stream end, under concurrent streams.
 //! - `traces`: Envoy and Tollgate tracing to one OTLP collector in the test; trace ids in logs.
 //! - `rlqs`: Tollgate as a Rate Limit Quota Service behind two Envoys' quota filter: the
 //!   bound across the fleet, reload, Redis down, an Envoy restart.
@@ -38,6 +40,7 @@ mod istio;
 mod limits;
 mod metadata;
 mod raw_bytes;
+mod reservations;
 mod rlqs;
 mod shipped;
 mod skipped_headers;

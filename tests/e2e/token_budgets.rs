@@ -28,7 +28,7 @@ const RATE_LIMITS: &str = r#"
 "#;
 
 /// The upstream's `x-tokens-used` into dynamic metadata, where the stream-end charge reads it.
-const USAGE_TO_METADATA: &str = r#"
+pub(crate) const USAGE_TO_METADATA: &str = r#"
 - name: envoy.filters.http.header_to_metadata
   typed_config:
     "@type": type.googleapis.com/envoy.extensions.filters.http.header_to_metadata.v3.Config
@@ -39,7 +39,7 @@ const USAGE_TO_METADATA: &str = r#"
 "#;
 
 /// The user's bucket as `/v1/usage` shows it: tokens consumed (capacity − remaining).
-fn consumed(edge: &Topology, user: &str) -> u64 {
+pub(crate) fn consumed(edge: &Topology, user: &str) -> u64 {
     let path = format!("/v1/usage?domain=edge&descriptor=user%3D{user}");
     let r = http::get(edge.tollgate.admin, &path, &[]);
     assert_eq!(r.status, 200, "{r:#?}");

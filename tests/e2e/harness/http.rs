@@ -122,7 +122,8 @@ fn parse_response(raw: &[u8]) -> Option<Response> {
 }
 
 /// An upstream on a loopback port: `200 ok` with `x-upstream: hit` for every request (and
-/// `x-tokens-used: N` for one that sent `x-tokens: N`).
+/// `x-tokens-used: N` for one that sent `x-tokens: N`; after `x-delay-ms: N` milliseconds
+/// for one that sent it, a long LLM stream).
 pub struct Upstream {
     addr: SocketAddr,
     hits: Arc<AtomicUsize>,
@@ -170,6 +171,7 @@ fn serve_connection(stream: TcpStream, hits: &AtomicUsize) {
         // `x-tokens: N` in the request: the answer reports `x-tokens-used: N` (an LLM
         // upstream's usage, known only with its response).
         let mut tokens: Option<String> = None;
+        let mut delay = Duration::ZERO;
         loop {
             // Bytes, not `read_line`: forwarded headers may hold bytes that are not UTF-8.
             let mut line = Vec::new();
@@ -183,11 +185,15 @@ fn serve_connection(stream: TcpStream, hits: &AtomicUsize) {
                         if name.trim().eq_ignore_ascii_case("x-tokens") {
                             tokens = Some(value.trim().to_string());
                         }
+                        if name.trim().eq_ignore_ascii_case("x-delay-ms") {
+                            delay = Duration::from_millis(value.trim().parse().unwrap_or(0));
+                        }
                     }
                 }
             }
         }
         hits.fetch_add(1, Ordering::SeqCst);
+        std::thread::sleep(delay);
         let used = tokens.map(|n| format!("x-tokens-used: {n}\r\n")).unwrap_or_default();
         let reply = format!("HTTP/1.1 200 OK\r\ncontent-length: 3\r\nx-upstream: hit\r\n{used}\r\nok\n");
         if writer.write_all(reply.as_bytes()).is_err() {
