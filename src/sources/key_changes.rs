@@ -4,7 +4,7 @@
 //!
 //! A bucket's key is its identity (`store::key`): the domain and its `hash_tag`, the
 //! descriptor path (entry keys, and the pattern of `share_threshold` levels), and per limit
-//! its name in `rate_limits`, algorithm, unit and `unit_multiplier`. Numbers
+//! its name in `rate_limits`, algorithm, unit, `unit_multiplier` and calendar zone. Numbers
 //! (`requests_per_unit`, `burst`) and `consistency` are not in it: changing them keeps the
 //! counts. A change of a key part leaves the old buckets behind (they expire unread) and
 //! charges new, full ones: the counts reset.
@@ -138,6 +138,11 @@ fn limit_changes(old: &Limit, new: &Limit) -> Vec<String> {
     }
     if old.multiplier != new.multiplier {
         changes.push(format!("{prefix}unit_multiplier {} → {}", old.multiplier, new.multiplier));
+    }
+    // A calendar period's zone is in its key: another zone's periods are other windows.
+    let zone = |limit: &Limit| limit.calendar.as_ref().map_or("none", |c| c.zone()).to_string();
+    if zone(old) != zone(new) {
+        changes.push(format!("{prefix}calendar time_zone {} → {}", zone(old), zone(new)));
     }
     changes
 }

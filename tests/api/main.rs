@@ -14,6 +14,7 @@ mod otlp;
 #[path = "../support/redis.rs"]
 mod redis_support;
 
+mod budget_combos;
 mod calendar;
 mod cli;
 mod controls;

@@ -85,6 +85,17 @@ fn algorithm_unit_and_window_start_the_rule_afresh() {
 }
 
 #[test]
+fn a_calendar_and_its_zone_start_the_limit_afresh() {
+    let calendar = BASE.replace("algorithm: fixed_window }", "algorithm: fixed_window, calendar: {} }");
+    assert_eq!(one(BASE, &calendar).1, vec!["limit daily: calendar time_zone none → UTC".to_string()]);
+    let paris = calendar.replace("calendar: {}", "calendar: { time_zone: Europe/Paris }");
+    assert_eq!(
+        one(&calendar, &paris).1,
+        vec!["limit daily: calendar time_zone UTC → Europe/Paris".to_string()]
+    );
+}
+
+#[test]
 fn limit_names_and_the_limit_form_are_key_parts() {
     let renamed = BASE.replace("name: daily", "name: per-day");
     assert_eq!(one(BASE, &renamed).1, vec!["limit name daily → per-day".to_string()]);
