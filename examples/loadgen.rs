@@ -15,6 +15,10 @@
 //! read from `/proc` around a whole run). `--prefill` first touches every key once.
 //! `--redis-url` adds `script_calls_per_request`: the `EVALSHA` + `EVAL` calls that Redis
 //! counted (`INFO commandstats`) during the measured window, divided by the requests.
+//! `--reserve KEY` sends reservations (docs/envoy.md, "Reserved token budgets"): each task
+//! alternates a reserve call (every descriptor gains a last entry `(KEY, <a new id>)`,
+//! `--hits-addend` the estimate) and the settle of that reservation (`--settle-hits`, the
+//! usage); every call counts as a request.
 //!
 //! ```sh
 //! cargo run --release --example loadgen -- --addr 127.0.0.1:8081 --domain bench \
@@ -99,6 +103,13 @@ struct Args {
     /// Print one JSON object instead of `key=value`.
     #[arg(long)]
     json: bool,
+    /// Alternate reserve and settle calls naming reservations by this entry key (the
+    /// domain's `reservations.key`).
+    #[arg(long, value_name = "KEY")]
+    reserve: Option<String>,
+    /// With --reserve: the settle call's `hits_addend` (the usage).
+    #[arg(long, default_value_t = 1)]
+    settle_hits: u32,
 }
 
 /// What one task saw in the measured window.
@@ -220,6 +231,8 @@ async fn task(
     let mut rng = SmallRng::seed_from_u64(seed ^ 0x9e37_79b9_7f4a_7c15);
     let mut tally = Tally::default();
     let mut next = first;
+    // --reserve: the reservation the next call settles, and how many were made.
+    let (mut pending, mut made) = (None::<RateLimitRequest>, 0u64);
     tokio::time::sleep_until(first).await;
     loop {
         let scheduled = match window.period {
@@ -234,7 +247,20 @@ async fn task(
         if scheduled >= window.end {
             return tally;
         }
-        let mut request = tonic::Request::new(build(&args, &ranks, &mut rng));
+        let message = match (&args.reserve, pending.take()) {
+            (None, _) => build(&args, &ranks, &mut rng),
+            (Some(_), Some(mut reserved)) => {
+                reserved.hits_addend = args.settle_hits;
+                reserved
+            }
+            (Some(key), None) => {
+                made += 1;
+                let reserve = reservation(build(&args, &ranks, &mut rng), key, &format!("{seed:x}-{made}"));
+                pending = Some(reserve.clone());
+                reserve
+            }
+        };
+        let mut request = tonic::Request::new(message);
         if let Some(ms) = args.timeout_ms {
             request.set_timeout(Duration::from_millis(ms));
         }
@@ -339,6 +365,14 @@ impl Ranks {
 
 fn build(args: &Args, ranks: &Ranks, rng: &mut SmallRng) -> RateLimitRequest {
     request(args, (0..args.descriptors).map(|_| format!("k{}", ranks.draw(rng))))
+}
+
+/// `request` with a last entry `(key, <id>-<descriptor index>)` on every descriptor.
+fn reservation(mut request: RateLimitRequest, key: &str, id: &str) -> RateLimitRequest {
+    for (i, descriptor) in request.descriptors.iter_mut().enumerate() {
+        descriptor.entries.push(Entry { key: key.to_string(), value: format!("{id}-{i}") });
+    }
+    request
 }
 
 /// A request with one single-entry descriptor per value.

@@ -30,7 +30,9 @@
 # NULL_RLS, CONCURRENCY ("16 128"), CONNECTIONS (4), DRAWS ("uniform:10000 zipf1.1:100000";
 # uniform:KEYS or zipfS:KEYS → loadgen --keys KEYS [--zipf S]), DESCRIPTORS ("1 4 16"),
 # SECONDS_PER_RUN (6), WARMUP (1), ROUNDS (3), STORE_TIMEOUT_MS (1000), ALGORITHM (gcra),
-# REFERENCE (1), RAW (a file to append the raw lines to).
+# REFERENCE (1), RAW (a file to append the raw lines to), DOMAIN_LINES (YAML lines added to
+# the bench domain, e.g. "reservations: { key: request, ttl: 10m }"), LOADGEN_ARGS_<LABEL>
+# (extra loadgen flags for that label's turns, e.g. LOADGEN_ARGS_reserve="--reserve request").
 # Needs: redis-server, redis-cli, redis-benchmark (>= 7), curl, python3.
 set -euo pipefail
 
@@ -81,6 +83,7 @@ mkdir -p "$work/config"
 cat >"$work/config/bench.yaml" <<EOF
 # Limits far above the load: every request is a real store round trip, none is denied.
 domain: bench
+${DOMAIN_LINES:-}
 descriptors:
   - key: user
     rate_limit: { unit: second, requests_per_unit: 1000000, algorithm: $ALGORITHM }
@@ -176,7 +179,9 @@ for round in $(seq "$ROUNDS"); do
                         rcpu0=$(redis_cpu)
                     fi
                     ticks0=$(cpu_ticks "$pid")
-                    line=$("$LOADGEN" --addr "127.0.0.1:${grpc_of[$server]}" --domain bench --keys "$keys" \
+                    extra_var="LOADGEN_ARGS_$server"
+                    read -r -a extra <<<"${!extra_var:-}"
+                    line=$("$LOADGEN" "${extra[@]}" --addr "127.0.0.1:${grpc_of[$server]}" --domain bench --keys "$keys" \
                         ${zipf:+--zipf "$zipf"} --descriptors "$d" --concurrency "$c" --connections "$CONNECTIONS" \
                         --seconds "$SECONDS_PER_RUN" --warmup "$WARMUP")
                     ticks=$(($(cpu_ticks "$pid") - ticks0))
