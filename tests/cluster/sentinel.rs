@@ -62,3 +62,37 @@ async fn sentinel_store_counts_exactly_and_follows_a_failover_at_once() {
     assert!(over(&app.check(request("api", &[&[("user", "alice")]])).await));
     assert_eq!(setup.cli(old, &["EXISTS", KEY]), "0", "nothing was written to the old master");
 }
+
+/// Reservations on the Sentinel store at the production store timeout: every phase through
+/// the service, then a hold taken on the old master is settled on the new one after a
+/// failover (the record is replicated with the bucket: one script call wrote both).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reservations_on_sentinel_and_a_hold_settled_across_a_failover() {
+    use crate::reservations::{answer, reserve_then_settle, tokens, TOKENS};
+    let setup = tokio::task::spawn_blocking(RedisSentinel::start).await.expect("sentinel start");
+    let topology =
+        RedisTopology::Sentinel { master: MASTER_NAME.into(), sentinels: vec![setup.sentinel_addr()] };
+    let production = tollgate::app::ServeSettings::new(std::path::PathBuf::new()).store_timeout;
+    let app = spawn(StoreKind::Redis, topology, production, &[("tokens.yaml", TOKENS)]).await;
+    reserve_then_settle(&app).await;
+
+    assert_eq!(answer(&app, tokens("f", Some("held"), 70)).await, (true, 30));
+    let [old, _] = setup.data_ports();
+    let setup = tokio::task::spawn_blocking(move || {
+        setup.wait_replicated();
+        setup.failover();
+        setup
+    })
+    .await
+    .expect("failover");
+    // The old master still takes writes for a while: empty it, so only the new master's
+    // answer (the hold, replicated) reads 30.
+    setup.cli(old, &["FLUSHALL"]);
+    let moved = eventually(Duration::from_secs(10), || async {
+        answer(&app, tokens("f", None, 0)).await == (true, 30)
+    })
+    .await;
+    assert!(moved, "the store follows the failover and finds the hold");
+    assert_eq!(answer(&app, tokens("f", Some("held"), 20)).await, (true, 80), "settled on the new master");
+    assert_eq!(answer(&app, tokens("f", Some("held"), 0)).await, (true, 80), "gone: a peek");
+}
