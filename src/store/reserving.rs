@@ -14,6 +14,7 @@ use tokio::time::Instant;
 
 use super::charge::{Charge, Reservation, Reserved, StoreError};
 use super::guarded::Guarded;
+use super::probe;
 use super::remote::Remote;
 use super::Store;
 use crate::algorithm::reservation::Phase;
@@ -53,11 +54,16 @@ impl<C: Remote + Send + Sync + 'static> Guarded<C> {
         let call = match self.breaker() {
             Some(breaker) => match breaker.admit(sent_at.into_std()) {
                 Some(call) => Some(call),
-                None => return Err(StoreError::CircuitOpen),
+                None => {
+                    probe::note(|seen| seen.breaker = Some("open"));
+                    return Err(StoreError::CircuitOpen);
+                }
             },
             None => None,
         };
         let result = self.client().reserve(group, reservation, deadline).await;
+        // A traced request's store span counts the call (`probe`).
+        probe::note(|seen| seen.calls += 1);
         if let (Some(breaker), Some(call)) = (self.breaker(), call) {
             let opened = breaker.opened_total();
             call.record(matches!(&result, Err(e) if e.is_unreachable()), Instant::now().into_std());

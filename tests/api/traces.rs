@@ -363,3 +363,34 @@ async fn a_request_cancelled_while_the_store_hangs_still_ends_its_span_marked_ca
     assert_eq!(span.attr("ratelimit.overall_code"), None, "never answered");
     assert_eq!(span.status, 2);
 }
+
+const RESERVED: &str = r#"
+domain: traced
+reservations: { key: request, ttl: 10m }
+descriptors:
+  - key: user
+    rate_limit: { name: tokens, unit: minute, requests_per_unit: 100 }
+"#;
+
+/// A request reserving on Redis has its store span like any charge: one `reserve.lua` call
+/// for the descriptor naming a reservation, one call for the plain descriptor beside it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reserving_request_has_a_store_span_counting_its_calls() {
+    let collector = Collector::start(Transport::Http);
+    let trace = tracing(ExportProtocol::Http, format!("{}/v1/traces", collector.url()));
+    let app = app_with(StoreKind::Redis, RESERVED, trace).await;
+    let mut both = request("traced", &[&[("user", "ann"), ("request", "r1")], &[("user", "bob")]]);
+    both.hits_addend = 30;
+    let response = call(&app, both, &traceparent(TRACE, PARENT, true)).await.expect("decided");
+    assert_eq!(response.statuses.iter().map(|s| s.limit_remaining).collect::<Vec<_>>(), [70, 70]);
+    let spans = collector
+        .wait_for_async(Duration::from_secs(10), "server and store spans", |s| of_trace(s, TRACE).len() >= 2)
+        .await;
+    let trace = of_trace(&spans, TRACE);
+    let server = named(&trace, SERVER_SPAN)[0].clone();
+    let store = named(&trace, STORE_SPAN).into_iter().next().expect("a store span").clone();
+    assert_eq!(store.parent_span_id, server.span_id);
+    assert_eq!(store.attr("ratelimit.store.calls"), Some("2"), "{store:?}");
+    assert_eq!(store.attr("ratelimit.store.charges"), Some("2"));
+    assert_eq!(store.attr("ratelimit.store.outcome"), Some("ok"));
+}

@@ -3,6 +3,7 @@
 //! leases where a rule allows them) and falls back to this instance's memory for
 //! `failure_mode: local`. What it did is the [`Charged`] part of the decision record.
 
+use std::future::Future;
 use std::time::SystemTime;
 
 use tokio::time::Instant;
@@ -42,7 +43,9 @@ impl RateLimiter {
         let reserved = reserving::groups(&plans, reservations);
         let (mut results, store, approximate) = match self.store.approx() {
             _ if !reserved.is_empty() => {
-                (self.charge_reserving(domain, &charges, &groups, &reserved, deadline).await, None, false)
+                let reserving = self.charge_reserving(domain, &charges, &groups, &reserved, deadline);
+                let (results, call) = self.watched(charges.len(), reserving, probe).await;
+                (results, call, false)
             }
             // No Redis on the request path: the local estimates decide (`store::approx`).
             // A request's own `limit` of an algorithm the mode does not serve (GCRA, the
@@ -87,21 +90,31 @@ impl RateLimiter {
         }
         let started = Instant::now();
         let charging = self.store.charge_leasing(charges, groups, leasable, deadline);
-        let (results, call) = if probe {
-            let from = SystemTime::now();
-            // Boxed, so that the untraced path's future stays the size it was.
-            let (results, seen) = Box::pin(probe::observe(charging)).await;
-            let error = results.iter().find_map(|r| r.as_ref().err()).cloned();
-            let times = (from, SystemTime::now());
-            let topology = self.store.name();
-            let call = StoreCall { topology, charges: charges.len(), times, seen, error };
-            (results, Some(Box::new(call)))
-        } else {
-            (charging.await, None)
-        };
+        let (results, call) = self.watched(charges.len(), charging, probe).await;
         let outcome = results.iter().find_map(|r| r.as_ref().err()).map_or("ok", StoreError::kind);
         self.metrics.observe_store(self.store.name(), outcome, started.elapsed().as_secs_f64());
         (results, call)
+    }
+
+    /// The results of `work`, the store calls for `charges` charges; with `probe`, what the
+    /// store did for them as well (boxed: only a traced request allocates it, and the
+    /// record stays small to move).
+    async fn watched(
+        &self,
+        charges: usize,
+        work: impl Future<Output = Vec<Result<Decision, StoreError>>>,
+        probe: bool,
+    ) -> (Vec<Result<Decision, StoreError>>, Option<Box<StoreCall>>) {
+        if !probe {
+            return (work.await, None);
+        }
+        let from = SystemTime::now();
+        // Boxed, so that the untraced path's future stays the size it was.
+        let (results, seen) = Box::pin(probe::observe(work)).await;
+        let error = results.iter().find_map(|r| r.as_ref().err()).cloned();
+        let times = (from, SystemTime::now());
+        let call = StoreCall { topology: self.store.name(), charges, times, seen, error };
+        (results, Some(Box::new(call)))
     }
 
     /// Which charges may be served from leases: those of rules with `lease: true`, or of
