@@ -217,6 +217,11 @@ impl Book {
         due.iter().map(|f| self.drop(f)).sum()
     }
 
+    /// Whether `id` has a record (live or not yet swept).
+    pub fn contains(&self, id: &[u8]) -> bool {
+        self.records.contains_key(id)
+    }
+
     /// How many records it holds.
     pub fn len(&self) -> usize {
         self.records.len()

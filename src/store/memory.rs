@@ -31,7 +31,7 @@
 use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
 use std::hash::BuildHasher;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -67,6 +67,10 @@ pub struct MemoryStore {
     books: Mutex<HashMap<String, Book>>,
     /// Reservations found expired unsettled by the periodic sweep (`reserve`).
     expired_reservations: AtomicU64,
+    /// Records in `books` (changed only under its lock), capped at the bucket cap.
+    records: AtomicUsize,
+    /// Calls whose record was not kept because `records` was at the cap (`reserve`).
+    unrecorded_reservations: AtomicU64,
 }
 
 /// One shard's lock on cache lines of its own (128 bytes: adjacent-line prefetchers pair
@@ -95,6 +99,10 @@ pub struct MemoryStats {
     /// Of the lossy evictions, buckets that were at or over their limit: free resets.
     /// Stays 0 while the cap can hold every exhausted bucket.
     pub at_limit_evictions: u64,
+    /// Reservation records held (capped at the bucket cap).
+    pub reservation_records: usize,
+    /// Reservation calls decided without keeping their record: the records were at the cap.
+    pub unrecorded_reservations: u64,
 }
 
 impl MemoryStore {
@@ -112,6 +120,8 @@ impl MemoryStore {
             at_limit_evictions: AtomicU64::new(0),
             books: Mutex::new(HashMap::new()),
             expired_reservations: AtomicU64::new(0),
+            records: AtomicUsize::new(0),
+            unrecorded_reservations: AtomicU64::new(0),
         }
     }
 
@@ -350,6 +360,8 @@ impl MemoryStore {
             lossless_evictions: self.lossless_evictions.load(Ordering::Relaxed),
             lossy_evictions: self.lossy_evictions.load(Ordering::Relaxed),
             at_limit_evictions: self.at_limit_evictions.load(Ordering::Relaxed),
+            reservation_records: self.records.load(Ordering::Relaxed),
+            unrecorded_reservations: self.unrecorded_reservations.load(Ordering::Relaxed),
         }
     }
 

@@ -7,6 +7,13 @@
 //! a book left empty is dropped. The periodic sweep (`sweep_expired`) also drops every
 //! expired record, counting those still held (never settled), so that the records of a
 //! bucket no call touches again do not stay.
+//!
+//! Records are capped at the store's bucket cap (`--memory-max-keys`): a client naming new
+//! ids faster than they expire (a flood of refused reservations leaves a record each) must
+//! not grow memory without bound. At the cap a call is still decided and charged, but a
+//! new record is not kept (counted in `unrecorded_reservations`): a hold without its
+//! record is never given back and a later call naming it is a first call again — charged
+//! twice, never under-charged (the conservative side).
 
 use std::sync::atomic::Ordering;
 use std::sync::MutexGuard;
@@ -36,14 +43,24 @@ impl MemoryStore {
         let (decisions, (phase, expired)) = self.charge_locked(group, now, |stored, members| {
             let mut books = self.lock_books();
             let book = books.entry(record_key.clone()).or_default();
+            let before = book.len();
             let (record, expired) = book.open(id, now);
             let out = reservation::apply(stored, record.as_ref(), now, members);
             if let Some(record) = out.record {
-                book.put(id, record, now, reservation.ttl_us);
+                let held = self.records.load(Ordering::Relaxed) + book.len() - before;
+                if book.contains(id) || held < self.capacity() {
+                    book.put(id, record, now, reservation.ttl_us);
+                } else {
+                    self.unrecorded_reservations.fetch_add(1, Ordering::Relaxed);
+                }
             }
+            let after = book.len();
             if book.is_empty() {
                 books.remove(&record_key);
             }
+            // Under the books lock: the count moves with the books.
+            let records = self.records.load(Ordering::Relaxed) + after - before;
+            self.records.store(records, Ordering::Relaxed);
             (out.joint, (out.phase, expired))
         });
         Reserved { decisions, phase, expired }
@@ -56,7 +73,8 @@ impl MemoryStore {
 
     /// Records held now, over every bucket (for tests and metrics).
     pub fn reservation_records(&self) -> usize {
-        self.lock_books().values().map(Book::len).sum()
+        let _books = self.lock_books();
+        self.records.load(Ordering::Relaxed)
     }
 
     /// Drops every expired record (counting the held ones) and the books left empty.
@@ -67,6 +85,7 @@ impl MemoryStore {
             expired += book.expire(now);
             !book.is_empty()
         });
+        self.records.store(books.values().map(Book::len).sum(), Ordering::Relaxed);
         self.expired_reservations.fetch_add(expired, Ordering::Relaxed);
     }
 
@@ -113,5 +132,30 @@ mod tests {
         let peek =
             store.charge_at(&Charge { key: "b".into(), params: P, hits: Hits::Peek }, NOW + 60_000_000);
         assert_eq!(peek.remaining, 5, "c's hold stays charged");
+    }
+
+    /// A flood of new ids (each refusal leaves a record) stops at the bucket cap; a call
+    /// past it is decided and counted, its record not kept; a kept record still settles.
+    #[test]
+    fn records_stop_at_the_bucket_cap_and_a_call_past_it_is_charged_never_freed() {
+        let store = MemoryStore::new(4);
+        assert_eq!(store.capacity(), 4);
+        assert_eq!(call(&store, "held", Hits::Consume(10), NOW).phase, Phase::Reserved);
+        for i in 0..9 {
+            assert_eq!(call(&store, &format!("f{i}"), Hits::Consume(1), NOW).phase, Phase::Refused);
+        }
+        let stats = store.stats();
+        assert_eq!((stats.reservation_records, stats.unrecorded_reservations), (4, 6));
+        assert_eq!(store.reservation_records(), 4);
+        let r = call(&store, "held", Hits::Consume(4), NOW);
+        assert_eq!((r.phase, r.decisions[0].remaining), (Phase::Settled, 6), "its record was kept");
+        // Past the cap, an admitted reservation is charged with no record: never given back.
+        let r = call(&store, "late", Hits::Consume(2), NOW);
+        assert_eq!((r.phase, r.decisions[0].remaining), (Phase::Reserved, 4));
+        assert_eq!(store.stats().unrecorded_reservations, 7);
+        let r = call(&store, "late", Hits::Consume(1), NOW);
+        assert_eq!((r.phase, r.decisions[0].remaining), (Phase::Reserved, 3), "a first call again");
+        store.sweep_expired(NOW + 60_000_000);
+        assert_eq!(store.stats().reservation_records, 0, "the sweep recounts");
     }
 }

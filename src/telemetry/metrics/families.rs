@@ -266,6 +266,8 @@ pub(super) struct Holding {
     pub memory_max_keys: Gauge,
     pub memory_evictions: Family<LossyLabel, Counter>,
     pub memory_at_limit_evictions: Counter,
+    pub memory_reservation_records: Gauge,
+    pub memory_unrecorded_reservations: Counter,
 }
 
 impl Holding {
@@ -307,6 +309,18 @@ impl Holding {
             "Memory store evictions of buckets at or over their limit (a free reset for their owner)",
             memory_at_limit_evictions.clone(),
         );
+        let memory_reservation_records = Gauge::default();
+        registry.register(
+            "tollgate_memory_reservation_records",
+            "Reservation records held in process memory (capped at tollgate_memory_max_keys)",
+            memory_reservation_records.clone(),
+        );
+        let memory_unrecorded_reservations = Counter::default();
+        registry.register(
+            "tollgate_memory_reservations_unrecorded",
+            "Reservation calls decided without keeping their record: the records were at the cap",
+            memory_unrecorded_reservations.clone(),
+        );
         Holding {
             config_info,
             unknown_domain,
@@ -314,6 +328,8 @@ impl Holding {
             memory_max_keys,
             memory_evictions,
             memory_at_limit_evictions,
+            memory_reservation_records,
+            memory_unrecorded_reservations,
         }
     }
 }

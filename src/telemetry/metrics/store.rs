@@ -57,6 +57,8 @@ impl Metrics {
             stats.lossy_evictions,
         );
         set_counter(&self.memory_at_limit_evictions, stats.at_limit_evictions);
+        self.memory_reservation_records.set(i64::try_from(stats.reservation_records).unwrap_or(i64::MAX));
+        set_counter(&self.memory_unrecorded_reservations, stats.unrecorded_reservations);
     }
 
     /// Charges the over-limit cache of a Redis store answered, refreshed before each scrape
