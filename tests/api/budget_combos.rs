@@ -26,24 +26,17 @@ const TOKEN: &str = "budget-t0ken";
 struct Pair {
     one: TestApp,
     two: TestApp,
-    _token_dir: tempfile::TempDir,
+    _token: AdminToken,
 }
 
 impl Pair {
     async fn start(file: &str, policy: &str) -> Pair {
-        let token_dir = tempfile::tempdir().expect("tempdir");
-        let token_file = token_dir.path().join("admin-token");
-        std::fs::write(&token_file, format!("{TOKEN}\n")).expect("write token");
-        let production = tollgate::app::ServeSettings::new(std::path::PathBuf::new());
-        let options = Options {
-            store_timeout: production.store_timeout,
-            admin_token_file: Some(token_file),
-            ..Options::new(StoreKind::Redis)
-        };
+        let token = AdminToken::new(TOKEN);
+        let options = token.production(StoreKind::Redis);
         let one = spawn_with(options.clone(), &[(file, policy)]).await;
         let url = one.redis.as_ref().expect("own redis").url();
         let two = spawn_with(Options { redis_url: Some(url), ..options }, &[(file, policy)]).await;
-        Pair { one, two, _token_dir: token_dir }
+        Pair { one, two, _token: token }
     }
 }
 

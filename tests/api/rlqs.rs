@@ -603,15 +603,8 @@ async fn a_refund_and_a_reset_through_another_instance_give_the_room_back_to_rlq
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_incident_override_set_through_another_instance_opens_rlqs_buckets_and_ends() {
-    let token_dir = tempfile::tempdir().expect("tempdir");
-    let token_file = token_dir.path().join("admin-token");
-    std::fs::write(&token_file, "rlqs-t0ken\n").expect("token");
-    let production = tollgate::app::ServeSettings::new(std::path::PathBuf::new());
-    let options = Options {
-        store_timeout: production.store_timeout,
-        admin_token_file: Some(token_file),
-        ..Options::new(StoreKind::Redis)
-    };
+    let token = AdminToken::new("rlqs-t0ken");
+    let options = token.production(StoreKind::Redis);
     let first = spawn_with(options.clone(), &[("api.yaml", POLICY)]).await;
     let url = first.redis.as_ref().expect("own redis").url();
     let second = spawn_with(Options { redis_url: Some(url), ..options }, &[("api.yaml", POLICY)]).await;

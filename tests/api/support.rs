@@ -101,6 +101,29 @@ impl Options {
     }
 }
 
+/// An admin token in a file of its own (`--admin-token-file`), kept while this lives.
+pub struct AdminToken {
+    dir: tempfile::TempDir,
+}
+
+impl AdminToken {
+    pub fn new(token: &str) -> AdminToken {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(dir.path().join("admin-token"), format!("{token}\n")).expect("write token");
+        AdminToken { dir }
+    }
+
+    /// Options on `store` at the production store timeout, with this token.
+    pub fn production(&self, store: StoreKind) -> Options {
+        let production = tollgate::app::ServeSettings::new(PathBuf::new());
+        Options {
+            store_timeout: production.store_timeout,
+            admin_token_file: Some(self.dir.path().join("admin-token")),
+            ..Options::new(store)
+        }
+    }
+}
+
 /// Spawns the app on `store` with the given policy files (name, YAML).
 pub async fn spawn_app(store: StoreKind, policies: &[(&str, &str)]) -> TestApp {
     spawn_with(Options::new(store), policies).await

@@ -19,6 +19,27 @@ fn free_listeners() -> (u16, Vec<(String, String)>) {
     (grpc, vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect())
 }
 
+/// The peer on free listeners, its config from a [`runtime_dir`] (kept while the returned
+/// directory lives) and `vars`, healthy; and a plain gRPC client of it.
+async fn serving_runtime_dir(
+    vars: &[(&str, String)],
+) -> (Peer, RateLimitServiceClient<Channel>, tempfile::TempDir) {
+    let runtime = runtime_dir();
+    let (grpc, mut env) = free_listeners();
+    let health = env.iter().find(|(k, _)| k == "PORT").map(|(_, v)| v.parse().expect("port")).expect("PORT");
+    env.push(("RUNTIME_ROOT".into(), runtime.path().to_str().expect("UTF-8").to_string()));
+    env.push(("RUNTIME_SUBDIRECTORY".into(), "ratelimit".into()));
+    env.extend(vars.iter().map(|(k, v)| (k.to_string(), v.clone())));
+    let mut peer = Peer::start(&env);
+    peer.until_healthy(local(health)).await;
+    let channel = Channel::from_shared(format!("http://{}", local(grpc)))
+        .expect("uri")
+        .connect()
+        .await
+        .expect("connect");
+    (peer, RateLimitServiceClient::new(channel), runtime)
+}
+
 /// A runtime directory `<root>/ratelimit/config` with one policy: domain `api`, `user` 2 an hour.
 fn runtime_dir() -> tempfile::TempDir {
     let root = tempfile::tempdir().expect("runtime root");
@@ -63,29 +84,14 @@ async fn the_peers_client_ca_requires_client_certificates() {
 #[tokio::test]
 async fn the_peers_file_config_and_redis_limit_requests() {
     let redis = RedisServer::start_with(&["--requirepass", "s3cret-pw"]);
-    let runtime = runtime_dir();
-    let (grpc, mut env) = free_listeners();
-    let health = env.iter().find(|(k, _)| k == "PORT").map(|(_, v)| v.parse().expect("port")).expect("PORT");
-    env.extend(
-        [
-            ("RUNTIME_ROOT", runtime.path().to_str().expect("UTF-8").to_string()),
-            ("RUNTIME_SUBDIRECTORY", "ratelimit".to_string()),
-            ("REDIS_SOCKET_TYPE", "tcp".to_string()),
-            ("REDIS_URL", format!("127.0.0.1:{}", redis.port())),
-            ("REDIS_AUTH", "s3cret-pw".to_string()),
-            ("CACHE_KEY_PREFIX", "eg:rl:".to_string()),
-            ("LOG_FORMAT", "json".to_string()),
-        ]
-        .map(|(k, v)| (k.to_string(), v)),
-    );
-    let mut peer = Peer::start(&env);
-    peer.until_healthy(local(health)).await;
-    let channel = Channel::from_shared(format!("http://{}", local(grpc)))
-        .expect("uri")
-        .connect()
-        .await
-        .expect("connect");
-    let mut client = RateLimitServiceClient::new(channel);
+    let (peer, mut client, _runtime) = serving_runtime_dir(&[
+        ("REDIS_SOCKET_TYPE", "tcp".to_string()),
+        ("REDIS_URL", format!("127.0.0.1:{}", redis.port())),
+        ("REDIS_AUTH", "s3cret-pw".to_string()),
+        ("CACHE_KEY_PREFIX", "eg:rl:".to_string()),
+        ("LOG_FORMAT", "json".to_string()),
+    ])
+    .await;
     assert_eq!(codes(&mut client, "api", "alice", 3).await, [Code::Ok, Code::Ok, Code::OverLimit]);
     let keys = redis.cli(&["KEYS", "eg:rl:*"]);
     assert_eq!(keys.lines().count(), 1, "the bucket lives in Redis under CACHE_KEY_PREFIX: {keys:?}");
@@ -118,30 +124,15 @@ async fn the_peers_redis_client_certificate_is_presented_to_a_redis_that_require
     ]);
     let certs = pki.certs_dir("ratelimit");
     let cert = |name: &str| certs.path().join(name).display().to_string();
-    let runtime = runtime_dir();
-    let (grpc, mut env) = free_listeners();
-    let health = env.iter().find(|(k, _)| k == "PORT").map(|(_, v)| v.parse().expect("port")).expect("PORT");
-    env.extend(
-        [
-            ("RUNTIME_ROOT", runtime.path().to_str().expect("UTF-8").to_string()),
-            ("RUNTIME_SUBDIRECTORY", "ratelimit".to_string()),
-            ("REDIS_SOCKET_TYPE", "tcp".to_string()),
-            ("REDIS_URL", format!("localhost:{tls_port}")),
-            ("REDIS_TLS", "true".to_string()),
-            ("REDIS_TLS_CACERT", cert("ca.crt")),
-            ("REDIS_TLS_CLIENT_CERT", cert("tls.crt")),
-            ("REDIS_TLS_CLIENT_KEY", cert("tls.key")),
-        ]
-        .map(|(k, v)| (k.to_string(), v)),
-    );
-    let mut peer = Peer::start(&env);
-    peer.until_healthy(local(health)).await;
-    let channel = Channel::from_shared(format!("http://{}", local(grpc)))
-        .expect("uri")
-        .connect()
-        .await
-        .expect("connect");
-    let mut client = RateLimitServiceClient::new(channel);
+    let (peer, mut client, _runtime) = serving_runtime_dir(&[
+        ("REDIS_SOCKET_TYPE", "tcp".to_string()),
+        ("REDIS_URL", format!("localhost:{tls_port}")),
+        ("REDIS_TLS", "true".to_string()),
+        ("REDIS_TLS_CACERT", cert("ca.crt")),
+        ("REDIS_TLS_CLIENT_CERT", cert("tls.crt")),
+        ("REDIS_TLS_CLIENT_KEY", cert("tls.key")),
+    ])
+    .await;
     assert_eq!(
         codes(&mut client, "api", "alice", 3).await,
         [Code::Ok, Code::Ok, Code::OverLimit],

@@ -138,23 +138,7 @@ fn certificates(dir: &Path) {
 async fn tls_with_a_custom_ca() {
     let dir = tempfile::tempdir().expect("tempdir");
     certificates(dir.path());
-    let tls_port = free_port();
-    let path = |f: &str| dir.path().join(f).display().to_string();
-    let (cert, key, ca) = (path("server.crt"), path("server.key"), path("ca.crt"));
-    let tls_port_arg = tls_port.to_string();
-    let _redis = RedisServer::start_with(&[
-        "--tls-port",
-        &tls_port_arg,
-        "--tls-cert-file",
-        &cert,
-        "--tls-key-file",
-        &key,
-        "--tls-ca-cert-file",
-        &ca,
-        "--tls-auth-clients",
-        "no",
-    ]);
-    let url = format!("rediss://127.0.0.1:{tls_port}/");
+    let (_redis, url) = redis_on_tls(dir.path(), "no");
     let trusted = app_with_url(url.clone(), Some(&dir.path().join("ca.crt"))).await;
     let req = request("d", &[&[("k", "tls")]]);
     assert_eq!(trusted.allowed_of(3, &req).await, 2, "limited over TLS");
@@ -166,6 +150,12 @@ async fn tls_with_a_custom_ca() {
 /// A redis-server on a TLS port (and its plain port) that requires a client certificate
 /// signed by `dir/ca.crt`; the `rediss://` URL.
 fn redis_requiring_client_certificates(dir: &Path) -> (RedisServer, String) {
+    redis_on_tls(dir, "yes")
+}
+
+/// A redis-server on a TLS port (and its plain port) with `dir`'s server certificate and
+/// CA, `--tls-auth-clients` as `auth_clients`; the `rediss://` URL.
+fn redis_on_tls(dir: &Path, auth_clients: &str) -> (RedisServer, String) {
     let tls_port = free_port();
     let path = |f: &str| dir.join(f).display().to_string();
     let (cert, key, ca) = (path("server.crt"), path("server.key"), path("ca.crt"));
@@ -180,7 +170,7 @@ fn redis_requiring_client_certificates(dir: &Path) -> (RedisServer, String) {
         "--tls-ca-cert-file",
         &ca,
         "--tls-auth-clients",
-        "yes",
+        auth_clients,
     ]);
     (redis, format!("rediss://127.0.0.1:{tls_port}/"))
 }

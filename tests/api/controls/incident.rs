@@ -25,28 +25,21 @@ const FILES: [(&str, &str); 3] = [("api.yaml", POLICY), ("web.yaml", OTHER), ("l
 /// Three instances on one Redis, at the default store timeout, each with the admin token.
 struct Fleet {
     apps: Vec<TestApp>,
-    _token_dir: tempfile::TempDir,
+    _token: AdminToken,
     options: Options,
 }
 
 impl Fleet {
     async fn start() -> Fleet {
-        let token_dir = tempfile::tempdir().expect("tempdir");
-        let token_file = token_dir.path().join("admin-token");
-        std::fs::write(&token_file, format!("{TOKEN}\n")).expect("write token");
-        let production = tollgate::app::ServeSettings::new(std::path::PathBuf::new());
-        let options = Options {
-            store_timeout: production.store_timeout,
-            admin_token_file: Some(token_file),
-            ..Options::new(StoreKind::Redis)
-        };
+        let token = AdminToken::new(TOKEN);
+        let options = token.production(StoreKind::Redis);
         let first = spawn_with(options.clone(), &FILES).await;
         let shared = Options { redis_url: Some(first.redis.as_ref().expect("redis").url()), ..options };
         let mut apps = vec![first];
         for _ in 0..2 {
             apps.push(spawn_with(shared.clone(), &FILES).await);
         }
-        Fleet { apps, _token_dir: token_dir, options: shared }
+        Fleet { apps, _token: token, options: shared }
     }
 
     /// One more instance on the same Redis.
