@@ -31,6 +31,17 @@ async fn remaining(app: &TestApp, peek: bool) -> Option<u32> {
     response.statuses[0].current_limit.as_ref().map(|_| response.statuses[0].limit_remaining)
 }
 
+/// `setup` once its replica has everything, after the sentinel failed the master over.
+async fn replicated_then_failed_over(setup: RedisSentinel) -> RedisSentinel {
+    tokio::task::spawn_blocking(move || {
+        setup.wait_replicated();
+        setup.failover();
+        setup
+    })
+    .await
+    .expect("failover")
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sentinel_store_counts_exactly_and_follows_a_failover_at_once() {
     let setup = tokio::task::spawn_blocking(RedisSentinel::start).await.expect("sentinel start");
@@ -41,13 +52,7 @@ async fn sentinel_store_counts_exactly_and_follows_a_failover_at_once() {
         assert_eq!(remaining(&app, false).await, Some(expected));
     }
     let [old, new] = setup.data_ports();
-    let setup = tokio::task::spawn_blocking(move || {
-        setup.wait_replicated();
-        setup.failover();
-        setup
-    })
-    .await
-    .expect("failover");
+    let setup = replicated_then_failed_over(setup).await;
     assert!(setup.cli(new, &["EXISTS", KEY]) == "1", "the bucket was replicated");
     // The old master still accepts writes for a while: empty its bucket, so an answer from
     // it (a full bucket) and one from the new master (2 left) differ.
@@ -78,13 +83,7 @@ async fn reservations_on_sentinel_and_a_hold_settled_across_a_failover() {
 
     assert_eq!(answer(&app, tokens("f", Some("held"), 70)).await, (true, 30));
     let [old, _] = setup.data_ports();
-    let setup = tokio::task::spawn_blocking(move || {
-        setup.wait_replicated();
-        setup.failover();
-        setup
-    })
-    .await
-    .expect("failover");
+    let setup = replicated_then_failed_over(setup).await;
     // The old master still takes writes for a while: empty it, so only the new master's
     // answer (the hold, replicated) reads 30.
     setup.cli(old, &["FLUSHALL"]);
