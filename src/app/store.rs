@@ -86,7 +86,9 @@ fn build_topology(settings: &ServeSettings) -> anyhow::Result<Store> {
             };
             Store::Sentinel(
                 Guarded::new(
-                    SentinelStore::new(&sentinel).context("redis sentinel store")?,
+                    SentinelStore::new(&sentinel)
+                        .context("redis sentinel store")?
+                        .with_windows(settings.redis.windows),
                     Some(settings.redis.breaker),
                 )
                 .coalescing(settings.redis.coalesce.then_some(settings.redis.max_inflight))

@@ -1,0 +1,1 @@
+//! Unit tests of `plain`: splitting batches and reading replies.
