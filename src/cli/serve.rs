@@ -111,9 +111,9 @@ pub struct Serve {
     #[arg(long, env = "TOLLGATE_NO_BATCH")]
     pub no_batch: bool,
     /// How fixed- and sliding-window consumes are decided on Redis: `lua` (one script call,
-    /// as every algorithm) or `plain` (plain commands, about the Redis cost of
+    /// as every algorithm) or `plain` (plain commands, near the Redis cost of
     /// envoyproxy/ratelimit's INCRBY + EXPIRE; a denied consume gives its count back just
-    /// after the answer; needs Redis 7; see README, "Migrating"). Not on Redis Cluster yet.
+    /// after the answer; needs Redis 7; see README, "Migrating").
     #[arg(long, env = "TOLLGATE_REDIS_WINDOWS", default_value = "lua", value_parser = ["lua", "plain"])]
     pub redis_windows: String,
     /// Tokio worker threads serving gRPC, admin and store I/O (default: one per core).

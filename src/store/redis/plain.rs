@@ -235,8 +235,35 @@ fn server_error(value: &Value) -> Option<StoreError> {
 }
 
 /// This instance's clock, µs since the epoch.
-fn now_us() -> u64 {
+pub fn now_us() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_micros() as u64)
+}
+
+/// The replies of a pipeline of plain charges, read: one result per charge (a stale
+/// charge's is a placeholder until its script has decided it), the stale charges
+/// (position, index into the batch, give-back), and the denials' give-backs.
+#[derive(Debug, Default)]
+pub struct Sorted {
+    pub results: Vec<Result<Decision, StoreError>>,
+    pub stale: Vec<(usize, usize, GiveBack)>,
+    pub denied: Vec<GiveBack>,
+}
+
+impl Sorted {
+    /// Reads the charge `batch[i]` sent at `now`, at position `k`, from its `replies`.
+    pub fn push(&mut self, k: usize, i: usize, charge: &Charge, now: u64, replies: &[Value]) {
+        match read(charge, now, replies) {
+            Read::Decided(decision, back) => {
+                self.results.push(Ok(decision));
+                self.denied.extend(back);
+            }
+            Read::Stale(back) => {
+                self.results.push(Err(StoreError::Server("stale plain window".into())));
+                self.stale.push((k, i, back));
+            }
+            Read::Failed(error) => self.results.push(Err(error)),
+        }
+    }
 }
 
 /// Charges `batch[i]` for each `i` of `plain` (all [`eligible`]) as one pipeline on `link`
@@ -258,27 +285,16 @@ pub async fn charge(
         Ok(values) => values,
         Err(e) => return vec![Err(e.into()); plain.len()],
     };
-    let mut results = Vec::with_capacity(plain.len());
-    let (mut stale, mut denied) = (Vec::new(), Vec::new());
+    let mut sorted = Sorted::default();
     for (k, &i) in plain.iter().enumerate() {
         let replies = values.get(k * COMMANDS..(k + 1) * COMMANDS).unwrap_or(&[]);
-        match read(&batch[i], now, replies) {
-            Read::Decided(decision, back) => {
-                results.push(Ok(decision));
-                denied.extend(back);
-            }
-            Read::Stale(back) => {
-                results.push(Err(StoreError::Server("stale plain window".into())));
-                stale.push((k, i, back));
-            }
-            Read::Failed(error) => results.push(Err(error)),
-        }
+        sorted.push(k, i, &batch[i], now, replies);
     }
-    give_back(link, denied);
-    if !stale.is_empty() {
-        redo(link, scripts, batch, &stale, &mut results, deadline).await;
+    give_back(link, sorted.denied);
+    if !sorted.stale.is_empty() {
+        redo(link, scripts, batch, &sorted.stale, &mut sorted.results, deadline).await;
     }
-    results
+    sorted.results
 }
 
 /// Decides the stale charges again, each by its script after its give-back, as one
@@ -293,7 +309,8 @@ async fn redo(
 ) {
     let add = |pipe: &mut Pipeline, e: usize, call: Call| {
         let (_, i, back) = &stale[e / 2];
-        let command = if e.is_multiple_of(2) { back.command(call) } else { scripts.command(&batch[*i], call) };
+        let command =
+            if e.is_multiple_of(2) { back.command(call) } else { scripts.command(&batch[*i], call) };
         pipe.add_command(command);
     };
     let replies = send_entries(link, 2 * stale.len(), 2 * stale.len(), deadline, add).await;
