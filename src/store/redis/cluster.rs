@@ -104,6 +104,11 @@ impl ClusterStore {
         self
     }
 
+    /// Which path decides window consumes (`--redis-windows`).
+    pub fn windows(&self) -> Windows {
+        self.windows
+    }
+
     /// The seed nodes, without passwords.
     pub fn redacted_nodes(&self) -> String {
         self.shared.shown.join(",")

@@ -36,7 +36,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use redis::{Cmd, Pipeline, ServerErrorKind, Value};
 use tokio::time::Instant;
 
-use crate::algorithm::{apply, Algorithm, Decision, Hits, State};
+use crate::algorithm::{apply, Algorithm, Decision, Hits, Params, State};
 use crate::store::charge::{Charge, Groups, StoreError};
 
 use super::link::Link;
@@ -84,12 +84,16 @@ pub const GIVE_BACK_TIMEOUT: Duration = Duration::from_secs(1);
 /// Whether `charge` may be decided by plain commands: a consume of at least one hit on a
 /// fixed (not calendar) or sliding window of a limit above 0 without a penalty.
 pub fn eligible(charge: &Charge) -> bool {
-    let p = &charge.params;
-    matches!(charge.hits, Hits::Consume(n) if n >= 1)
-        && matches!(p.algorithm, Algorithm::FixedWindow | Algorithm::SlidingWindow)
-        && p.period.is_none()
-        && p.penalty_us == 0
-        && p.limit > 0
+    matches!(charge.hits, Hits::Consume(n) if n >= 1) && serves(&charge.params)
+}
+
+/// Whether a limit of `params` has its consumes decided plain (when they are alone in
+/// their group): a fixed (not calendar) or sliding window above 0 without a penalty.
+pub fn serves(params: &Params) -> bool {
+    matches!(params.algorithm, Algorithm::FixedWindow | Algorithm::SlidingWindow)
+        && params.period.is_none()
+        && params.penalty_us == 0
+        && params.limit > 0
 }
 
 /// A batch cut in two: the charges decided plain, and the rest with their groups.

@@ -120,6 +120,11 @@ impl SentinelStore {
         self.description.clone()
     }
 
+    /// Which path decides window consumes (`--redis-windows`).
+    pub fn windows(&self) -> super::plain::Windows {
+        self.server.windows()
+    }
+
     /// Whether the last call reached the master.
     pub fn is_healthy(&self) -> bool {
         self.server.is_healthy()

@@ -66,6 +66,11 @@ impl Server {
         }
     }
 
+    /// Which path decides window consumes.
+    pub(super) fn windows(&self) -> Windows {
+        self.windows
+    }
+
     /// Decides window consumes by `windows` (`--redis-windows`; `Lua` when not called).
     pub(super) fn set_windows(&mut self, windows: Windows) {
         self.windows = windows;

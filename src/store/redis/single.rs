@@ -58,6 +58,11 @@ impl RedisStore {
         redact_url(&self.url)
     }
 
+    /// Which path decides window consumes (`--redis-windows`).
+    pub fn windows(&self) -> super::plain::Windows {
+        self.server.windows()
+    }
+
     /// Whether the last call reached Redis.
     pub fn is_healthy(&self) -> bool {
         self.server.is_healthy()
