@@ -43,6 +43,8 @@ mod faults;
 mod joint;
 #[path = "api/new_limits.rs"]
 mod new_limits;
+#[path = "cluster/plain.rs"]
+mod plain;
 #[path = "cluster/ready.rs"]
 mod ready;
 #[path = "api/reservations.rs"]

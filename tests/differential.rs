@@ -35,6 +35,9 @@ mod calendar;
 #[path = "differential/reserve.rs"]
 mod reserve;
 
+#[path = "differential/plain.rs"]
+mod plain;
+
 use std::cell::{Cell, RefCell};
 use std::time::{SystemTime, UNIX_EPOCH};
 

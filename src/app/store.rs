@@ -67,7 +67,9 @@ fn build_topology(settings: &ServeSettings) -> anyhow::Result<Store> {
                 );
             }
             let cluster = ClusterSettings { nodes: nodes.clone(), tls, link };
-            let client = ClusterStore::new(&cluster).context("redis cluster store")?;
+            let client = ClusterStore::new(&cluster)
+                .context("redis cluster store")?
+                .with_windows(settings.redis.windows);
             Store::Cluster(
                 Guarded::new(client, None)
                     .coalescing(settings.redis.coalesce.then_some(settings.redis.max_inflight))
@@ -86,7 +88,9 @@ fn build_topology(settings: &ServeSettings) -> anyhow::Result<Store> {
             };
             Store::Sentinel(
                 Guarded::new(
-                    SentinelStore::new(&sentinel).context("redis sentinel store")?,
+                    SentinelStore::new(&sentinel)
+                        .context("redis sentinel store")?
+                        .with_windows(settings.redis.windows),
                     Some(settings.redis.breaker),
                 )
                 .coalescing(settings.redis.coalesce.then_some(settings.redis.max_inflight))

@@ -110,6 +110,12 @@ pub struct Serve {
     /// charges), even while calls from this instance are in flight (see docs/scaling.md, "Batching").
     #[arg(long, env = "TOLLGATE_NO_BATCH")]
     pub no_batch: bool,
+    /// How fixed- and sliding-window consumes are decided on Redis: `lua` (one script call,
+    /// as every algorithm) or `plain` (plain commands, near the Redis cost of
+    /// envoyproxy/ratelimit's INCRBY + EXPIRE; a denied consume gives its count back just
+    /// after the answer; needs Redis 7; see README, "Migrating").
+    #[arg(long, env = "TOLLGATE_REDIS_WINDOWS", default_value = "lua", value_parser = ["lua", "plain"])]
+    pub redis_windows: String,
     /// Tokio worker threads serving gRPC, admin and store I/O (default: one per core).
     #[arg(long, env = "TOLLGATE_WORKER_THREADS", value_parser = clap::value_parser!(u16).range(1..))]
     pub worker_threads: Option<u16>,
@@ -326,6 +332,7 @@ impl Serve {
                 max_inflight: self.redis_max_inflight as usize,
                 coalesce: !self.no_coalesce,
                 batch: !self.no_batch,
+                windows: self.redis_windows.parse().unwrap_or_default(),
             },
             redis_topology: self.redis_topology(),
             redis_key_prefix: self.redis_key_prefix.clone(),

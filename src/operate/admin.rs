@@ -242,6 +242,7 @@ fn set_breaker(admin: &Admin, breaker: Option<&crate::store::breaker::Breaker>) 
 
 fn store_state(admin: &Admin) -> crate::operate::rlconfig::StoreState {
     let mut state = store_kind(&admin.store);
+    state.windows = admin.store.windows();
     if state.kind != "memory" {
         state.client_cert = admin.redis_tls.as_ref().map(|tls| tls.client.as_ref().and(tls.client_cert()));
     }
@@ -257,6 +258,7 @@ fn store_kind(store: &Store) -> crate::operate::rlconfig::StoreState {
                 healthy: true,
                 detail: format!("{} keys", stats.keys),
                 client_cert: None,
+                windows: None,
             }
         }
         Store::Redis(redis) => crate::operate::rlconfig::StoreState {
@@ -264,18 +266,21 @@ fn store_kind(store: &Store) -> crate::operate::rlconfig::StoreState {
             healthy: redis.client().is_healthy(),
             detail: redis.client().redacted_url(),
             client_cert: None,
+            windows: None,
         },
         Store::Cluster(cluster) => crate::operate::rlconfig::StoreState {
             kind: "redis_cluster",
             healthy: cluster.client().is_healthy(),
             detail: cluster.client().redacted_nodes(),
             client_cert: None,
+            windows: None,
         },
         Store::Sentinel(sentinel) => crate::operate::rlconfig::StoreState {
             kind: "redis_sentinel",
             healthy: sentinel.client().is_healthy(),
             detail: sentinel.client().description(),
             client_cert: None,
+            windows: None,
         },
     }
 }

@@ -11,8 +11,10 @@ use std::time::UNIX_EPOCH;
 use serde_json::{json, Value};
 
 use crate::algorithm::Algorithm;
+use crate::config::{ChargeMode, Consistency, Domain};
 use crate::config::{Limit, Rule, RuleLimit, Snapshot};
-use crate::store::redis::CertInfo;
+use crate::store::redis::plain::serves;
+use crate::store::redis::{CertInfo, Windows};
 
 /// The store's state as shown to operators.
 #[derive(Debug, Clone)]
@@ -23,6 +25,22 @@ pub struct StoreState {
     pub detail: String,
     /// A Redis store: the client certificate it presents (`Some(None)`: none). Memory: `None`.
     pub client_cert: Option<Option<CertInfo>>,
+    /// A Redis store: which path decides window consumes (`--redis-windows`). Memory: `None`.
+    pub windows: Option<Windows>,
+}
+
+/// Which path decides the consumes of `rule` of `domain` on a Redis store deciding window
+/// consumes by `windows`: `plain` for a rule of one fixed (not calendar) or sliding window
+/// without penalty or overdraft in an exact domain whose descriptors are charged each on
+/// their own (`store::redis::plain`), else `lua`; `None` on the memory store. Its peeks and
+/// refunds are scripts either way.
+pub fn windows_path(domain: &Domain, rule: &Rule, windows: Option<Windows>) -> Option<&'static str> {
+    let windows = windows?;
+    let plain = windows == Windows::Plain
+        && domain.consistency == Consistency::Exact
+        && domain.charge == ChargeMode::PerDescriptor
+        && matches!(rule.limits(), [one] if serves(&one.params) && one.calendar.is_none() && !one.overdraft);
+    Some(if plain { Windows::Plain.as_str() } else { Windows::Lua.as_str() })
 }
 
 /// Whole days from `now` (Unix seconds) until `not_after` (negative once past).
@@ -120,6 +138,9 @@ pub fn text(snapshot: &Snapshot, store: &StoreState) -> String {
     if let Some(cert) = &store.client_cert {
         let _ = writeln!(out, "redis_client_cert: {}", describe_cert(cert.as_ref()));
     }
+    if let Some(windows) = store.windows {
+        let _ = writeln!(out, "redis_windows: {}", windows.as_str());
+    }
     for domain in sorted_domains(snapshot) {
         let files: Vec<String> = domain.files.iter().map(|file| file.display().to_string()).collect();
         let _ = writeln!(
@@ -149,6 +170,9 @@ pub fn text(snapshot: &Snapshot, store: &StoreState) -> String {
             if !rule.replaces.is_empty() {
                 let _ = write!(out, " replaces {}", rule.replaces.join(","));
             }
+            if let Some(path) = windows_path(domain, rule, store.windows) {
+                let _ = write!(out, " path {path}");
+            }
             out.push('\n');
         }
     }
@@ -160,7 +184,15 @@ pub fn json(snapshot: &Snapshot, store: &StoreState) -> Value {
     let domains: Vec<Value> = sorted_domains(snapshot)
         .into_iter()
         .map(|domain| {
-            let rules: Vec<Value> = domain.rules.iter().map(rule_json).collect();
+            let rules: Vec<Value> = domain
+                .rules
+                .iter()
+                .map(|rule| {
+                    let mut json = rule_json(rule);
+                    json["redis_path"] = json!(windows_path(domain, rule, store.windows));
+                    json
+                })
+                .collect();
             json!({
                 "domain": domain.name,
                 "failure_mode": domain.failure_mode.as_str(),
@@ -184,6 +216,9 @@ pub fn json(snapshot: &Snapshot, store: &StoreState) -> Value {
 
 fn store_json(store: &StoreState) -> Value {
     let mut out = json!({ "kind": store.kind, "healthy": store.healthy, "detail": store.detail });
+    if let Some(windows) = store.windows {
+        out["redis_windows"] = json!(windows.as_str());
+    }
     let Some(cert) = &store.client_cert else { return out };
     out["redis_client_cert"] = json!(if cert.is_some() { "on" } else { "off" });
     if let Some(cert) = cert {
@@ -239,96 +274,4 @@ fn rule_json(rule: &Rule) -> Value {
 }
 
 #[cfg(test)]
-mod tests {
-    use std::path::PathBuf;
-
-    use super::*;
-    use crate::config::compile_sources;
-
-    const POLICY: &str = r#"domain: api
-charge: all_or_nothing
-descriptors:
-  - key: api_key
-    rate_limits:
-      - { name: burst, unit: second, requests_per_unit: 20 }
-      - { name: five, unit: minute, unit_multiplier: 5, requests_per_unit: 7, algorithm: fixed_window }
-  - key: user
-    rate_limit: { name: per-user, unit: second, unit_multiplier: 30, requests_per_unit: 2, burst: 3 }
-"#;
-
-    fn snapshot() -> Snapshot {
-        compile_sources(&[(PathBuf::from("api.yaml"), POLICY.to_owned())]).expect("valid policy")
-    }
-
-    fn store() -> StoreState {
-        StoreState { kind: "memory", healthy: true, detail: String::new(), client_cert: None }
-    }
-
-    #[test]
-    fn text_and_json_show_a_calendar_period_and_its_next_reset() {
-        let policy = "domain: billing\ndescriptors:\n  - key: plan\n    rate_limit: {unit: week, requests_per_unit: 9, calendar: {}}\n";
-        let snapshot =
-            compile_sources(&[(PathBuf::from("b.yaml"), policy.to_owned())]).expect("valid policy");
-        let text = text(&snapshot, &store());
-        assert!(text.contains("9 per calendar week, UTC (fixed_window) next reset 20"), "{text}");
-        let json = json(&snapshot, &store());
-        let limit = &json["domains"][0]["rules"][0]["limits"][0];
-        assert_eq!(
-            (limit["unit"].as_str(), limit["period"].as_str()),
-            (Some("week"), Some("calendar week, UTC"))
-        );
-        assert_eq!(limit["calendar"]["time_zone"], "UTC");
-        assert!(limit["calendar"]["next_reset"].as_str().is_some_and(|t| t.ends_with("T00:00:00+00:00")));
-    }
-
-    #[test]
-    fn text_shows_every_limit_its_window_and_the_domain_modes() {
-        let text = text(&snapshot(), &store());
-        for expected in [
-            "domain api (failure_mode open, charge all_or_nothing, hash_tag descriptor, consistency exact, api.yaml)",
-            "descriptors[0] [api_key]: burst: 20 per second (gcra); five: 7 per 5 minutes (fixed_window)",
-            "per-user [user]: 2 per 30 seconds (gcra) burst 3",
-        ] {
-            assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
-        }
-    }
-
-    #[test]
-    fn json_adds_the_domain_modes_and_each_limit_keeping_the_old_fields() {
-        let json = json(&snapshot(), &store());
-        let domain = &json["domains"][0];
-        assert_eq!(
-            (domain["charge"].as_str(), domain["hash_tag"].as_str()),
-            (Some("all_or_nothing"), Some("descriptor"))
-        );
-        assert_eq!(domain["failure_mode"], "open");
-        assert_eq!(domain["consistency"], "exact");
-        let several = &domain["rules"][0];
-        assert_eq!(several["name"], Value::Null);
-        assert_eq!(
-            (several["requests_per_unit"].as_u64(), several["unit"].as_str()),
-            (Some(20), Some("second"))
-        );
-        let five = &several["limits"][1];
-        assert_eq!(five["name"], "five");
-        assert_eq!(five["unit"], "minute");
-        assert_eq!(five["unit_multiplier"], 5);
-        assert_eq!(five["window_seconds"], 300);
-        assert_eq!(five["algorithm"], "fixed_window");
-        let single = &domain["rules"][1]["limits"][0];
-        assert_eq!((single["name"].clone(), single["window_seconds"].as_u64()), (Value::Null, Some(30)));
-    }
-
-    #[test]
-    fn text_and_json_show_an_approximate_domain() {
-        let yaml = "domain: edge\nconsistency: approximate\ndescriptors:\n  - key: ip\n    rate_limit: { unit: minute, requests_per_unit: 1000, algorithm: sliding_window }\n";
-        let snapshot =
-            compile_sources(&[(PathBuf::from("edge.yaml"), yaml.to_owned())]).expect("valid policy");
-        let text = text(&snapshot, &store());
-        assert!(
-            text.contains("domain edge (failure_mode open, charge per_descriptor, hash_tag descriptor, consistency approximate, edge.yaml)"),
-            "{text}"
-        );
-        assert_eq!(json(&snapshot, &store())["domains"][0]["consistency"], "approximate");
-    }
-}
+mod tests;

@@ -203,6 +203,9 @@ pub struct RuleStatus {
     /// Per-second counts of the last minute, oldest first (for the page's chart).
     #[serde(skip)]
     pub minute: Minute,
+    /// On a Redis store, which path decides this rule's consumes: `plain` or `lua`
+    /// (`--redis-windows`, see `rlconfig::windows_path`); `null` on the memory store.
+    pub redis_path: Option<&'static str>,
 }
 
 /// Decisions per second split by how they were decided, rounded to thousandths.
@@ -261,7 +264,10 @@ impl Status {
                     .iter()
                     .map(|rule| {
                         let minute = rings.get(rule.id.0).map_or_else(Minute::empty, |ring| ring.minute(now));
-                        rule_status(rule, minute)
+                        let mut status = rule_status(rule, minute);
+                        status.redis_path =
+                            crate::operate::rlconfig::windows_path(domain, rule, store.windows());
+                        status
                     })
                     .collect();
                 let sketch = active.hot_keys.domain(&domain.name).zip(values);
@@ -323,6 +329,7 @@ fn rule_status(rule: &Rule, minute: Minute) -> RuleStatus {
         limits,
         per_second: minute.per_second().into(),
         minute,
+        redis_path: None,
     }
 }
 

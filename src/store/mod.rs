@@ -154,6 +154,16 @@ impl Store {
         }
     }
 
+    /// Which path decides window consumes (`--redis-windows`); `None` on the memory store.
+    pub fn windows(&self) -> Option<redis::Windows> {
+        match self {
+            Store::Memory(_) => None,
+            Store::Redis(r) => Some(r.client().windows()),
+            Store::Cluster(c) => Some(c.client().windows()),
+            Store::Sentinel(s) => Some(s.client().windows()),
+        }
+    }
+
     /// `memory`, `redis`, `redis_cluster` or `redis_sentinel`: the `store` label of metrics.
     pub fn name(&self) -> &'static str {
         match self {

@@ -38,7 +38,7 @@ async fn charge_groups(store: &Store, batch: &[Charge], ends: Vec<usize>) -> Vec
 }
 
 /// `calls` of one command in `INFO commandstats`.
-fn calls(server: &RedisServer, command: &str) -> u64 {
+pub(crate) fn calls(server: &RedisServer, command: &str) -> u64 {
     let info = server.cli(&["INFO", "commandstats"]);
     let prefix = format!("cmdstat_{command}:calls=");
     info.lines()

@@ -24,6 +24,7 @@ mod new_limits;
 mod ops;
 mod options;
 mod overdraft;
+mod plain_windows;
 mod redis_store;
 mod reservations;
 mod reserve_scenario;

@@ -51,6 +51,7 @@ use super::super::remote::{Charged, Remote};
 use super::connect::{connection_info, node_url};
 use super::health::Health;
 use super::link::{Link, Replaced};
+use super::plain::{split, Windows};
 use super::scripts::{parse_reserve, Scripts};
 use super::slots::SlotMap;
 
@@ -62,6 +63,7 @@ pub use super::slots::{hash_tag, key_slot, SLOTS};
 
 mod approx;
 mod groups;
+mod plain;
 mod prepare;
 mod redirect;
 mod refresh;
@@ -92,7 +94,19 @@ impl ClusterStore {
                 health: Health::new(format!("cluster {} (some masters or all)", redacted(&urls).join(","))),
                 shown: redacted(&urls),
             }),
+            windows: Windows::Lua,
         })
+    }
+
+    /// Decides window consumes by `windows` (`--redis-windows`; `lua` unless called).
+    pub fn with_windows(mut self, windows: Windows) -> ClusterStore {
+        self.windows = windows;
+        self
+    }
+
+    /// Which path decides window consumes (`--redis-windows`).
+    pub fn windows(&self) -> Windows {
+        self.windows
     }
 
     /// The seed nodes, without passwords.
@@ -121,7 +135,33 @@ impl ClusterStore {
     /// Charges a batch whose `groups` stand or fall together (see the module doc): each
     /// group's part on one slot is one script call; a group denied by one part has its
     /// other parts refunded (listed in [`Charged::refunds`]). Results are in batch order.
+    /// With `--redis-windows plain`, the window consumes go as plain commands (`plain`)
+    /// beside the rest, both at once.
     pub async fn charge_groups(&self, batch: &[Charge], groups: &Groups, deadline: Instant) -> Charged {
+        let split = (self.windows == Windows::Plain).then(|| split(batch, groups)).flatten();
+        let Some(split) = split else { return self.charge_scripts(batch, groups, deadline).await };
+        let rest: Vec<Charge> = split.rest.iter().map(|&i| batch[i].clone()).collect();
+        let plain = self.shared.charge_plain(batch, &split.plain, deadline);
+        let scripts = async {
+            match rest.is_empty() {
+                true => Charged::default(),
+                false => self.charge_scripts(&rest, &split.rest_groups, deadline).await,
+            }
+        };
+        let (plain, scripts) = tokio::join!(plain, scripts);
+        self.shared.health.record(&plain);
+        let mut results = vec![Err(StoreError::Server("no result".into())); batch.len()];
+        for (&i, result) in split.plain.iter().zip(plain) {
+            results[i] = result;
+        }
+        for (&i, result) in split.rest.iter().zip(scripts.results) {
+            results[i] = result;
+        }
+        Charged { results, refunds: scripts.refunds, shared: false }
+    }
+
+    /// Charges by scripts (see [`charge_groups`](Self::charge_groups)).
+    async fn charge_scripts(&self, batch: &[Charge], groups: &Groups, deadline: Instant) -> Charged {
         let parts = Parts::of(batch, groups);
         if !parts.spans() {
             let results = self.shared.charge_phased(batch, &parts, (deadline, deadline)).await;

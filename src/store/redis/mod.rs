@@ -20,6 +20,7 @@ pub mod cluster;
 pub mod connect;
 mod health;
 pub mod link;
+pub mod plain;
 pub mod prepare;
 pub(crate) mod reply;
 pub mod scripts;
@@ -34,6 +35,7 @@ pub use self::connect::{
     address, client, connect_to, connection_info, host_port, node_url, redact_url, with_address,
 };
 pub use self::health::Health;
+pub use self::plain::Windows;
 pub use self::settings::{
     RedisSettings, DEFAULT_BATCH, DEFAULT_COALESCE, DEFAULT_MAX_INFLIGHT, MIN_REPLY_TIMEOUT,
 };

@@ -14,12 +14,23 @@ use tokio::time::Instant;
 use super::super::charge::StoreError;
 use super::link::Link;
 use super::scripts::{
-    APPROX_LUA, BATCH_LUA, CALENDAR_LUA, FIXED_LUA, GCRA_LUA, JOINT_LUA, RESERVE_LUA, SLIDING_LUA,
+    APPROX_LUA, BATCH_LUA, CALENDAR_LUA, FIXED_LUA, GCRA_LUA, GIVE_BACK_LUA, JOINT_LUA, RESERVE_LUA,
+    SLIDING_LUA,
 };
 
 /// Every script a request or approximate mode's sync calls by SHA.
-pub fn scripts() -> [&'static str; 8] {
-    [GCRA_LUA, SLIDING_LUA, FIXED_LUA, CALENDAR_LUA, JOINT_LUA, BATCH_LUA, APPROX_LUA.source(), RESERVE_LUA]
+pub fn scripts() -> [&'static str; 9] {
+    [
+        GCRA_LUA,
+        SLIDING_LUA,
+        FIXED_LUA,
+        CALENDAR_LUA,
+        JOINT_LUA,
+        BATCH_LUA,
+        APPROX_LUA.source(),
+        RESERVE_LUA,
+        GIVE_BACK_LUA.source(),
+    ]
 }
 
 /// Starts every connection of `link` and loads [`scripts`] on its server, by `deadline`.

@@ -109,9 +109,20 @@ impl SentinelStore {
         })
     }
 
+    /// Decides window consumes by `windows` (`--redis-windows`; `lua` unless called).
+    pub fn with_windows(mut self, windows: super::plain::Windows) -> SentinelStore {
+        self.server.set_windows(windows);
+        self
+    }
+
     /// `master via sentinel,sentinel`, without passwords.
     pub fn description(&self) -> String {
         self.description.clone()
+    }
+
+    /// Which path decides window consumes (`--redis-windows`).
+    pub fn windows(&self) -> super::plain::Windows {
+        self.server.windows()
     }
 
     /// Whether the last call reached the master.

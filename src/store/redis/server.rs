@@ -14,6 +14,7 @@ use super::super::remote::Charged;
 use super::batch::{Batcher, LANES_PER_CONNECTION};
 use super::health::Health;
 use super::link::{Connect, Link, LinkSettings, Replaced};
+use super::plain::{self, Windows};
 use super::reply::deleted;
 use super::scripts::{charge_groups_pipelined, parse_reserve, send_entries, Scripts};
 
@@ -25,6 +26,8 @@ pub(super) struct Server {
     health: Arc<Health>,
     /// `None`: `--no-batch`.
     batcher: Option<Arc<Batcher>>,
+    /// Which path decides window consumes (`--redis-windows`).
+    windows: Windows,
 }
 
 impl Server {
@@ -59,7 +62,18 @@ impl Server {
             scripts,
             health,
             batcher,
+            windows: Windows::Lua,
         }
+    }
+
+    /// Which path decides window consumes.
+    pub(super) fn windows(&self) -> Windows {
+        self.windows
+    }
+
+    /// Decides window consumes by `windows` (`--redis-windows`; `Lua` when not called).
+    pub(super) fn set_windows(&mut self, windows: Windows) {
+        self.windows = windows;
     }
 
     /// The connections charges ride (and `reset`'s `DEL`, approximate mode's first reads).
@@ -96,12 +110,38 @@ impl Server {
     /// other requests' (`batch`: one script call), or with `--no-batch` one pipeline entry
     /// per group (a joint group is one `joint.lua` call). One round trip (two if some
     /// scripts were missing), or a wait for a lane first.
+    /// With `--redis-windows plain`, the window consumes go as plain commands (`plain`)
+    /// beside the rest, both at once.
     pub(super) async fn charge_groups(
         &self,
         batch: &[Charge],
         groups: &Groups,
         deadline: Instant,
     ) -> Charged {
+        let split = (self.windows == Windows::Plain).then(|| plain::split(batch, groups)).flatten();
+        let Some(split) = split else { return self.charge_scripts(batch, groups, deadline).await };
+        let rest: Vec<Charge> = split.rest.iter().map(|&i| batch[i].clone()).collect();
+        let plain = plain::charge(&self.link, &self.scripts, batch, &split.plain, deadline);
+        let scripts = async {
+            match rest.is_empty() {
+                true => Charged::default(),
+                false => self.charge_scripts(&rest, &split.rest_groups, deadline).await,
+            }
+        };
+        let (plain, scripts) = tokio::join!(plain, scripts);
+        self.health.record(&plain);
+        let mut results = vec![Err(StoreError::Server("no result".into())); batch.len()];
+        for (&i, result) in split.plain.iter().zip(plain) {
+            results[i] = result;
+        }
+        for (&i, result) in split.rest.iter().zip(scripts.results) {
+            results[i] = result;
+        }
+        Charged { results, refunds: scripts.refunds, shared: false }
+    }
+
+    /// Charges by scripts: batched, or one pipeline entry per group.
+    async fn charge_scripts(&self, batch: &[Charge], groups: &Groups, deadline: Instant) -> Charged {
         if let Some(batcher) = &self.batcher {
             return batcher.charge(batch, groups, deadline).await;
         }

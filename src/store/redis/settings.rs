@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use super::connect::redact_url;
 use super::link::LinkSettings;
+use super::plain::Windows;
 use super::tls::Tls;
 
 /// Commands outstanding per connection by default (see `LinkSettings::max_inflight`).
@@ -38,6 +39,8 @@ pub struct RedisSettings {
     pub coalesce: bool,
     /// Batching across requests (`redis::batch`); false: `--no-batch`.
     pub batch: bool,
+    /// Which path decides fixed- and sliding-window consumes (`--redis-windows`).
+    pub windows: Windows,
 }
 
 impl RedisSettings {
@@ -52,6 +55,7 @@ impl RedisSettings {
             max_inflight: DEFAULT_MAX_INFLIGHT,
             coalesce: DEFAULT_COALESCE,
             batch: DEFAULT_BATCH,
+            windows: Windows::Lua,
         }
     }
 
@@ -76,6 +80,7 @@ impl fmt::Debug for RedisSettings {
             .field("max_inflight", &self.max_inflight)
             .field("coalesce", &self.coalesce)
             .field("batch", &self.batch)
+            .field("windows", &self.windows)
             .finish()
     }
 }

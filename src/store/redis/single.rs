@@ -41,7 +41,7 @@ impl RedisStore {
         let info = connection_info(&settings.url, &settings.tls)?;
         let name = address(&info);
         let shown = redact_url(&settings.url);
-        let server = Server::new(
+        let mut server = Server::new(
             settings.link(store_timeout),
             name,
             shown,
@@ -49,12 +49,18 @@ impl RedisStore {
             connect_to(info, settings.tls.clone()),
             settings.batch,
         );
+        server.set_windows(settings.windows);
         Ok(RedisStore { server, url: settings.url.clone() })
     }
 
     /// The Redis URL without its password.
     pub fn redacted_url(&self) -> String {
         redact_url(&self.url)
+    }
+
+    /// Which path decides window consumes (`--redis-windows`).
+    pub fn windows(&self) -> super::plain::Windows {
+        self.server.windows()
     }
 
     /// Whether the last call reached Redis.

@@ -104,9 +104,16 @@ fn calendar_text(view: Option<&PeriodView>) -> String {
     }
 }
 
+/// The algorithm of each limit, then — on a Redis store — the path its consumes take
+/// (`lua` or `plain`, `--redis-windows`).
 fn algorithm_text(rule: &RuleStatus) -> String {
-    if rule.limits.is_empty() {
-        return rule.algorithm.unwrap_or("").to_string();
+    let algorithms = if rule.limits.is_empty() {
+        rule.algorithm.unwrap_or("").to_string()
+    } else {
+        rule.limits.iter().map(|l| l.algorithm).collect::<Vec<_>>().join("<br>")
+    };
+    match rule.redis_path {
+        Some(path) if !algorithms.is_empty() => format!("{algorithms} · {path}"),
+        _ => algorithms,
     }
-    rule.limits.iter().map(|l| l.algorithm).collect::<Vec<_>>().join("<br>")
 }

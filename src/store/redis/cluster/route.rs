@@ -102,7 +102,7 @@ impl Shared {
     /// — or, with `reply`, starting from a reply `node` already gave it — following
     /// redirects until a node runs it. One result per member. `coalesced`: the members are
     /// a coalesced batch (see `Groups::coalesced`).
-    async fn charge_part(
+    pub(super) async fn charge_part(
         self: &Arc<Self>,
         batch: &[Charge],
         members: &[usize],

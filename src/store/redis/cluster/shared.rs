@@ -45,6 +45,8 @@ impl fmt::Debug for ClusterSettings {
 /// Redis-Cluster-backed store.
 pub struct ClusterStore {
     pub(super) shared: Arc<Shared>,
+    /// Which path decides window consumes (`--redis-windows`).
+    pub(super) windows: super::super::plain::Windows,
 }
 
 /// Which connections of a master a command rides: the charges' shared ones, or

@@ -74,6 +74,11 @@ pub const BATCH_LUA: &str = lua!(
 pub static APPROX_LUA: LazyLock<Script> =
     LazyLock::new(|| Script::new(lua!("algorithm/window.lua", "approx.lua")));
 
+/// The give-back of a denied or stale plain window consume (see `redis::plain`,
+/// `lua/give_back.lua`): standalone, no prelude.
+pub static GIVE_BACK_LUA: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../lua/give_back.lua")));
+
 /// How a script is called: by SHA (the normal case) or with its source (after `NOSCRIPT`;
 /// `EVAL` also caches the script on that node).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,0 +1,158 @@
+//! `--redis-windows plain` at the store, on one real redis-server, at the default store
+//! timeout: three instances (three stores, each with its own connections) hammering one
+//! key admit exactly the limit and, once the give-backs have run, Redis holds exactly the
+//! admitted count; a connection killed between an increment and its give-back never lets
+//! one request too many through, and costs what the README says (the count stays one
+//! high until the window ends).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tollgate::algorithm::{Algorithm, Hits, Params};
+use tollgate::store::redis::Windows;
+use tollgate::store::{Charge, Groups, Guarded, RedisSettings, RedisStore, Store};
+
+use crate::front_support::Front;
+use crate::joint_store::calls;
+use crate::redis_support::RedisServer;
+
+const YEAR_US: u64 = 365 * 86_400_000_000;
+/// `--store-timeout-ms`'s default.
+const STORE_TIMEOUT: Duration = Duration::from_millis(10);
+
+fn plain_store(url: String) -> Store {
+    let settings = RedisSettings { windows: Windows::Plain, ..RedisSettings::new(url) };
+    let redis = RedisStore::new(&settings, STORE_TIMEOUT).expect("store");
+    Store::Redis(Guarded::new(redis, Some(settings.breaker)))
+}
+
+fn consume(key: &str, algorithm: Algorithm, limit: u64) -> Charge {
+    Charge {
+        key: key.into(),
+        params: Params { algorithm, limit, unit_us: YEAR_US, burst: limit, penalty_us: 0, period: None },
+        hits: Hits::Consume(1),
+    }
+}
+
+/// One consume by `deadline` = now + the default store timeout: Some(allowed), or None
+/// when the store failed (answered by the failure policy: never an admission here).
+async fn once(store: &Store, charge: &Charge) -> Option<bool> {
+    let deadline = Instant::now() + STORE_TIMEOUT;
+    let results = store.charge_groups(std::slice::from_ref(charge), &Groups::each(), deadline).await;
+    results.into_iter().next().and_then(Result::ok).map(|d| d.allowed)
+}
+
+/// The bucket's count in Redis.
+fn count(redis: &RedisServer, key: &str) -> i64 {
+    redis.cli(&["HGET", key, "c"]).trim().parse().unwrap_or(0)
+}
+
+/// Polls until `key`'s count is `want` (the give-backs have run), for up to 10 s.
+async fn settles_at(redis: &RedisServer, key: &str, want: i64) -> i64 {
+    let until = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let now = count(redis, key);
+        if now == want || std::time::Instant::now() > until {
+            return now;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn three_instances_admit_exactly_the_limit(algorithm: Algorithm) {
+    let redis = RedisServer::start();
+    let stores: Vec<Arc<Store>> = (0..3).map(|_| Arc::new(plain_store(redis.url()))).collect();
+    // As an instance does before it reports ready: connections made, scripts loaded.
+    for store in &stores {
+        store.prepare(Instant::now() + Duration::from_secs(5)).await.expect("prepared");
+    }
+    let (limit, key) = (60u64, format!("tg:plain:{}", algorithm.as_str()));
+    let charge = consume(&key, algorithm, limit);
+    let mut tasks = vec![];
+    for client in 0..24 {
+        let (store, charge) = (stores[client % 3].clone(), charge.clone());
+        tasks.push(tokio::spawn(async move {
+            let (mut admitted, mut failed) = (0u64, 0u64);
+            for _ in 0..10 {
+                match once(&store, &charge).await {
+                    Some(true) => admitted += 1,
+                    Some(false) => {}
+                    None => failed += 1,
+                }
+            }
+            (admitted, failed)
+        }));
+    }
+    let (mut admitted, mut failed) = (0u64, 0u64);
+    for task in tasks {
+        let (a, f) = task.await.expect("client");
+        admitted += a;
+        failed += f;
+    }
+    assert!(admitted <= limit, "{admitted} admitted past a limit of {limit}");
+    // A consume the store failed on (its deadline passed) may have run and been admitted
+    // in Redis: it is counted there, never admitted here.
+    assert!(admitted + failed >= limit, "{admitted} admitted, {failed} failed, of 240 against {limit}");
+    let held = settles_at(&redis, &key, admitted as i64).await;
+    eprintln!("{}: {admitted} admitted, {failed} failed, {held} held", algorithm.as_str());
+    assert!(
+        held >= admitted as i64 && held <= (admitted + failed) as i64,
+        "Redis holds {held} after the give-backs, {admitted} admitted, {failed} failed"
+    );
+    if failed == 0 {
+        assert_eq!((admitted, held), (limit, limit as i64), "no failure: exactly the limit, exactly counted");
+        // Decided by plain commands (the over-limit cache answers some denials without
+        // Redis): every increment is an admission or a denial given back, and the only
+        // script calls are those give-backs.
+        // (`HSETNX` is the plain path's alone: the give-backs' own `HINCRBY`s count too.)
+        let increments = calls(&redis, "hsetnx");
+        assert!(increments > limit, "{increments} plain consumes");
+        assert_eq!(calls(&redis, "evalsha"), increments - limit, "one give-back per denial");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plain_fixed_windows_of_three_instances_admit_exactly_the_limit() {
+    three_instances_admit_exactly_the_limit(Algorithm::FixedWindow).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plain_sliding_windows_of_three_instances_admit_exactly_the_limit() {
+    three_instances_admit_exactly_the_limit(Algorithm::SlidingWindow).await;
+}
+
+/// The front closes the client's connection instead of forwarding Redis's reply: the
+/// increment ran, the request failed, no give-back can follow. The count stays one high
+/// (the README's cost), and nothing more is ever admitted than the limit allows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_connection_between_increment_and_give_back_never_over_admits() {
+    let redis = RedisServer::start();
+    let front = Front::to_port(redis.port());
+    let store = plain_store(front.url());
+    store.prepare(Instant::now() + Duration::from_secs(5)).await.expect("prepared");
+    let (limit, key) = (5u64, "tg:plain:killed".to_string());
+    let charge = consume(&key, Algorithm::FixedWindow, limit);
+    let mut admitted = 0;
+    let until = std::time::Instant::now() + Duration::from_secs(10);
+    while admitted < limit && std::time::Instant::now() < until {
+        admitted += u64::from(once(&store, &charge).await == Some(true));
+    }
+    assert_eq!(admitted, limit, "the bucket fills");
+    front.cut_replies(true);
+    assert_eq!(once(&store, &charge).await, None, "the reply was cut: a store failure");
+    front.cut_replies(false);
+    assert_eq!(count(&redis, &key), limit as i64 + 1, "the increment ran, and no give-back followed");
+    // A fresh connection: denied every time, each denial given back; the lost give-back
+    // keeps the count one high (until the window ends), never lower.
+    let mut answered = 0;
+    let until = std::time::Instant::now() + Duration::from_secs(10);
+    while answered < 20 && std::time::Instant::now() < until {
+        if let Some(allowed) = once(&store, &charge).await {
+            assert!(!allowed, "admitted past the limit after a lost give-back");
+            answered += 1;
+        }
+    }
+    assert_eq!(answered, 20, "the store answers again");
+    assert_eq!(settles_at(&redis, &key, limit as i64 + 1).await, limit as i64 + 1);
+}
