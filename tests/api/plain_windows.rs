@@ -156,3 +156,77 @@ async fn a_killed_connection_between_increment_and_give_back_never_over_admits()
     assert_eq!(answered, 20, "the store answers again");
     assert_eq!(settles_at(&redis, &key, limit as i64 + 1).await, limit as i64 + 1);
 }
+
+/// Concurrent requests on one instance are batched (the default): a lane's call carries
+/// every rider's window consumes as plain commands beside one script call for the rest.
+/// Each request here has a plain fixed-window consume, a GCRA consume and a joint group of
+/// two fixed windows (kept on its script), and other requests peek the plain bucket: every
+/// rider gets its own answers, each limit is admitted exactly (when nothing failed), a
+/// denied group charges neither member, and Redis holds the plain bucket's admitted count
+/// once its give-backs have run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batched_requests_mixing_plain_and_script_charges_each_get_their_own_answers() {
+    let redis = RedisServer::start();
+    let store = Arc::new(plain_store(redis.url()));
+    store.prepare(Instant::now() + Duration::from_secs(5)).await.expect("prepared");
+    let (plain_limit, gcra_limit, joint_limit) = (50u64, 30u64, 40u64);
+    let request = vec![
+        consume("tg:mixed:plain", Algorithm::FixedWindow, plain_limit),
+        consume("tg:mixed:gcra", Algorithm::Gcra, gcra_limit),
+        consume("tg:mixed:joint-a", Algorithm::FixedWindow, joint_limit),
+        consume("tg:mixed:joint-b", Algorithm::FixedWindow, 1_000),
+    ];
+    let groups = Groups::from_ends(vec![1, 2, 4]);
+    let peek = Charge { hits: Hits::Peek, ..request[0].clone() };
+    let mut tasks = vec![];
+    for client in 0..24 {
+        let (store, request, groups, peek) = (store.clone(), request.clone(), groups.clone(), peek.clone());
+        tasks.push(tokio::spawn(async move {
+            let (mut admitted, mut failed) = ([0u64; 3], 0u64);
+            for _ in 0..5 {
+                if client % 4 == 0 {
+                    let deadline = Instant::now() + STORE_TIMEOUT;
+                    let peeked =
+                        store.charge_groups(std::slice::from_ref(&peek), &Groups::each(), deadline).await;
+                    if let Some(Ok(d)) = peeked.first() {
+                        assert!(d.remaining <= plain_limit, "a peek of the plain bucket: {d:?}");
+                    }
+                    continue;
+                }
+                let deadline = Instant::now() + STORE_TIMEOUT;
+                let results = store.charge_groups(&request, &groups, deadline).await;
+                assert_eq!(results.len(), 4, "one result per charge");
+                match (&results[0], &results[1], &results[2], &results[3]) {
+                    (Ok(p), Ok(g), Ok(a), Ok(b)) => {
+                        let group = a.allowed && b.allowed;
+                        for (slot, allowed) in [p.allowed, g.allowed, group].into_iter().enumerate() {
+                            admitted[slot] += u64::from(allowed);
+                        }
+                    }
+                    _ => failed += 1,
+                }
+            }
+            (admitted, failed)
+        }));
+    }
+    let (mut admitted, mut failed) = ([0u64; 3], 0u64);
+    for task in tasks {
+        let (a, f) = task.await.expect("client");
+        (0..3).for_each(|i| admitted[i] += a[i]);
+        failed += f;
+    }
+    let limits = [plain_limit, gcra_limit, joint_limit];
+    for i in 0..3 {
+        assert!(admitted[i] <= limits[i], "{} admitted past a limit of {}", admitted[i], limits[i]);
+    }
+    let held = settles_at(&redis, "tg:mixed:plain", admitted[0] as i64).await;
+    eprintln!("mixed: {admitted:?} admitted, {failed} requests failed, plain bucket holds {held}");
+    assert!(held >= admitted[0] as i64 && held <= (admitted[0] + failed) as i64, "plain bucket holds {held}");
+    if failed == 0 {
+        assert_eq!(admitted, limits, "no failure: each limit admitted exactly");
+        assert_eq!(held, plain_limit as i64);
+        // A denied group charged neither member.
+        let joint = [count(&redis, "tg:mixed:joint-a"), count(&redis, "tg:mixed:joint-b")];
+        assert_eq!(joint, [joint_limit as i64; 2], "each member holds the group's admissions");
+    }
+}

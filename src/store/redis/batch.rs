@@ -49,6 +49,7 @@
 //! cluster keeps one pipeline per master per request (see `cluster`).
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::oneshot;
@@ -60,7 +61,10 @@ use super::super::charge::{Charge, Groups, StoreError};
 use super::super::remote::Charged;
 use super::health::Health;
 use super::link::Link;
+use super::plain::Windows;
 use super::scripts::{charge_groups_pipelined, parse_batch, send_entries, Scripts};
+
+mod plain;
 
 /// Calls in flight at once from one instance to one server, per connection. One: the
 /// fewer lanes, the more each call carries (measured in docs/performance.md, "Session 10":
@@ -99,6 +103,8 @@ pub struct Batcher {
     lanes: usize,
     max_charges: usize,
     queue: Mutex<Queue>,
+    /// `--redis-windows plain`: window consumes go as plain commands (`batch::plain`).
+    plain: AtomicBool,
 }
 
 /// What a request does: send its own call on a free lane, or wait for a lane's next call.
@@ -124,7 +130,13 @@ impl Batcher {
             lanes: lanes.max(1),
             max_charges: max_charges.clamp(1, MAX_CHARGES),
             queue: Mutex::new(Queue::default()),
+            plain: AtomicBool::new(false),
         }
+    }
+
+    /// Decides window consumes by `windows` (`--redis-windows`; `Lua` until called).
+    pub fn set_windows(&self, windows: Windows) {
+        self.plain.store(windows == Windows::Plain, Ordering::Relaxed);
     }
 
     fn lock(&self) -> MutexGuard<'_, Queue> {
@@ -183,10 +195,22 @@ impl Batcher {
     }
 
     /// One call for `riders` (a request's charges and their groups each), by `deadline`:
-    /// one rider of one charge takes its algorithm's script (the cheapest call); anything
-    /// else is one `batch.lua` call. One result per charge, riders in order.
+    /// with `--redis-windows plain` their window consumes as plain commands beside the rest
+    /// (`batch::plain`), else [`send_scripts`](Batcher::send_scripts). One result per
+    /// charge, riders in order.
     async fn send(&self, riders: &[(&[Charge], &Groups)], deadline: Instant) -> Results {
-        let results = match riders {
+        let results = match self.plain.load(Ordering::Relaxed) {
+            true => self.send_mixed(riders, deadline).await,
+            false => self.send_scripts(riders, deadline).await,
+        };
+        self.health.record(&results);
+        results
+    }
+
+    /// One script call for `riders`: one rider of one charge takes its algorithm's script
+    /// (the cheapest call); anything else is one `batch.lua` call.
+    async fn send_scripts(&self, riders: &[(&[Charge], &Groups)], deadline: Instant) -> Results {
+        match riders {
             [(batch, groups)] if batch.len() == 1 => {
                 charge_groups_pipelined(&self.link, &self.scripts, batch, groups, deadline).await
             }
@@ -200,9 +224,7 @@ impl Batcher {
                     replies.pop().unwrap_or_else(|| Err(StoreError::Server("no reply for a batch".into())));
                 parse_batch(reply, charges)
             }
-        };
-        self.health.record(&results);
-        results
+        }
     }
 
     /// Takes the next call's riders off the queue (at least one, then while they fit in

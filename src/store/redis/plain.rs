@@ -270,33 +270,32 @@ impl Sorted {
     }
 }
 
-/// Charges `batch[i]` for each `i` of `plain` (all [`eligible`]) as one pipeline on `link`
-/// by `deadline`: one result per index, in order. Stale buckets are decided again by their
-/// script (their increment given back first, in the same call); denials' increments are
-/// given back by a task of their own, after the answer.
+/// Charges `plain` (all [`eligible`]) as one pipeline on `link` by `deadline`: one result
+/// per charge, in order. Stale buckets are decided again by their script (their increment
+/// given back first, in the same call); denials' increments are given back by a task of
+/// their own, after the answer.
 pub async fn charge(
     link: &Arc<Link>,
     scripts: &Scripts,
-    batch: &[Charge],
-    plain: &[usize],
+    plain: &[&Charge],
     deadline: Instant,
 ) -> Vec<Result<Decision, StoreError>> {
     let now = now_us();
     let mut pipe = Pipeline::with_capacity(COMMANDS * plain.len());
-    plain.iter().for_each(|&i| push_commands(&mut pipe, &batch[i], now));
+    plain.iter().for_each(|charge| push_commands(&mut pipe, charge, now));
     let count = COMMANDS * plain.len();
     let values = match link.send_weighted(pipe, count, count, deadline).await {
         Ok(values) => values,
         Err(e) => return vec![Err(e.into()); plain.len()],
     };
     let mut sorted = Sorted::default();
-    for (k, &i) in plain.iter().enumerate() {
+    for (k, charge) in plain.iter().enumerate() {
         let replies = values.get(k * COMMANDS..(k + 1) * COMMANDS).unwrap_or(&[]);
-        sorted.push(k, i, &batch[i], now, replies);
+        sorted.push(k, k, charge, now, replies);
     }
     give_back(link, sorted.denied);
     if !sorted.stale.is_empty() {
-        redo(link, scripts, batch, &sorted.stale, &mut sorted.results, deadline).await;
+        redo(link, scripts, plain, &sorted.stale, &mut sorted.results, deadline).await;
     }
     sorted.results
 }
@@ -306,15 +305,14 @@ pub async fn charge(
 async fn redo(
     link: &Link,
     scripts: &Scripts,
-    batch: &[Charge],
+    batch: &[&Charge],
     stale: &[(usize, usize, GiveBack)],
     results: &mut [Result<Decision, StoreError>],
     deadline: Instant,
 ) {
     let add = |pipe: &mut Pipeline, e: usize, call: Call| {
         let (_, i, back) = &stale[e / 2];
-        let command =
-            if e.is_multiple_of(2) { back.command(call) } else { scripts.command(&batch[*i], call) };
+        let command = if e.is_multiple_of(2) { back.command(call) } else { scripts.command(batch[*i], call) };
         pipe.add_command(command);
     };
     let replies = send_entries(link, 2 * stale.len(), 2 * stale.len(), deadline, add).await;

@@ -74,6 +74,9 @@ impl Server {
     /// Decides window consumes by `windows` (`--redis-windows`; `Lua` when not called).
     pub(super) fn set_windows(&mut self, windows: Windows) {
         self.windows = windows;
+        if let Some(batcher) = &self.batcher {
+            batcher.set_windows(windows);
+        }
     }
 
     /// The connections charges ride (and `reset`'s `DEL`, approximate mode's first reads).
@@ -107,21 +110,26 @@ impl Server {
     }
 
     /// Charges a batch whose `groups` stand or fall together, by `deadline`: batched with
-    /// other requests' (`batch`: one script call), or with `--no-batch` one pipeline entry
-    /// per group (a joint group is one `joint.lua` call). One round trip (two if some
-    /// scripts were missing), or a wait for a lane first.
-    /// With `--redis-windows plain`, the window consumes go as plain commands (`plain`)
-    /// beside the rest, both at once.
+    /// other requests' (`batch`: one call; with `--redis-windows plain` the window consumes
+    /// of every rider as one pipeline of plain commands beside one script call for the
+    /// rest), or with `--no-batch` one pipeline entry per group (a joint group is one
+    /// `joint.lua` call; window consumes with `plain` as plain commands beside, both at
+    /// once). One round trip (two if some scripts were missing or a window was stale), or
+    /// a wait for a lane first.
     pub(super) async fn charge_groups(
         &self,
         batch: &[Charge],
         groups: &Groups,
         deadline: Instant,
     ) -> Charged {
+        if let Some(batcher) = &self.batcher {
+            return batcher.charge(batch, groups, deadline).await;
+        }
         let split = (self.windows == Windows::Plain).then(|| plain::split(batch, groups)).flatten();
         let Some(split) = split else { return self.charge_scripts(batch, groups, deadline).await };
         let rest: Vec<Charge> = split.rest.iter().map(|&i| batch[i].clone()).collect();
-        let plain = plain::charge(&self.link, &self.scripts, batch, &split.plain, deadline);
+        let refs: Vec<&Charge> = split.plain.iter().map(|&i| &batch[i]).collect();
+        let plain = plain::charge(&self.link, &self.scripts, &refs, deadline);
         let scripts = async {
             match rest.is_empty() {
                 true => Charged::default(),
