@@ -140,7 +140,7 @@ impl ClusterStore {
     pub async fn charge_groups(&self, batch: &[Charge], groups: &Groups, deadline: Instant) -> Charged {
         let split = (self.windows == Windows::Plain).then(|| split(batch, groups)).flatten();
         let Some(split) = split else { return self.charge_scripts(batch, groups, deadline).await };
-        let rest: Vec<Charge> = split.rest.iter().map(|&i| batch[i].clone()).collect();
+        let rest = split.rest_charges(batch);
         let plain = self.shared.charge_plain(batch, &split.plain, deadline);
         let scripts = async {
             match rest.is_empty() {
@@ -150,13 +150,7 @@ impl ClusterStore {
         };
         let (plain, scripts) = tokio::join!(plain, scripts);
         self.shared.health.record(&plain);
-        let mut results = vec![Err(StoreError::Server("no result".into())); batch.len()];
-        for (&i, result) in split.plain.iter().zip(plain) {
-            results[i] = result;
-        }
-        for (&i, result) in split.rest.iter().zip(scripts.results) {
-            results[i] = result;
-        }
+        let results = split.merge(batch.len(), plain, scripts.results);
         Charged { results, refunds: scripts.refunds, shared: false }
     }
 

@@ -133,6 +133,33 @@ pub fn split(batch: &[Charge], groups: &Groups) -> Option<Split> {
     Some(Split { plain, rest, rest_groups })
 }
 
+impl Split {
+    /// The charges kept on their script, in order.
+    pub fn rest_charges(&self, batch: &[Charge]) -> Vec<Charge> {
+        self.rest.iter().map(|&i| batch[i].clone()).collect()
+    }
+
+    /// The results of a batch of `len` charges in its order, from the plain charges' (in
+    /// [`plain`](Split::plain)'s order) and the rest's (in [`rest`](Split::rest)'s).
+    pub fn merge(&self, len: usize, plain: Results, rest: Results) -> Results {
+        scatter(len, [(&self.plain, plain), (&self.rest, rest)])
+    }
+}
+
+/// One result per charge.
+pub type Results = Vec<Result<Decision, StoreError>>;
+
+/// `len` results, each side's placed at its indices (a missing one is an error).
+pub fn scatter(len: usize, sides: [(&[usize], Results); 2]) -> Results {
+    let mut results = vec![Err(StoreError::Server("no result".into())); len];
+    for (at, side) in sides {
+        for (&i, result) in at.iter().zip(side) {
+            results[i] = result;
+        }
+    }
+    results
+}
+
 /// The window `now` is in for a limit of `unit_us`: its start and the bucket's expiry (ms,
 /// as the scripts' `window_expiry`: the window's end, two windows on for a sliding window).
 fn window(charge: &Charge, now: u64) -> (u64, u64) {
@@ -248,7 +275,7 @@ pub fn now_us() -> u64 {
 /// (position, index into the batch, give-back), and the denials' give-backs.
 #[derive(Debug, Default)]
 pub struct Sorted {
-    pub results: Vec<Result<Decision, StoreError>>,
+    pub results: Results,
     pub stale: Vec<(usize, usize, GiveBack)>,
     pub denied: Vec<GiveBack>,
 }
@@ -274,12 +301,7 @@ impl Sorted {
 /// per charge, in order. Stale buckets are decided again by their script (their increment
 /// given back first, in the same call); denials' increments are given back by a task of
 /// their own, after the answer.
-pub async fn charge(
-    link: &Arc<Link>,
-    scripts: &Scripts,
-    plain: &[&Charge],
-    deadline: Instant,
-) -> Vec<Result<Decision, StoreError>> {
+pub async fn charge(link: &Arc<Link>, scripts: &Scripts, plain: &[&Charge], deadline: Instant) -> Results {
     let now = now_us();
     let mut pipe = Pipeline::with_capacity(COMMANDS * plain.len());
     plain.iter().for_each(|charge| push_commands(&mut pipe, charge, now));

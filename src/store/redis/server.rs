@@ -127,7 +127,7 @@ impl Server {
         }
         let split = (self.windows == Windows::Plain).then(|| plain::split(batch, groups)).flatten();
         let Some(split) = split else { return self.charge_scripts(batch, groups, deadline).await };
-        let rest: Vec<Charge> = split.rest.iter().map(|&i| batch[i].clone()).collect();
+        let rest = split.rest_charges(batch);
         let refs: Vec<&Charge> = split.plain.iter().map(|&i| &batch[i]).collect();
         let plain = plain::charge(&self.link, &self.scripts, &refs, deadline);
         let scripts = async {
@@ -138,13 +138,7 @@ impl Server {
         };
         let (plain, scripts) = tokio::join!(plain, scripts);
         self.health.record(&plain);
-        let mut results = vec![Err(StoreError::Server("no result".into())); batch.len()];
-        for (&i, result) in split.plain.iter().zip(plain) {
-            results[i] = result;
-        }
-        for (&i, result) in split.rest.iter().zip(scripts.results) {
-            results[i] = result;
-        }
+        let results = split.merge(batch.len(), plain, scripts.results);
         Charged { results, refunds: scripts.refunds, shared: false }
     }
 

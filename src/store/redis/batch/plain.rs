@@ -10,7 +10,7 @@ use std::borrow::Cow;
 
 use tokio::time::Instant;
 
-use super::super::super::charge::{Charge, Groups, StoreError};
+use super::super::super::charge::{Charge, Groups};
 use super::super::plain;
 use super::{Batcher, Results};
 
@@ -68,13 +68,6 @@ impl Batcher {
             }
         };
         let (plain, scripts) = tokio::join!(plain, scripts);
-        let mut results = vec![Err(StoreError::Server("no result".into())); total];
-        for (&at, result) in cut.plain_at.iter().zip(plain) {
-            results[at] = result;
-        }
-        for (&at, result) in cut.rest_at.iter().zip(scripts) {
-            results[at] = result;
-        }
-        results
+        plain::scatter(total, [(&cut.plain_at, plain), (&cut.rest_at, scripts)])
     }
 }
