@@ -1,6 +1,7 @@
 //! The Sentinel store on a real master, replica and sentinel: exact counts, and after a
 //! failover the store moves to the new master within about a second, although the old one
-//! is still up and still a master, and counts continue from the replicated state.
+//! is still up and still a master, and counts continue from the replicated state — by
+//! scripts, by `--redis-windows plain`'s commands, and for reservations.
 
 use std::time::Duration;
 
@@ -94,4 +95,52 @@ async fn reservations_on_sentinel_and_a_hold_settled_across_a_failover() {
     assert!(moved, "the store follows the failover and finds the hold");
     assert_eq!(answer(&app, tokens("f", Some("held"), 20)).await, (true, 80), "settled on the new master");
     assert_eq!(answer(&app, tokens("f", Some("held"), 0)).await, (true, 80), "gone: a peek");
+}
+
+const FIXED: &str = r#"
+domain: api
+failure_mode: open
+descriptors:
+  - key: user
+    rate_limit: { unit: minute, requests_per_unit: 5, algorithm: fixed_window }
+"#;
+
+/// `--redis-windows plain` on Sentinel at the production store timeout: consumes are plain
+/// commands on the master (the hash the scripts write, its window start set by `HSETNX`),
+/// denials are given back, and after a failover the store continues on the new master from
+/// the replicated count, never past the limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plain_windows_on_sentinel_count_exactly_across_a_failover() {
+    let setup = tokio::task::spawn_blocking(RedisSentinel::start).await.expect("sentinel start");
+    let topology =
+        RedisTopology::Sentinel { master: MASTER_NAME.into(), sentinels: vec![setup.sentinel_addr()] };
+    let production = tollgate::app::ServeSettings::new(std::path::PathBuf::new()).store_timeout;
+    let plain =
+        |s: &mut tollgate::app::ServeSettings| s.redis.windows = tollgate::store::redis::Windows::Plain;
+    let app = spawn_with(StoreKind::Redis, topology, production, &[("api.yaml", FIXED)], plain).await;
+    let [old, new] = setup.data_ports();
+    let calls = |port| setup.cli(port, &["INFO", "commandstats"]);
+    for expected in [4, 3, 2] {
+        assert_eq!(remaining(&app, false).await, Some(expected));
+    }
+    assert!(calls(old).contains("cmdstat_hsetnx:calls=3,"), "three plain consumes: {}", calls(old));
+    assert!(!calls(old).contains("cmdstat_evalsha"), "no script for a consume in its window");
+    let key = setup.cli(old, &["KEYS", "tg:*"]).trim().to_string();
+    assert_eq!(setup.cli(old, &["HGET", &key, "c"]), "3", "the scripts' hash: {key}");
+    let setup = replicated_then_failed_over(setup).await;
+    assert_eq!(setup.cli(new, &["HGET", &key, "c"]), "3", "the bucket was replicated");
+    setup.cli(old, &["DEL", &key]);
+    let followed =
+        eventually(Duration::from_secs(10), || async { remaining(&app, true).await == Some(2) }).await;
+    assert!(followed, "the store moved to the new master");
+    assert_eq!(remaining(&app, false).await, Some(1));
+    assert_eq!(remaining(&app, false).await, Some(0));
+    for _ in 0..3 {
+        assert!(over(&app.check(request("api", &[&[("user", "alice")]])).await), "never past the limit");
+    }
+    // The denials' increments are given back on the new master, after their answers.
+    let settled =
+        eventually(Duration::from_secs(5), || async { setup.cli(new, &["HGET", &key, "c"]) == "5" }).await;
+    assert!(settled, "the new master holds the admitted count: {}", setup.cli(new, &["HGET", &key, "c"]));
+    assert_eq!(setup.cli(old, &["EXISTS", &key]), "0", "nothing was written to the old master");
 }

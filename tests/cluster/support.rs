@@ -55,6 +55,17 @@ pub async fn spawn(
     store_timeout: Duration,
     policies: &[(&str, &str)],
 ) -> TestApp {
+    spawn_with(store, topology, store_timeout, policies, |_| {}).await
+}
+
+/// As [`spawn`], with `tweak` applied to the settings last.
+pub async fn spawn_with(
+    store: StoreKind,
+    topology: RedisTopology,
+    store_timeout: Duration,
+    policies: &[(&str, &str)],
+    tweak: impl FnOnce(&mut ServeSettings),
+) -> TestApp {
     let config_dir = tempfile::tempdir().expect("tempdir");
     for (name, yaml) in policies {
         std::fs::write(config_dir.path().join(name), yaml).expect("write policy");
@@ -67,6 +78,7 @@ pub async fn spawn(
     settings.admin_addr = "127.0.0.1:0".parse().expect("addr");
     settings.drain = Duration::ZERO;
     settings.watch_config = false;
+    tweak(&mut settings);
     let running = tollgate::app::spawn(settings).await.expect("app starts");
     let client = RateLimitServiceClient::connect(format!("http://{}", running.grpc_addr))
         .await
