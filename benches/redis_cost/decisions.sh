@@ -16,10 +16,12 @@
 # (and to $RAW if set); at the end, one Markdown table per concurrency × draw on stdout,
 # each cell the median over rounds ("vs null": the median of per-round ratios to null's rps).
 #
-# REFERENCE=1 (default) first runs redis-benchmark on the same redis-server (-c 16 -P 16
-# -n 2000000 -r 10000): INCRBY then EXPIRE, the pipelined pair a counter limiter such as
-# envoyproxy/ratelimit sends per decision; Redis CPU and exec µs per call of each, and
-# their sum.
+# REFERENCE=1 (default) first runs redis-benchmark on the same redis-server (-c 16 -P DEPTH
+# -n 2000000 -r 10000) for each DEPTH of REFERENCE_DEPTHS ("16 2"): INCRBY then EXPIRE, the
+# pair a counter limiter such as envoyproxy/ratelimit sends per decision; Redis CPU and exec
+# µs per call of each, and their sum. Depth 16 is the pair at its cheapest (16 commands per
+# read); depth 2 is two commands per read, as envoyproxy/ratelimit sends one descriptor's
+# pair by default (one pipeline per request on a pooled connection, REDIS_PIPELINE_WINDOW=0).
 #
 # Usage (from anywhere; binaries are release builds):
 #   BINS="before=/tmp/old/tollgate after=target/release/tollgate \
@@ -30,7 +32,7 @@
 # NULL_RLS, CONCURRENCY ("16 128"), CONNECTIONS (4), DRAWS ("uniform:10000 zipf1.1:100000";
 # uniform:KEYS or zipfS:KEYS → loadgen --keys KEYS [--zipf S]), DESCRIPTORS ("1 4 16"),
 # SECONDS_PER_RUN (6), WARMUP (1), ROUNDS (3), STORE_TIMEOUT_MS (1000), ALGORITHM (gcra),
-# REFERENCE (1), RAW (a file to append the raw lines to), DOMAIN_LINES (YAML lines added to
+# REFERENCE (1), REFERENCE_DEPTHS ("16 2"), RAW (a file to append the raw lines to), DOMAIN_LINES (YAML lines added to
 # the bench domain, e.g. "reservations: { key: request, ttl: 10m }"), LOADGEN_ARGS_<LABEL>
 # (extra loadgen flags for that label's turns, e.g. LOADGEN_ARGS_reserve="--reserve request").
 # Needs: redis-server, redis-cli, redis-benchmark (>= 7), curl, python3.
@@ -51,6 +53,7 @@ ROUNDS=${ROUNDS:-3}
 STORE_TIMEOUT_MS=${STORE_TIMEOUT_MS:-1000}
 ALGORITHM=${ALGORITHM:-gcra}
 REFERENCE=${REFERENCE:-1}
+REFERENCE_DEPTHS=${REFERENCE_DEPTHS:-"16 2"}
 RAW=${RAW:-}
 
 work=$(mktemp -d)
@@ -109,15 +112,17 @@ script_stats() { cmd_stats evalsha eval fcall; }
 # --- The reference pair: INCRBY + EXPIRE, pipelined, by redis-benchmark.
 reference=()
 if [ "$REFERENCE" = 1 ]; then
-    for cmd in "INCRBY key:__rand_int__ 1" "EXPIRE key:__rand_int__ 60"; do
-        name=$(cut -d' ' -f1 <<<"$cmd" | tr '[:upper:]' '[:lower:]')
-        cpu0=$(redis_cpu)
-        read -r calls0 usec0 < <(cmd_stats "$name")
-        # shellcheck disable=SC2086 # the command's words
-        out=$(redis-benchmark -p "$redis_port" -c 16 -P 16 -n 2000000 -r 10000 -q --csv $cmd | tail -1 | tr -d '"')
-        cpu1=$(redis_cpu)
-        read -r calls1 usec1 < <(cmd_stats "$name")
-        reference+=("${cmd%% *} $(cut -d, -f2 <<<"$out") $((calls1 - calls0)) $((usec1 - usec0)) $cpu0 $cpu1")
+    for depth in $REFERENCE_DEPTHS; do
+        for cmd in "INCRBY key:__rand_int__ 1" "EXPIRE key:__rand_int__ 60"; do
+            name=$(cut -d' ' -f1 <<<"$cmd" | tr '[:upper:]' '[:lower:]')
+            cpu0=$(redis_cpu)
+            read -r calls0 usec0 < <(cmd_stats "$name")
+            # shellcheck disable=SC2086 # the command's words
+            out=$(redis-benchmark -p "$redis_port" -c 16 -P "$depth" -n 2000000 -r 10000 -q --csv $cmd | tail -1 | tr -d '"')
+            cpu1=$(redis_cpu)
+            read -r calls1 usec1 < <(cmd_stats "$name")
+            reference+=("$depth ${cmd%% *} $(cut -d, -f2 <<<"$out") $((calls1 - calls0)) $((usec1 - usec0)) $cpu0 $cpu1")
+        done
     done
     rcli FLUSHALL >/dev/null
 fi
@@ -234,22 +239,24 @@ echo "Servers: null = $NULL_RLS;$(for l in "${labels[@]}"; do printf ' %s = %s;'
     "all Tollgates on one redis-server. CPU per request over the whole run incl. warm-up."
 if [ ${#reference[@]} -gt 0 ]; then
     echo
-    echo "## Reference: redis-benchmark -c 16 -P 16 -n 2000000 -r 10000 (random keys over 10,000)"
+    echo "## Reference: redis-benchmark -c 16 -P DEPTH -n 2000000 -r 10000 (random keys over 10,000)"
     echo
     printf '%s\n' "${reference[@]}" | python3 -c '
 import sys
 rows = [l.split() for l in sys.stdin if l.strip()]
-print("| command | calls/s | Redis CPU µs/call | exec µs/call |")
-print("|---|---:|---:|---:|")
-cpu_sum = exec_sum = 0.0
-for name, rps, calls, usec, c0, c1 in rows:
+print("| depth | command | calls/s | Redis CPU µs/call | exec µs/call |")
+print("|---:|---|---:|---:|---:|")
+sums = {}
+for depth, name, rps, calls, usec, c0, c1 in rows:
     calls = max(int(calls), 1)
     cpu = (float(c1) - float(c0)) * 1e6 / calls
     ex = int(usec) / calls
-    cpu_sum += cpu
-    exec_sum += ex
-    print(f"| {name} | {float(rps):.0f} | {cpu:.2f} | {ex:.2f} |")
-print(f"| the pair (INCRBY + EXPIRE) | - | {cpu_sum:.2f} | {exec_sum:.2f} |")
+    total = sums.setdefault(depth, [0.0, 0.0])
+    total[0] += cpu
+    total[1] += ex
+    print(f"| {depth} | {name} | {float(rps):.0f} | {cpu:.2f} | {ex:.2f} |")
+for depth, (cpu, ex) in sums.items():
+    print(f"| {depth} | the pair (INCRBY + EXPIRE) | - | {cpu:.2f} | {ex:.2f} |")
 '
 fi
 python3 - "$raw" "$CONCURRENCY" "$DRAWS" "$DESCRIPTORS" "$ROUNDS" null "${labels[@]}" <<'PY'

@@ -230,3 +230,44 @@ async fn batched_requests_mixing_plain_and_script_charges_each_get_their_own_ans
         assert_eq!(joint, [joint_limit as i64; 2], "each member holds the group's admissions");
     }
 }
+
+/// Buckets found in the previous window (the sliding window's roll, once per bucket and
+/// window) are decided again in one pipeline: each one's give-back, then one `batch.lua`
+/// call for them all. They end exactly as the script alone leaves the same buckets: the
+/// old count given back before the roll (it becomes the previous window's count whole),
+/// this consume the new window's count.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stale_buckets_of_one_call_are_rolled_by_one_script_call_as_the_script_alone_rolls_them() {
+    let redis = RedisServer::start();
+    let plain = plain_store(redis.url());
+    let lua = {
+        let settings = RedisSettings::new(redis.url());
+        Store::Redis(Guarded::new(RedisStore::new(&settings, STORE_TIMEOUT).expect("store"), None))
+    };
+    for store in [&plain, &lua] {
+        store.prepare(Instant::now() + Duration::from_secs(5)).await.expect("prepared");
+    }
+    let now =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_micros() as u64;
+    let previous = (now - now % YEAR_US - YEAR_US).to_string();
+    let request = |side: &str| -> Vec<Charge> {
+        (0..3).map(|i| consume(&format!("tg:stale:{side}:{i}"), Algorithm::SlidingWindow, 100)).collect()
+    };
+    for charge in request("plain").iter().chain(&request("lua")) {
+        redis.cli(&["HSET", &charge.key, "s", &previous, "c", "5", "p", "0"]);
+    }
+    let scripts_before = calls(&redis, "evalsha");
+    let deadline = Instant::now() + Duration::from_secs(1);
+    let decided = plain.charge_groups(&request("plain"), &Groups::each(), deadline).await;
+    assert_eq!(calls(&redis, "evalsha") - scripts_before, 4, "three give-backs and one batch.lua call");
+    let deadline = Instant::now() + Duration::from_secs(1);
+    let expected = lua.charge_groups(&request("lua"), &Groups::each(), deadline).await;
+    for (i, (got, want)) in decided.iter().zip(&expected).enumerate() {
+        let (got, want) = (got.as_ref().expect("plain decided"), want.as_ref().expect("lua decided"));
+        assert!(got.allowed, "{got:?}");
+        assert_eq!((got.allowed, got.remaining), (want.allowed, want.remaining), "charge {i}");
+        let stored = |side: &str| redis.cli(&["HMGET", &format!("tg:stale:{side}:{i}"), "s", "c", "p"]);
+        assert_eq!(stored("plain"), stored("lua"), "charge {i}: the same window, count and previous count");
+        assert!(stored("plain").lines().nth(2).is_some_and(|p| p.trim() == "5"), "{}", stored("plain"));
+    }
+}

@@ -40,7 +40,7 @@ use crate::algorithm::{apply, Algorithm, Decision, Hits, Params, State};
 use crate::store::charge::{Charge, Groups, StoreError};
 
 use super::link::Link;
-use super::scripts::{parse, send_entries, Call, Scripts, GIVE_BACK_LUA};
+use super::scripts::{parse, parse_batch, send_entries, Call, Scripts, GIVE_BACK_LUA};
 
 /// Which path decides a fixed- or sliding-window consume on Redis (`--redis-windows`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -322,8 +322,9 @@ pub async fn charge(link: &Arc<Link>, scripts: &Scripts, plain: &[&Charge], dead
     sorted.results
 }
 
-/// Decides the stale charges again, each by its script after its give-back, as one
-/// pipeline (two entries per charge) by `deadline`.
+/// Decides the stale charges again as one pipeline by `deadline`: each one's give-back,
+/// then one script call for them all (`batch.lua`, each charge on its own; a charge alone
+/// takes its algorithm's script). The give-backs run before the script reads the buckets.
 async fn redo(
     link: &Link,
     scripts: &Scripts,
@@ -332,17 +333,27 @@ async fn redo(
     results: &mut [Result<Decision, StoreError>],
     deadline: Instant,
 ) {
+    let k = stale.len();
+    let charges: Vec<Charge> = stale.iter().map(|(_, i, _)| batch[*i].clone()).collect();
+    let each = Groups::each();
     let add = |pipe: &mut Pipeline, e: usize, call: Call| {
-        let (_, i, back) = &stale[e / 2];
-        let command = if e.is_multiple_of(2) { back.command(call) } else { scripts.command(batch[*i], call) };
+        let command = match (e < k, k) {
+            (true, _) => stale[e].2.command(call),
+            (false, 1) => scripts.command(&charges[0], call),
+            (false, _) => scripts.batch(&[(&charges[..], &each)], call),
+        };
         pipe.add_command(command);
     };
-    let replies = send_entries(link, 2 * stale.len(), 2 * stale.len(), deadline, add).await;
-    for ((k, _, _), pair) in stale.iter().zip(replies.chunks(2)) {
-        results[*k] = match pair {
-            [_, reply] => reply.clone().and_then(parse),
-            _ => Err(StoreError::Server("no reply for a plain window's script".into())),
-        };
+    let mut replies = send_entries(link, k + 1, 2 * k, deadline, add).await;
+    let reply = replies
+        .pop()
+        .unwrap_or_else(|| Err(StoreError::Server("no reply for a plain window's script".into())));
+    let decided = match k {
+        1 => vec![reply.and_then(parse)],
+        _ => parse_batch(reply, k),
+    };
+    for ((position, _, _), result) in stale.iter().zip(decided) {
+        results[*position] = result;
     }
 }
 
