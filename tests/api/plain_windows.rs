@@ -271,3 +271,21 @@ async fn stale_buckets_of_one_call_are_rolled_by_one_script_call_as_the_script_a
         assert!(stored("plain").lines().nth(2).is_some_and(|p| p.trim() == "5"), "{}", stored("plain"));
     }
 }
+
+/// A coalesced run (the coalescer's: independent consumes of one bucket in one call) goes
+/// plain whole, in one pipeline: each consume counts the ones before it, so exactly the
+/// limit is admitted, in order, and the denials are given back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_coalesced_run_of_one_bucket_goes_plain_in_order() {
+    let redis = RedisServer::start();
+    let store = plain_store(redis.url());
+    store.prepare(Instant::now() + Duration::from_secs(5)).await.expect("prepared");
+    let run: Vec<Charge> = (0..5).map(|_| consume("tg:plain:run", Algorithm::FixedWindow, 3)).collect();
+    let deadline = Instant::now() + Duration::from_secs(1);
+    let results = store.charge_groups(&run, &Groups::coalesced(vec![5]), deadline).await;
+    let answers: Vec<(bool, u64)> =
+        results.iter().map(|r| r.as_ref().map(|d| (d.allowed, d.remaining)).expect("decided")).collect();
+    assert_eq!(answers, [(true, 2), (true, 1), (true, 0), (false, 0), (false, 0)]);
+    assert_eq!(calls(&redis, "hsetnx"), 5, "every consume of the run went plain");
+    assert_eq!(settles_at(&redis, "tg:plain:run", 3).await, 3, "the denials given back");
+}

@@ -44,6 +44,10 @@
 //! - **The over-limit cache learns per rider**: each request gets its own results back and
 //!   `Guarded` learns from them as from any call.
 //!
+//! With `--redis-windows plain` a call's window consumes are plain commands instead, every
+//! rider's in one pipeline beside the script call for the rest (`batch::plain`): the same
+//! lanes, the same bound, one write for many requests.
+//!
 //! Only the single-node and Sentinel stores batch. On a cluster one script call may only
 //! touch one slot; concurrent requests there rarely share one (16,384 slots), so the
 //! cluster keeps one pipeline per master per request (see `cluster`).

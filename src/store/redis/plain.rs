@@ -1,7 +1,9 @@
 //! Fixed and sliding windows at plain commands' price (`--redis-windows plain`): a window
-//! consume decided from four plain commands in the request's one pipeline, the answer
-//! computed here from their replies by the same pure function the scripts mirror
-//! (`algorithm::apply`), instead of one script call.
+//! consume decided from four plain commands, the answer computed here from their replies
+//! by the same pure function the scripts mirror (`algorithm::apply`), instead of one
+//! script call. The commands of a call's charges go as one pipeline: a batch lane's call
+//! carries every rider's (`batch::plain`), `--no-batch` a request's own, a cluster master's
+//! its part of a request's (`cluster::plain`).
 //!
 //! The bucket's key and what is stored under it are exactly the scripts' (`lua/README.md`,
 //! "Plain window commands"): the hash `{s, c, p}` of `fixed_window.lua` and
@@ -18,7 +20,8 @@
 //! the increment lands (only a later window rolls it), so the count read is this window's.
 //! A bucket found in another window, or serving a penalty, is *stale*: its increment is
 //! given back and the charge is decided by its script (a second round trip, once per
-//! bucket and window). A denied consume gives its increment back after the answer, in a
+//! bucket and window: the stale charges of one call are one pipeline, their give-backs
+//! then one `batch.lua` call for them all). A denied consume gives its increment back after the answer, in a
 //! task of its own with its own deadline (`GIVE_BACK_TIMEOUT`): until it has run, other
 //! requests see the bucket fuller than it is (under-admission, never over-admission); a
 //! give-back that is lost leaves the count high until the window ends. A give-back is
