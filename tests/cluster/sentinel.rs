@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use envoy_types::pb::google::protobuf::UInt64Value;
-use tollgate::app::{RedisTopology, StoreKind};
+use tollgate::app::{RedisTopology, ServeSettings, StoreKind};
 
 use crate::sentinel_support::{RedisSentinel, MASTER_NAME};
 use crate::support::*;
@@ -43,12 +43,28 @@ async fn replicated_then_failed_over(setup: RedisSentinel) -> RedisSentinel {
     .expect("failover")
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sentinel_store_counts_exactly_and_follows_a_failover_at_once() {
+/// A master, replica and sentinel, and an app on them at `store_timeout` with `policy` as
+/// `file`, its settings changed by `tweak` last.
+async fn sentinel_app(
+    store_timeout: Duration,
+    (file, policy): (&str, &str),
+    tweak: impl FnOnce(&mut ServeSettings),
+) -> (RedisSentinel, TestApp) {
     let setup = tokio::task::spawn_blocking(RedisSentinel::start).await.expect("sentinel start");
     let topology =
         RedisTopology::Sentinel { master: MASTER_NAME.into(), sentinels: vec![setup.sentinel_addr()] };
-    let app = spawn(StoreKind::Redis, topology, Duration::from_millis(500), &[("api.yaml", POLICY)]).await;
+    let app = spawn_with(StoreKind::Redis, topology, store_timeout, &[(file, policy)], tweak).await;
+    (setup, app)
+}
+
+/// `--store-timeout-ms`'s default.
+fn production() -> Duration {
+    ServeSettings::new(std::path::PathBuf::new()).store_timeout
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sentinel_store_counts_exactly_and_follows_a_failover_at_once() {
+    let (setup, app) = sentinel_app(Duration::from_millis(500), ("api.yaml", POLICY), |_| {}).await;
     for expected in [4, 3, 2] {
         assert_eq!(remaining(&app, false).await, Some(expected));
     }
@@ -75,11 +91,7 @@ async fn sentinel_store_counts_exactly_and_follows_a_failover_at_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reservations_on_sentinel_and_a_hold_settled_across_a_failover() {
     use crate::reservations::{answer, reserve_then_settle, tokens, TOKENS};
-    let setup = tokio::task::spawn_blocking(RedisSentinel::start).await.expect("sentinel start");
-    let topology =
-        RedisTopology::Sentinel { master: MASTER_NAME.into(), sentinels: vec![setup.sentinel_addr()] };
-    let production = tollgate::app::ServeSettings::new(std::path::PathBuf::new()).store_timeout;
-    let app = spawn(StoreKind::Redis, topology, production, &[("tokens.yaml", TOKENS)]).await;
+    let (setup, app) = sentinel_app(production(), ("tokens.yaml", TOKENS), |_| {}).await;
     reserve_then_settle(&app).await;
 
     assert_eq!(answer(&app, tokens("f", Some("held"), 70)).await, (true, 30));
@@ -111,13 +123,8 @@ descriptors:
 /// the replicated count, never past the limit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plain_windows_on_sentinel_count_exactly_across_a_failover() {
-    let setup = tokio::task::spawn_blocking(RedisSentinel::start).await.expect("sentinel start");
-    let topology =
-        RedisTopology::Sentinel { master: MASTER_NAME.into(), sentinels: vec![setup.sentinel_addr()] };
-    let production = tollgate::app::ServeSettings::new(std::path::PathBuf::new()).store_timeout;
-    let plain =
-        |s: &mut tollgate::app::ServeSettings| s.redis.windows = tollgate::store::redis::Windows::Plain;
-    let app = spawn_with(StoreKind::Redis, topology, production, &[("api.yaml", FIXED)], plain).await;
+    let plain = |s: &mut ServeSettings| s.redis.windows = tollgate::store::redis::Windows::Plain;
+    let (setup, app) = sentinel_app(production(), ("api.yaml", FIXED), plain).await;
     let [old, new] = setup.data_ports();
     let calls = |port| setup.cli(port, &["INFO", "commandstats"]);
     for expected in [4, 3, 2] {
