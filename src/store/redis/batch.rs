@@ -106,6 +106,9 @@ pub struct Batcher {
     health: Arc<Health>,
     lanes: usize,
     max_charges: usize,
+    /// `--redis-max-inflight`: with plain windows a call's bound is its commands, not its
+    /// charges (see [`call_bound`](Batcher::call_bound)).
+    max_inflight: usize,
     queue: Mutex<Queue>,
     /// `--redis-windows plain`: window consumes go as plain commands (`batch::plain`).
     plain: AtomicBool,
@@ -133,6 +136,7 @@ impl Batcher {
             health,
             lanes: lanes.max(1),
             max_charges: max_charges.clamp(1, MAX_CHARGES),
+            max_inflight: max_charges.max(1),
             queue: Mutex::new(Queue::default()),
             plain: AtomicBool::new(false),
         }
@@ -231,14 +235,26 @@ impl Batcher {
         }
     }
 
+    /// Most charges in one call: `max_charges`, or with plain windows as many as fit in
+    /// `--redis-max-inflight` at four commands each (a call's commands must stay within the
+    /// connection's cap, as a script call's charges do: else it fails `Overloaded` beside
+    /// any other call on its connection).
+    fn call_bound(&self) -> usize {
+        match self.plain.load(Ordering::Relaxed) {
+            true => (self.max_inflight / super::plain::COMMANDS).clamp(1, MAX_CHARGES),
+            false => self.max_charges,
+        }
+    }
+
     /// Takes the next call's riders off the queue (at least one, then while they fit in
-    /// `max_charges`), or frees the lane when none wait.
+    /// [`call_bound`](Batcher::call_bound)), or frees the lane when none wait.
     fn next_or_free(&self) -> Vec<Rider> {
+        let bound = self.call_bound();
         let mut queue = self.lock();
         let mut taken: Vec<Rider> = Vec::new();
         let mut charges = 0;
         while let Some(rider) = queue.riders.front() {
-            if !taken.is_empty() && charges + rider.charges.len() > self.max_charges {
+            if !taken.is_empty() && charges + rider.charges.len() > bound {
                 break;
             }
             charges += rider.charges.len();

@@ -58,6 +58,22 @@ fn the_bound_never_passes_64_charges_whatever_max_inflight_allows() {
     assert_eq!(batcher(1, 0).max_charges, 1);
 }
 
+#[test]
+fn with_plain_windows_a_call_holds_the_charges_whose_commands_fit_in_max_inflight() {
+    let b = batcher(1, 16);
+    b.lock().busy = 1;
+    let _r: Vec<_> = (0..6).map(|_| queue(&b, 1)).collect();
+    b.set_windows(Windows::Plain);
+    // Four commands a charge: 4 charges are 16 commands, the connection's cap.
+    assert_eq!(b.next_or_free().len(), 4);
+    b.set_windows(Windows::Lua);
+    assert_eq!(b.next_or_free().len(), 2, "scripts: one command a charge, 16 a call");
+    assert_eq!(batcher(1, 4096).call_bound(), MAX_CHARGES);
+    let tiny = batcher(1, 2);
+    tiny.set_windows(Windows::Plain);
+    assert_eq!(tiny.call_bound(), 1, "never below one charge");
+}
+
 #[tokio::test]
 async fn a_request_finding_a_lane_free_and_nobody_queued_goes_at_once() {
     let b = batcher(1, 64);
