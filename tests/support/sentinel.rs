@@ -80,28 +80,51 @@ impl RedisSentinel {
         setup.wait("the replica's link is up", |s| {
             s.cli(replica, &["INFO", "replication"]).contains("master_link_status:up")
         });
-        let conf = setup.dir.path().join("sentinel.conf");
-        let text = format!(
-            "{tls_conf}bind 127.0.0.1\ndir {}\n\
-             sentinel monitor {MASTER_NAME} 127.0.0.1 {master} 1\n\
-             sentinel down-after-milliseconds {MASTER_NAME} 1000\n\
-             sentinel failover-timeout {MASTER_NAME} 10000\n",
-            setup.dir.path().display()
-        );
-        std::fs::write(&conf, text).expect("write sentinel.conf");
-        let child = Command::new("redis-server")
-            .arg(&conf)
-            .arg("--sentinel")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server must be installed (it runs as a sentinel with --sentinel)");
-        setup.children.push(child);
-        setup.wait("the sentinel knows master and replica", |s| {
-            s.sentinel_master() == Some(master)
-                && s.cli(sentinel, &["SENTINEL", "REPLICAS", MASTER_NAME]).contains(&replica.to_string())
-        });
-        setup
+        // A port chosen free can be taken by another test's server before the sentinel binds
+        // it (tests start servers in parallel): a sentinel that exits is started again on
+        // another port, at most three times.
+        for attempt in 0..3 {
+            if attempt > 0 {
+                setup.sentinel = free_port();
+            }
+            let tls_conf = tls_conf.replace(&format!(" {sentinel}\n"), &format!(" {}\n", setup.sentinel));
+            let conf = setup.dir.path().join(format!("sentinel-{attempt}.conf"));
+            let text = format!(
+                "{tls_conf}bind 127.0.0.1\ndir {}\n\
+                 sentinel monitor {MASTER_NAME} 127.0.0.1 {master} 1\n\
+                 sentinel down-after-milliseconds {MASTER_NAME} 1000\n\
+                 sentinel failover-timeout {MASTER_NAME} 10000\n",
+                setup.dir.path().display()
+            );
+            std::fs::write(&conf, text).expect("write sentinel.conf");
+            let child = Command::new("redis-server")
+                .arg(&conf)
+                .arg("--sentinel")
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("redis-server must be installed (it runs as a sentinel with --sentinel)");
+            setup.children.push(child);
+            let deadline = Instant::now() + Duration::from_secs(30);
+            loop {
+                let port = setup.sentinel;
+                if setup.sentinel_master() == Some(master)
+                    && setup.cli(port, &["SENTINEL", "REPLICAS", MASTER_NAME]).contains(&replica.to_string())
+                {
+                    return setup;
+                }
+                let exited = setup.children.last_mut().is_some_and(|c| matches!(c.try_wait(), Ok(Some(_))));
+                if exited {
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "redis sentinel: timed out waiting until it knows master and replica"
+                );
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        panic!("redis sentinel: exited three times at start (its ports taken?)");
     }
 
     /// `127.0.0.1:PORT` of the sentinel.
