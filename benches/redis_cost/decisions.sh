@@ -31,7 +31,9 @@
 # Env: BINS (LABEL=PATH[,FLAG,FLAG…]: extra `serve` flags split on commas), LOADGEN,
 # NULL_RLS, CONCURRENCY ("16 128"), CONNECTIONS (4), DRAWS ("uniform:10000 zipf1.1:100000";
 # uniform:KEYS or zipfS:KEYS → loadgen --keys KEYS [--zipf S]), DESCRIPTORS ("1 4 16"),
-# SECONDS_PER_RUN (6), WARMUP (1), ROUNDS (3), STORE_TIMEOUT_MS (1000), ALGORITHM (gcra),
+# SECONDS_PER_RUN (6), WARMUP (1), ROUNDS (3), STORE_TIMEOUT_MS (1000), ALGORITHM (gcra), UNIT (second:
+# the limit's unit; with `second` a window-counting algorithm starts a new window key for nearly
+# every consume at 10,000 keys, with `hour` almost never),
 # REFERENCE (1), REFERENCE_DEPTHS ("16 2"), RAW (a file to append the raw lines to), DOMAIN_LINES (YAML lines added to
 # the bench domain, e.g. "reservations: { key: request, ttl: 10m }"), LOADGEN_ARGS_<LABEL>
 # (extra loadgen flags for that label's turns, e.g. LOADGEN_ARGS_reserve="--reserve request").
@@ -52,6 +54,7 @@ ROUNDS=${ROUNDS:-3}
 # Capacity, not deadlines: 128 requests of 16 descriptors queue in Redis past Envoy's 20 ms.
 STORE_TIMEOUT_MS=${STORE_TIMEOUT_MS:-1000}
 ALGORITHM=${ALGORITHM:-gcra}
+UNIT=${UNIT:-second}
 REFERENCE=${REFERENCE:-1}
 REFERENCE_DEPTHS=${REFERENCE_DEPTHS:-"16 2"}
 RAW=${RAW:-}
@@ -89,7 +92,7 @@ domain: bench
 ${DOMAIN_LINES:-}
 descriptors:
   - key: user
-    rate_limit: { unit: second, requests_per_unit: 1000000, algorithm: $ALGORITHM }
+    rate_limit: { unit: $UNIT, requests_per_unit: 1000000, algorithm: $ALGORITHM }
 EOF
 
 redis_port=$(free_port)
@@ -108,6 +111,9 @@ cmd_stats() {
         awk -F'[:=,]' -v re="^cmdstat_($names)$" '$1 ~ re {c += $3; u += $5} END {printf "%.0f %.0f\n", c, u}'
 }
 script_stats() { cmd_stats evalsha eval fcall; }
+# Read events redis-server has processed so far (INFO stats, Redis >= 6): one per read of a
+# client's socket, whatever it carried.
+redis_reads() { rcli INFO stats | tr -d '\r' | sed -n 's/^total_reads_processed://p'; }
 
 # --- The reference pair: INCRBY + EXPIRE, pipelined, by redis-benchmark.
 reference=()
@@ -182,6 +188,7 @@ for round in $(seq "$ROUNDS"); do
                         fails0=$(failures "$admin")
                         read -r calls0 usec0 < <(script_stats)
                         rcpu0=$(redis_cpu)
+                        reads0=$(redis_reads)
                     fi
                     ticks0=$(cpu_ticks "$pid")
                     extra_var="LOADGEN_ARGS_$server"
@@ -200,19 +207,21 @@ for round in $(seq "$ROUNDS"); do
                         bad=$errors
                     else
                         rcpu1=$(redis_cpu)
+                        reads1=$(redis_reads)
                         read -r calls1 usec1 < <(script_stats)
                         fails=$(($(failures "$admin") - fails0))
                         out+=$(python3 - "$ticks" "$clock_ticks" "$answered" "$d" "$rcpu0" "$rcpu1" \
-                            "$((calls1 - calls0))" "$((usec1 - usec0))" <<'PY'
+                            "$((calls1 - calls0))" "$((usec1 - usec0))" "$((reads1 - reads0))" <<'PY'
 import sys
 ticks, hz, answered, d = (int(x) for x in sys.argv[1:5])
 rcpu = float(sys.argv[6]) - float(sys.argv[5])
-calls, usec = int(sys.argv[7]), int(sys.argv[8])
+calls, usec, reads = int(sys.argv[7]), int(sys.argv[8]), int(sys.argv[9])
 n = max(answered, 1)
 redis_req = rcpu * 1e6 / n
 print(f" cpu_us_per_req={ticks * 1e6 / hz / n:.2f} redis_cpu_us_per_req={redis_req:.2f}"
       f" redis_cpu_us_per_decision={redis_req / d:.2f} script_calls_per_req={calls / n:.3f}"
-      f" exec_us_per_call={usec / calls if calls else 0:.2f} script_calls={calls} script_usec={usec}", end="")
+      f" exec_us_per_call={usec / calls if calls else 0:.2f} script_calls={calls} script_usec={usec}"
+      f" redis_reads_per_req={reads / n:.3f}", end="")
 PY
 )
                         out+=" failure_decisions=$fails"
@@ -234,7 +243,7 @@ echo
 echo "Machine: $(nproc) cores ($(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -1));" \
     "$(redis-server --version | cut -d' ' -f1-3); loadgen, servers and Redis share the cores."
 echo "Closed loop over $CONNECTIONS HTTP/2 connections, ${SECONDS_PER_RUN}s measured after ${WARMUP}s warm-up," \
-    "algorithm $ALGORITHM, --store-timeout-ms $STORE_TIMEOUT_MS; each cell the median of $ROUNDS rounds of interleaved turns."
+    "algorithm $ALGORITHM per $UNIT, --store-timeout-ms $STORE_TIMEOUT_MS; each cell the median of $ROUNDS rounds of interleaved turns."
 echo "Servers: null = $NULL_RLS;$(for l in "${labels[@]}"; do printf ' %s = %s;' "$l" "${spec_of[$l]}"; done)" \
     "all Tollgates on one redis-server. CPU per request over the whole run incl. warm-up."
 if [ ${#reference[@]} -gt 0 ]; then
@@ -280,8 +289,8 @@ for c in concurrency.split():
     for draw in draws.split():
         print(f"\n## concurrency {c}, draw {draw}\n")
         print("| descriptors | server | requests/s | vs null | p50 µs | p99 µs | CPU µs/req"
-              " | Redis CPU µs/decision | script calls/req | exec µs/call | valid turns |")
-        print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+              " | Redis CPU µs/decision | script calls/req | exec µs/call | Redis reads/req | valid turns |")
+        print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         for d in descriptors.split():
             for s in servers:
                 runs = [turns.get((c, draw, d, s, str(r))) for r in range(1, int(rounds) + 1)]
@@ -301,6 +310,7 @@ for c in concurrency.split():
                     med(col("redis_cpu_us_per_decision"), ".1f") if tollgate else "-",
                     med(col("script_calls_per_req"), ".2f") if tollgate else "-",
                     med(col("exec_us_per_call"), ".2f") if tollgate else "-",
+                    med(col("redis_reads_per_req"), ".2f") if tollgate and all("redis_reads_per_req" in t for t in valid) else "-",
                     f"{len(valid)}/{rounds}" + ("" if len(valid) == int(rounds) else " INVALID"),
                 ]
                 print("| " + " | ".join(cells) + " |")

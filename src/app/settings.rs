@@ -186,6 +186,7 @@ pub(super) fn validate(settings: &ServeSettings) -> anyhow::Result<()> {
         interval: settings.sync_interval,
         staleness: settings.sync_staleness,
         max_keys: settings.memory_max_keys,
+        window_keys: false,
     };
     approx.validate().map_err(|e| anyhow::anyhow!(e))
 }

@@ -48,6 +48,7 @@ fn build_topology(settings: &ServeSettings) -> anyhow::Result<Store> {
         interval: settings.sync_interval,
         staleness: settings.sync_staleness,
         max_keys: settings.memory_max_keys,
+        window_keys: settings.redis.windows.reads_window_keys(),
     };
     Ok(match &settings.redis_topology {
         RedisTopology::Single => Store::Redis(

@@ -110,11 +110,11 @@ pub struct Serve {
     /// charges), even while calls from this instance are in flight (see docs/scaling.md, "Batching").
     #[arg(long, env = "TOLLGATE_NO_BATCH")]
     pub no_batch: bool,
-    /// How fixed- and sliding-window consumes are decided on Redis: `lua` (one script call,
-    /// as every algorithm) or `plain` (plain commands, near the Redis cost of
-    /// envoyproxy/ratelimit's INCRBY + EXPIRE; a denied consume gives its count back just
-    /// after the answer; needs Redis 7; see README, "Migrating").
-    #[arg(long, env = "TOLLGATE_REDIS_WINDOWS", default_value = "lua", value_parser = ["lua", "plain"])]
+    /// Fixed and sliding windows on Redis: `lua` (a script call), `plain` (plain commands
+    /// counting in a key per window, near envoyproxy/ratelimit's INCRBY + EXPIRE; a denial
+    /// gives its count back after the answer) or `read` (`lua`, counting plain consumes:
+    /// every instance runs `read` before any runs `plain`; see docs/migration.md).
+    #[arg(long, env = "TOLLGATE_REDIS_WINDOWS", default_value = "lua", value_parser = ["lua", "read", "plain"])]
     pub redis_windows: String,
     /// Tokio worker threads serving gRPC, admin and store I/O (default: one per core).
     #[arg(long, env = "TOLLGATE_WORKER_THREADS", value_parser = clap::value_parser!(u16).range(1..))]

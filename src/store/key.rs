@@ -357,5 +357,37 @@ fn push_hex(out: &mut String, digest: &[u8; 16]) {
     }
 }
 
+/// The key of the count of `bucket`'s window starting at `start` (µs), kept by plain window
+/// commands (`redis::plain`): `<bucket>:<start>` in the bucket's Redis Cluster hash tag
+/// (`{<bucket>}:<start>` when it has none), so that both are in one slot; as `window_key`
+/// in `lua/prelude.lua`. A bucket key with a `}` but no hash tag (only a
+/// `--redis-key-prefix` can make one) keeps `<bucket>:<start>`.
+pub fn window_key(bucket: &str, start: u64) -> String {
+    if has_hash_tag(bucket) || bucket.contains('}') {
+        format!("{bucket}:{start}")
+    } else {
+        format!("{{{bucket}}}:{start}")
+    }
+}
+
+/// Whether Redis Cluster hashes only part of `key`: a `{` followed, later, by a `}` with
+/// something between the first `{` and that `}`.
+fn has_hash_tag(key: &str) -> bool {
+    key.find('{').is_some_and(|open| key[open + 1..].find('}').is_some_and(|close| close > 0))
+}
+
+/// The window keys an operator's reset of the bucket `key` of a fixed or sliding window
+/// (not a calendar period) of `unit_us` deletes beside it at `now` (µs): the previous,
+/// current and next window's (an instance whose clock is a window off is still found).
+pub fn window_keys_around(key: &str, unit_us: u64, now: u64) -> Vec<String> {
+    let unit = unit_us.max(1);
+    let start = now - now % unit;
+    [start.checked_sub(unit), Some(start), start.checked_add(unit)]
+        .into_iter()
+        .flatten()
+        .map(|start| window_key(key, start))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests;

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 use tollgate::algorithm::{Algorithm, Hits, Params};
+use tollgate::store::key::window_key;
 use tollgate::store::redis::Windows;
 use tollgate::store::{Charge, Groups, Guarded, RedisSettings, RedisStore, Store};
 
@@ -43,9 +44,17 @@ async fn once(store: &Store, charge: &Charge) -> Option<bool> {
     results.into_iter().next().and_then(Result::ok).map(|d| d.allowed)
 }
 
-/// The bucket's count in Redis.
+/// The bucket's count in Redis in this window: the scripts' hash share and the window's
+/// key (plain consumes).
 fn count(redis: &RedisServer, key: &str) -> i64 {
-    redis.cli(&["HGET", key, "c"]).trim().parse().unwrap_or(0)
+    let now =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_micros() as u64;
+    let (number, start) = (|s: String| s.trim().parse::<i64>().unwrap_or(0), now - now % YEAR_US);
+    let hash = match redis.cli(&["HGET", key, "s"]).trim() == start.to_string() {
+        true => number(redis.cli(&["HGET", key, "c"])),
+        false => 0,
+    };
+    hash + number(redis.cli(&["GET", &window_key(key, start)]))
 }
 
 /// Polls until `key`'s count is `want` (the give-backs have run), for up to 10 s.
@@ -105,8 +114,8 @@ async fn three_instances_admit_exactly_the_limit(algorithm: Algorithm) {
         // Decided by plain commands (the over-limit cache answers some denials without
         // Redis): every increment is an admission or a denial given back, and the only
         // script calls are those give-backs.
-        // (`HSETNX` is the plain path's alone: the give-backs' own `HINCRBY`s count too.)
-        let increments = calls(&redis, "hsetnx");
+        // (`INCRBY` is the plain path's alone.)
+        let increments = calls(&redis, "incrby");
         assert!(increments > limit, "{increments} plain consumes");
         assert_eq!(calls(&redis, "evalsha"), increments - limit, "one give-back per denial");
     }
@@ -231,13 +240,13 @@ async fn batched_requests_mixing_plain_and_script_charges_each_get_their_own_ans
     }
 }
 
-/// Buckets found in the previous window (the sliding window's roll, once per bucket and
-/// window) are decided again in one pipeline: each one's give-back, then one `batch.lua`
-/// call for them all. They end exactly as the script alone leaves the same buckets: the
-/// old count given back before the roll (it becomes the previous window's count whole),
-/// this consume the new window's count.
+/// A sliding window's previous count is read, not rolled: a bucket whose hash a script
+/// wrote in the previous window (its count there is the previous count now) and whose
+/// previous window key holds plain consumes is decided by plain commands alone, with no
+/// script call, exactly as the script alone decides a bucket holding the same counts in
+/// its hash, and both then count the same.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn stale_buckets_of_one_call_are_rolled_by_one_script_call_as_the_script_alone_rolls_them() {
+async fn a_sliding_windows_previous_count_from_the_hash_and_its_key_is_read_without_a_script() {
     let redis = RedisServer::start();
     let plain = plain_store(redis.url());
     let lua = {
@@ -249,26 +258,32 @@ async fn stale_buckets_of_one_call_are_rolled_by_one_script_call_as_the_script_a
     }
     let now =
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_micros() as u64;
-    let previous = (now - now % YEAR_US - YEAR_US).to_string();
+    let (current, previous) = (now - now % YEAR_US, now - now % YEAR_US - YEAR_US);
     let request = |side: &str| -> Vec<Charge> {
-        (0..3).map(|i| consume(&format!("tg:stale:{side}:{i}"), Algorithm::SlidingWindow, 100)).collect()
+        (0..3).map(|i| consume(&format!("tg:prev:{side}:{i}"), Algorithm::SlidingWindow, 100)).collect()
     };
-    for charge in request("plain").iter().chain(&request("lua")) {
-        redis.cli(&["HSET", &charge.key, "s", &previous, "c", "5", "p", "0"]);
+    for charge in request("plain") {
+        redis.cli(&["HSET", &charge.key, "s", &previous.to_string(), "c", "5", "p", "0"]);
+        redis.cli(&["SET", &window_key(&charge.key, previous), "40"]);
     }
-    let scripts_before = calls(&redis, "evalsha");
+    for charge in request("lua") {
+        redis.cli(&["HSET", &charge.key, "s", &previous.to_string(), "c", "45", "p", "0"]);
+    }
     let deadline = Instant::now() + Duration::from_secs(1);
     let decided = plain.charge_groups(&request("plain"), &Groups::each(), deadline).await;
-    assert_eq!(calls(&redis, "evalsha") - scripts_before, 4, "three give-backs and one batch.lua call");
+    assert_eq!(calls(&redis, "evalsha"), 0, "no script call");
     let deadline = Instant::now() + Duration::from_secs(1);
     let expected = lua.charge_groups(&request("lua"), &Groups::each(), deadline).await;
     for (i, (got, want)) in decided.iter().zip(&expected).enumerate() {
         let (got, want) = (got.as_ref().expect("plain decided"), want.as_ref().expect("lua decided"));
         assert!(got.allowed, "{got:?}");
         assert_eq!((got.allowed, got.remaining), (want.allowed, want.remaining), "charge {i}");
-        let stored = |side: &str| redis.cli(&["HMGET", &format!("tg:stale:{side}:{i}"), "s", "c", "p"]);
-        assert_eq!(stored("plain"), stored("lua"), "charge {i}: the same window, count and previous count");
-        assert!(stored("plain").lines().nth(2).is_some_and(|p| p.trim() == "5"), "{}", stored("plain"));
+        assert_eq!(count(&redis, &format!("tg:prev:plain:{i}")), 1, "this consume, in the window's key");
+        let lua_hash = redis.cli(&["HMGET", &format!("tg:prev:lua:{i}"), "s", "c", "p"]);
+        assert_eq!(
+            lua_hash.split_whitespace().collect::<Vec<_>>(),
+            [current.to_string().as_str(), "1", "45"]
+        );
     }
 }
 
@@ -286,6 +301,76 @@ async fn a_coalesced_run_of_one_bucket_goes_plain_in_order() {
     let answers: Vec<(bool, u64)> =
         results.iter().map(|r| r.as_ref().map(|d| (d.allowed, d.remaining)).expect("decided")).collect();
     assert_eq!(answers, [(true, 2), (true, 1), (true, 0), (false, 0), (false, 0)]);
-    assert_eq!(calls(&redis, "hsetnx"), 5, "every consume of the run went plain");
+    assert_eq!(calls(&redis, "incrby"), 5, "every consume of the run went plain");
     assert_eq!(settles_at(&redis, "tg:plain:run", 3).await, 3, "the denials given back");
+}
+
+/// Writes junk under a bucket's keys: (redis, bucket key, current window, previous window).
+type Put = fn(&RedisServer, &str, u64, u64);
+
+/// What another writer may leave under a bucket's keys: the window's key text, a hash or a
+/// count past what `INCRBY` can add to, the previous window's key a hash, the bucket a
+/// string. A plain consume on such keys is decided by the script, which reads them as the
+/// `lua` path does: a window key it cannot read counts 0 (never a store failure answered
+/// by the failure policy); a bucket of another type is a store error on both paths (no
+/// algorithm writes one: a bucket key names its algorithm).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn junk_under_a_plain_windows_keys_is_decided_by_the_script_as_by_lua() {
+    let redis = RedisServer::start();
+    let plain = plain_store(redis.url());
+    let read = {
+        let settings = RedisSettings { windows: Windows::Read, ..RedisSettings::new(redis.url()) };
+        Store::Redis(Guarded::new(RedisStore::new(&settings, STORE_TIMEOUT).expect("store"), None))
+    };
+    for store in [&plain, &read] {
+        store.prepare(Instant::now() + Duration::from_secs(5)).await.expect("prepared");
+    }
+    let now =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_micros() as u64;
+    let (current, previous) = (now - now % YEAR_US, now - now % YEAR_US - YEAR_US);
+    let junk: [(&str, Put); 5] = [
+        ("bucket-string", |r, key, _, _| {
+            r.cli(&["SET", key, "g:12345"]);
+        }),
+        ("window-text", |r, key, current, _| {
+            r.cli(&["SET", &window_key(key, current), "many"]);
+        }),
+        ("window-hash", |r, key, current, _| {
+            r.cli(&["HSET", &window_key(key, current), "c", "1"]);
+        }),
+        ("window-overflow", |r, key, current, _| {
+            r.cli(&["SET", &window_key(key, current), &i64::MAX.to_string()]);
+        }),
+        ("previous-hash", |r, key, _, previous| {
+            r.cli(&["HSET", &window_key(key, previous), "c", "1"]);
+        }),
+    ];
+    for algorithm in [Algorithm::FixedWindow, Algorithm::SlidingWindow] {
+        for (name, put) in &junk {
+            let mut answers = Vec::new();
+            for (side, store) in [("plain", &plain), ("read", &read)] {
+                let key = format!("tg:junk:{algorithm:?}:{name}:{side}");
+                put(&redis, &key, current, previous);
+                let mut got = Vec::new();
+                for _ in 0..4 {
+                    let deadline = Instant::now() + Duration::from_secs(1);
+                    let results =
+                        store.charge_groups(&[consume(&key, algorithm, 3)], &Groups::each(), deadline).await;
+                    let decided = results.into_iter().next().expect("one result");
+                    got.push(decided.ok().map(|d| (d.allowed, d.remaining)));
+                }
+                answers.push(got);
+            }
+            assert_eq!(answers[0], answers[1], "{algorithm:?} {name}: plain and read differ");
+            let admitted = answers[0].iter().filter(|a| matches!(a, Some((true, _)))).count();
+            match *name {
+                "bucket-string" => assert_eq!(answers[0], [None; 4], "{algorithm:?}: a store error"),
+                "window-overflow" => assert_eq!(admitted, 0, "{algorithm:?}: the window is full"),
+                _ => {
+                    assert_eq!(admitted, 3, "{algorithm:?} {name}: {answers:?}");
+                    assert!(answers[0].iter().all(Option::is_some), "{algorithm:?} {name}: {answers:?}");
+                }
+            }
+        }
+    }
 }

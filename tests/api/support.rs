@@ -66,6 +66,8 @@ pub struct Options {
     pub key_secret_file: Option<PathBuf>,
     /// `--grpc-max-connection-age`; `None` keeps the default.
     pub max_connection_age: Option<Duration>,
+    /// `--redis-windows`.
+    pub windows: tollgate::store::redis::Windows,
 }
 
 impl Options {
@@ -97,6 +99,7 @@ impl Options {
             tracing: None,
             key_secret_file: None,
             max_connection_age: None,
+            windows: Default::default(),
         }
     }
 }
@@ -159,6 +162,7 @@ pub async fn spawn_in(options: Options, config_dir: tempfile::TempDir) -> TestAp
     settings.redis.max_inflight = options.max_inflight;
     settings.redis.coalesce = options.coalesce;
     settings.redis.connections = options.redis_connections;
+    settings.redis.windows = options.windows;
     settings.admin_token_file = options.admin_token_file;
     settings.admin_allow_unauthenticated_reset = options.admin_allow_unauthenticated_reset;
     settings.config_options = options.config_options;

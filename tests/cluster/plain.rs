@@ -10,6 +10,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tollgate::algorithm::{Algorithm, Hits, Params};
 use tollgate::store::cluster::{ClusterSettings, ClusterStore};
+use tollgate::store::key::window_key;
 use tollgate::store::redis::Windows;
 use tollgate::store::{Charge, Groups, Guarded, RedisSettings, Store};
 
@@ -28,10 +29,18 @@ fn plain_store(cluster: &RedisCluster) -> Arc<Store> {
     Arc::new(Store::Cluster(Guarded::new(client, Some(redis.breaker))))
 }
 
-/// The bucket's count on the master that owns it.
+const YEAR_US: u64 = 365 * 86_400_000_000;
+
+/// The bucket's count on the master that owns it, in this window: the scripts' hash share
+/// and the window's key (in the bucket's slot).
 fn count(cluster: &RedisCluster, key: &str) -> i64 {
     let owner = cluster.owner_of(cluster.keyslot(key));
-    cluster.cli(owner, &["HGET", key, "c"]).trim().parse().unwrap_or(0)
+    let now =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_micros() as u64;
+    let own = window_key(key, now - now % YEAR_US);
+    assert_eq!(cluster.keyslot(&own), cluster.keyslot(key), "{own} is in {key}'s slot");
+    let number = |s: String| s.trim().parse::<i64>().unwrap_or(0);
+    number(cluster.cli(owner, &["HGET", key, "c"])) + number(cluster.cli(owner, &["GET", &own]))
 }
 
 async fn three_instances_admit_exactly_the_limit(algorithm: Algorithm) {
@@ -40,15 +49,14 @@ async fn three_instances_admit_exactly_the_limit(algorithm: Algorithm) {
     for store in &stores {
         store.prepare(Instant::now() + Duration::from_secs(5)).await.expect("prepared");
     }
-    let key = format!("tg:plain:{{{}}}", algorithm.as_str());
-    let params = Params {
-        algorithm,
-        limit: LIMIT,
-        unit_us: 365 * 86_400_000_000,
-        burst: LIMIT,
-        penalty_us: 0,
-        period: None,
+    // A key with a hash tag (its window keys share the tag) and one without (they take the
+    // whole key as theirs).
+    let key = match algorithm {
+        Algorithm::FixedWindow => "tg:plain:{fixed_window}".to_string(),
+        _ => "tg:plain:sliding_window".to_string(),
     };
+    let params =
+        Params { algorithm, limit: LIMIT, unit_us: YEAR_US, burst: LIMIT, penalty_us: 0, period: None };
     let charge = Charge { key: key.clone(), params, hits: Hits::Consume(1) };
     let tasks: Vec<_> = (0..24)
         .map(|client| {
@@ -91,11 +99,11 @@ async fn three_instances_admit_exactly_the_limit(algorithm: Algorithm) {
     if failed == 0 {
         assert_eq!((admitted, held), (LIMIT, LIMIT as i64), "exactly the limit, exactly counted");
     }
-    // Decided by plain commands on the owner (`HSETNX` is the plain path's alone).
+    // Decided by plain commands on the owner (`INCRBY` is the plain path's alone).
     let info = cluster.cli(cluster.owner_of(cluster.keyslot(&key)), &["INFO", "commandstats"]);
-    let hsetnx = info.lines().find_map(|l| l.strip_prefix("cmdstat_hsetnx:calls=")).unwrap_or("0,");
-    let hsetnx: u64 = hsetnx.split(',').next().and_then(|n| n.parse().ok()).unwrap_or(0);
-    assert!(hsetnx >= LIMIT, "{hsetnx} plain consumes on the owner");
+    let incrby = info.lines().find_map(|l| l.strip_prefix("cmdstat_incrby:calls=")).unwrap_or("0,");
+    let incrby: u64 = incrby.split(',').next().and_then(|n| n.parse().ok()).unwrap_or(0);
+    assert!(incrby >= LIMIT, "{incrby} plain consumes on the owner");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,14 +1,17 @@
 //! `--redis-windows plain` answers as the scripts do: for one client at a time, a random
 //! sequence of consumes, peeks and refunds on a fixed or sliding window gets identical
 //! `(allowed, remaining, reset_us)` from the plain path (`store::redis::plain`: its
-//! commands, its reading of the replies, the give-back of a denial, and the script for a
-//! stale bucket, composed as the store composes them) and from the script alone, each on
-//! its own key of one real redis-server, and both keys hold the same window and count
-//! after every step (the give-back run). Peeks and refunds keep their script on both sides.
+//! commands, its reading of the replies and the give-back of a denial, composed as the
+//! store composes them) and from the script alone, each on its own key of one real
+//! redis-server, and both buckets count the same (current and previous window) after every
+//! step (the give-back run): the script's bucket in its hash alone, the plain one in its
+//! window keys and the hash share its scripts wrote. Peeks and refunds keep their script
+//! on both sides, so the plain side's scripts read and lower window keys (`fold` and
+//! `unfold` in `lua/prelude.lua`).
 //!
 //! The fake clock runs a year ahead of real time (keys never expire in Redis during the
-//! test): a bucket from an earlier window is still there when the clock has left it, which
-//! is exactly the stale case the plain path must hand to the script.
+//! test): a hash from an earlier window is still there when the clock has left it, and
+//! must count for nothing in the window the clock is in.
 
 use std::cell::{Cell, RefCell};
 
@@ -16,12 +19,15 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use redis::Value;
 use tollgate::algorithm::{Algorithm, Hits, Params};
-use tollgate::store::redis::plain::{eligible, push_commands, read, Read, COMMANDS};
+use tollgate::store::key::window_key;
+use tollgate::store::redis::plain::{commands, eligible, push_commands, read, Read};
 use tollgate::store::scripts::Call;
 use tollgate::store::Charge;
 
 use super::redis_support::RedisServer;
-use super::{arb_tick, eval, load, real_now_us, Tick, DAY_US};
+use tollgate::store::scripts::WITH_WINDOW_KEYS;
+
+use super::{arb_tick, eval, real_now_us, Tick, DAY_US};
 
 fn arb_case(algorithm: Algorithm) -> impl Strategy<Value = (Params, u64, Vec<(Tick, Hits)>)> {
     let unit = prop::sample::select(vec![7u64, 1_000, 1_000_000, 60_000_000, 3_600_000_000]);
@@ -42,24 +48,35 @@ fn arb_case(algorithm: Algorithm) -> impl Strategy<Value = (Params, u64, Vec<(Ti
     (params, 0..DAY_US, prop::collection::vec((arb_tick(), hits), 1..80))
 }
 
-/// The hash's window start, count and (sliding) previous count; a missing field is 0, as
-/// the scripts read it.
-fn stored(con: &mut redis::Connection, key: &str, sliding: bool) -> Result<Vec<u64>, TestCaseError> {
-    let fields: Vec<Option<u64>> = redis::cmd("HMGET")
-        .arg(key)
-        .arg(&["s", "c", "p"])
-        .query(con)
-        .map_err(|e| TestCaseError::fail(format!("HMGET {key}: {e}")))?;
-    let mut values: Vec<u64> = fields.into_iter().map(Option::unwrap_or_default).collect();
-    if !sliding {
-        values.truncate(2);
+/// What the bucket `key` counts at `now`: (current window, previous window for a sliding
+/// one), the hash's share (when it is in that window) plus the window keys', as the
+/// scripts fold them; a missing field or key is 0.
+fn counted(
+    con: &mut redis::Connection,
+    key: &str,
+    p: &Params,
+    now: u64,
+) -> Result<(u64, u64), TestCaseError> {
+    let fail = |e: redis::RedisError| TestCaseError::fail(format!("reading {key}: {e}"));
+    let fields: Vec<Option<u64>> =
+        redis::cmd("HMGET").arg(key).arg(&["s", "c", "p"]).query(con).map_err(fail)?;
+    let (s, c, prev) = (fields[0], fields[1].unwrap_or(0), fields[2].unwrap_or(0));
+    let unit = p.unit_us.max(1);
+    let ws = now - now % unit;
+    let sliding = p.algorithm == Algorithm::SlidingWindow;
+    let get = |con: &mut redis::Connection, start: u64| -> Result<u64, TestCaseError> {
+        let v: Option<u64> = redis::cmd("GET").arg(window_key(key, start)).query(con).map_err(fail)?;
+        Ok(v.unwrap_or(0))
+    };
+    let mut current = get(con, ws)?;
+    let mut previous = if sliding && ws >= unit { get(con, ws - unit)? } else { 0 };
+    if s == Some(ws) {
+        current += c;
+        previous += if sliding { prev } else { 0 };
+    } else if sliding && ws >= unit && s == Some(ws - unit) {
+        previous += c;
     }
-    // An empty window is no state: the scripts delete it, and a plain denial on a fresh
-    // bucket leaves `{s, c = 0}` until it expires.
-    if values[1] == 0 && values.get(2).copied().unwrap_or(0) == 0 {
-        values = Vec::new();
-    }
-    Ok(values)
+    Ok((current, previous))
 }
 
 /// One step on the plain side, as the store takes it: plain commands for a consume (the
@@ -77,7 +94,7 @@ fn plain_step(
     let mut pipe = redis::pipe();
     push_commands(&mut pipe, charge, now);
     let replies: Vec<Value> = pipe.query(con).map_err(fail)?;
-    prop_assert_eq!(replies.len(), COMMANDS);
+    prop_assert_eq!(replies.len(), commands(charge));
     match read(charge, now, &replies) {
         Read::Decided(d, back) => {
             if let Some(back) = back {
@@ -86,7 +103,9 @@ fn plain_step(
             Ok(vec![i64::from(d.allowed), d.remaining as i64, d.reset_us as i64])
         }
         Read::Stale(back) => {
-            let _: i64 = back.command(Call::Source).query(con).map_err(fail)?;
+            if let Some(back) = back {
+                let _: i64 = back.command(Call::Source).query(con).map_err(fail)?;
+            }
             eval(con, sha, &charge.key, &charge.params, charge.hits, Some(now)).map_err(fail)
         }
         Read::Failed(e) => Err(TestCaseError::fail(format!("plain read failed: {e}"))),
@@ -99,7 +118,6 @@ fn run(
     serial: u64,
     (p, offset, steps): (Params, u64, Vec<(Tick, Hits)>),
 ) -> Result<(), TestCaseError> {
-    let sliding = p.algorithm == Algorithm::SlidingWindow;
     let (lua_key, plain_key) = (format!("lua:{serial}"), format!("plain:{serial}"));
     let mut now = real_now_us() + 365 * DAY_US + offset;
     for (i, (tick, hits)) in steps.into_iter().enumerate() {
@@ -109,8 +127,8 @@ fn run(
         let charge = Charge { key: plain_key.clone(), params: p, hits };
         let plain = plain_step(con, sha, &charge, now)?;
         prop_assert_eq!(&plain, &lua, "step {} at now={} hits={:?}", i, now, hits);
-        let (l, q) = (stored(con, &lua_key, sliding)?, stored(con, &plain_key, sliding)?);
-        prop_assert_eq!(q, l, "step {} stored (s, c[, p]) after {:?}", i, hits);
+        let (l, q) = (counted(con, &lua_key, &p, now)?, counted(con, &plain_key, &p, now)?);
+        prop_assert_eq!(q, l, "step {} counts (current, previous) after {:?}", i, hits);
     }
     Ok(())
 }
@@ -118,7 +136,13 @@ fn run(
 fn plain_matches_lua(algorithm: Algorithm) {
     let server = RedisServer::start();
     let con = RefCell::new(server.client());
-    let sha = load(&mut con.borrow_mut(), algorithm);
+    // The scripts of `--redis-windows plain`: built to read window keys.
+    let source = match algorithm {
+        Algorithm::SlidingWindow => WITH_WINDOW_KEYS.sliding,
+        _ => WITH_WINDOW_KEYS.fixed,
+    };
+    let sha: String =
+        redis::cmd("SCRIPT").arg("LOAD").arg(source).query(&mut *con.borrow_mut()).expect("loads");
     let serial = Cell::new(0u64);
     let cases = std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(300);
     let mut runner = TestRunner::new(Config { cases, failure_persistence: None, ..Config::default() });

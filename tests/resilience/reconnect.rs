@@ -107,10 +107,14 @@ fn both_connections_killed_in_a_loop_never_wedge_the_runtime() {
     println!(
         "figures: {kills} kills, connections killed per second {killed:?}, {probes} probes, worst {worst:?}"
     );
-    let total: u64 = killed.iter().sum();
-    if failure.is_none() && total < kills {
-        // Both connections are back between most kills; a slot locked for good is not.
-        failure = Some(format!("connections stopped being re-made: {total} killed in {kills} kills"));
+    // Connections are re-made all along: a slot locked for good is not (from then on, its
+    // connection is never killed again). Counted per second, not per kill: on a loaded
+    // machine requests time out after kills, the breaker opens, and nothing reconnects
+    // until its probe (up to 2 s) — a run of the whole suite saw 518 killed in 1,640 kills, some in
+    // every second. A slot locked late in the run is caught by "decides again" below.
+    let live = killed.iter().filter(|&&n| n > 0).count();
+    if failure.is_none() && live < killed.len() / 2 {
+        failure = Some(format!("connections stopped being re-made: killed per second {killed:?}"));
     }
     // After the kills, Redis decides again (closed domain: an OK comes from Redis) — within
     // the breaker's longest cool-down (30 s, +20 % jitter) should its probes have met kills.

@@ -15,6 +15,7 @@
 //! bucket Envoys hold over RLQS lists them as `rlqs_holders` (the claims ledger).
 
 use std::net::SocketAddr;
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::extract::{ConnectInfo, Request, State};
 use axum::http::StatusCode;
@@ -24,11 +25,11 @@ use envoy_types::pb::google::protobuf::UInt64Value;
 use serde_json::{json, Value};
 use tokio::time::{Duration, Instant};
 
-use crate::algorithm::{Decision, Hits};
+use crate::algorithm::{Algorithm, Decision, Hits};
 use crate::config::{Domain, Limit, Rule};
 use crate::service::plan::{self, Plan};
 use crate::service::wire::RateLimitDescriptor;
-use crate::store::key::KeySecret;
+use crate::store::key::{window_keys_around, KeySecret};
 use crate::store::{Charge, StoreError};
 use crate::telemetry::escape::escape;
 
@@ -217,6 +218,21 @@ fn audited<'t>(target: &'t Target, admin: &Admin) -> std::borrow::Cow<'t, Target
     }
 }
 
+/// `keys` with the window keys of the fixed- and sliding-window buckets among `buckets`
+/// (the counts plain window commands keep beside the bucket: `store::key::window_key`).
+fn with_window_keys(buckets: &[Bucket<'_>], mut keys: Vec<String>) -> Vec<String> {
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_micros() as u64);
+    for bucket in buckets {
+        let params = &bucket.charge.params;
+        if matches!(params.algorithm, Algorithm::FixedWindow | Algorithm::SlidingWindow)
+            && params.period.is_none()
+        {
+            keys.extend(window_keys_around(&bucket.charge.key, params.unit_us, now));
+        }
+    }
+    keys
+}
+
 /// `POST /v1/reset?domain=D&descriptor=k=v,…`: deletes the descriptor's buckets and
 /// answers them as they are after it. Audited whatever the outcome.
 pub async fn reset(State(admin): State<Admin>, request: Request) -> Response {
@@ -241,7 +257,9 @@ pub async fn reset(State(admin): State<Admin>, request: Request) -> Response {
     };
     let buckets = buckets(domain, &target.entries, &admin.key_prefix, admin.key_secret.as_deref());
     let keys: Vec<String> = buckets.iter().map(|b| b.charge.key.clone()).collect();
-    if let Err(e) = admin.store.reset(&keys, Instant::now() + STORE_TIMEOUT).await {
+    if let Err(e) =
+        admin.store.reset(&with_window_keys(&buckets, keys.clone()), Instant::now() + STORE_TIMEOUT).await
+    {
         audit::failed(&caller, &audited(&target, &admin), keys.len(), &e);
         return store_failed(&e);
     }

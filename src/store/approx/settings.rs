@@ -12,6 +12,10 @@ pub struct ApproxSettings {
     pub staleness: Duration,
     /// Cap on buckets (`--memory-max-keys`).
     pub max_keys: usize,
+    /// Whether `approx.lua` adds the window keys plain window commands keep
+    /// (`--redis-windows plain` on this instance: a domain that was exact, with plain
+    /// consumes, before a reload made it approximate).
+    pub window_keys: bool,
 }
 
 impl Default for ApproxSettings {
@@ -20,6 +24,7 @@ impl Default for ApproxSettings {
             interval: Duration::from_millis(250),
             staleness: Duration::from_secs(10),
             max_keys: 1_000_000,
+            window_keys: false,
         }
     }
 }

@@ -6,7 +6,9 @@
 -- count, p = previous count}, expiring two windows after s (sliding) or at the window's
 -- end (fixed); exact and approximate modes read each other's buckets.
 --
--- KEYS: bucket keys. ARGV[1..5]: reserved (''); ARGV[6]: test clock ('' = the server's
+-- KEYS: bucket keys. ARGV[1]: 'w' to add the buckets' window keys (plain window commands,
+-- prelude.lua's fold; '' not: an approximate domain's buckets have none unless it was
+-- exact, with plain consumes, before a reload). ARGV[2..5]: reserved (''); ARGV[6]: test clock ('' = the server's
 -- TIME, see prelude.lua); then per bucket, from ARGV[7], five arguments: algorithm
 -- (1 sliding window, 2 fixed window), unit µs, start (µs) of the window the increment was
 -- admitted in, increment, and the increment of the window before that one (signed
@@ -16,8 +18,8 @@
 -- is read as the current window. All increments 0: a read.
 -- Reply: {now µs, then per bucket: s, c, p}.
 
--- The window math (window_at, window_expiry, algorithm/window.lua) and the hash
--- (read_state, put, prelude.lua) are the window scripts' own.
+-- The window math (window_at, window_expiry, algorithm/window.lua) and the hash with its
+-- window keys (read_state, put, prelude.lua) are the window scripts' own.
 
 -- A signed integer with |x| <= MAX from an argument (garbage -> 0).
 local function signed(v)
@@ -43,7 +45,12 @@ for i = 1, #KEYS do
   local start = int(ARGV[j + 2])
   local delta = signed(ARGV[j + 3])
   local carry = signed(ARGV[j + 4])
-  local st = read_state(key, 'w')
+  local code = nil
+  if ARGV[1] == 'w' then
+    code = 'f'
+    if sliding then code = 's' end
+  end
+  local st = read_state(key, 'w', now, unit, code)
   local ws, _, current, previous = window_at(st, now, unit, sliding)
   -- Which of the increments land in the current and the previous window.
   if start > ws then start = ws end
@@ -59,7 +66,15 @@ for i = 1, #KEYS do
     previous = moved(previous, dp)
     -- The expiry follows from the window's start: a hash already of this window has it.
     local same = st and st.s == ws
-    if current == 0 and previous == 0 then
+    if st and st.w then
+      -- Window keys hold part of the counts (plain window commands): put writes the
+      -- hash's share.
+      local write = false
+      if current > 0 or previous > 0 then
+        write = {kind = 'w', s = ws, c = current, p = previous, u = st.u, at = window_expiry(ws, unit, sliding)}
+      end
+      put(key, write, false, st)
+    elseif current == 0 and previous == 0 then
       redis.call('DEL', key)
     elseif same and dp == 0 then
       redis.call('HSET', key, 'c', str(current))

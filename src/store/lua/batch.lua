@@ -49,14 +49,17 @@ local stored, read_as, scratch, writes = {}, {}, {}, {}
 local keys_at, rules_at, modes_at, ns_at = {}, {}, {}, {}
 local out = {}
 
--- Reads key index k as kind on first use (redis.pcall: a key of the wrong type is an error
--- returned, not raised). The error, if any.
-local function read(k, kind)
+-- Reads key index k as rule's kind on first use (redis.pcall: a key of the wrong type is
+-- an error returned, not raised), a window with its window keys' counts (fold, prelude.lua).
+-- The error, if any.
+local function read(k, rule)
+  local kind = kinds_of[rule]
   if scratch[k] ~= nil then return nil end
   local v
   if kind == 'w' then v = redis.pcall('HMGET', KEYS[k], 's', 'c', 'p', 'u') else v = redis.pcall('GET', KEYS[k]) end
   if type(v) == 'table' and v.err then return v end
   local st = decode(kind, v)
+  if kind == 'w' then st = fold(KEYS[k], st, now, units[rule], codes[rule]) end
   stored[k], read_as[k] = st, kind
   if st == nil then st = NONE end
   scratch[k] = st
@@ -72,7 +75,7 @@ local function prepare(a, m, first)
     if not k or k < 1 or k > #KEYS or k % 1 ~= 0 then return 'key index out of range' end
     if not rule or not runs[rule] or rule % 1 ~= 0 then return 'unknown rule or algorithm' end
     if not mode then return 'mode must be 0 (consume), 1 (peek), 2 (refund) or 3 (overdraw)' end
-    local e = read(k, kinds_of[rule])
+    local e = read(k, rule)
     if e then return e end
     local slot = first + i
     keys_at[slot], rules_at[slot], modes_at[slot], ns_at[slot] = k, rule, mode, int(ARGV[b + 3])

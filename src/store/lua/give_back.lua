@@ -1,20 +1,15 @@
 -- Tollgate: the give-back of a plain window consume (src/store/redis/plain.rs) that was
--- denied, or that found its window stale and is decided again by its script. Standalone
--- (no prelude): EVALSHA <sha> 1 <key> <start> <n>. Takes n off the hash's count c only if
--- the hash is still in the window the consume saw: s equal to <start> ('' : the hash had
--- no s, and is then deleted, as the scripts read such a hash as no state). A window that
--- rolled or expired since is left alone: its count no longer holds that increment (or
--- holds it as another window's, a count too high until that window ends), and taking n
--- off another window would admit n too many. Never below 0. Reply: 1 given back, 0 not.
-local s = redis.call('HGET', KEYS[1], 's')
-if not s then
-  if ARGV[1] == '' and redis.call('EXISTS', KEYS[1]) == 1 then
-    redis.call('DEL', KEYS[1])
-    return 1
-  end
-  return 0
+-- denied, or that found its bucket serving a penalty and is decided again by its script.
+-- Standalone (no prelude): EVALSHA <sha> 1 <window key> <n>. The consume's increment is
+-- in its window's own key (README.md, "Plain window commands"): takes n off it while the
+-- key exists, never below 0, keeping its expiry. A key gone (its window ended, or a reset)
+-- is left alone: a DECRBY would make a key of -n with no expiry, taking n off the next
+-- consumes of that window. Reply: 1 given back, 0 not.
+local c = redis.call('GET', KEYS[1])
+if not c then return 0 end
+if (tonumber(c) or 0) <= tonumber(ARGV[1]) then
+  redis.call('SET', KEYS[1], '0', 'KEEPTTL')
+else
+  redis.call('DECRBY', KEYS[1], ARGV[1])
 end
-if s ~= ARGV[1] then return 0 end
-local c = redis.call('HINCRBY', KEYS[1], 'c', -tonumber(ARGV[2]))
-if c < 0 then redis.call('HSET', KEYS[1], 'c', '0') end
 return 1

@@ -39,14 +39,15 @@ end
 
 -- Reads each key of the members once, as the algorithm of its first member stores it (the
 -- key's tag names the algorithm: one key never holds two). Anything unreadable is no
--- state. The states by key index, and how each was read.
-local function read_members(members)
+-- state; a window with its window keys' counts at now (fold, prelude.lua). The states by
+-- key index, and how each was read.
+local function read_members(members, now)
   local stored, read = {}, {}
   for _, member in ipairs(members) do
     local k = member.key
     if not read[k] then
       read[k] = member.algorithm.kind
-      stored[k] = read_state(KEYS[k], read[k])
+      stored[k] = read_state(KEYS[k], read[k], now, member.unit, member.algorithm.code)
     end
   end
   return stored, read

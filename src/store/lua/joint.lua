@@ -25,7 +25,7 @@ local now = clock(ARGV[2 + 8 * m])
 -- Independent members (a coalesced batch): no all-or-nothing.
 local each = ARGV[3 + 8 * m] == '1'
 
-local stored, read = read_members(members)
+local stored, read = read_members(members, now)
 local replies, writes = group(members, stored, now, each)
 
 -- Each key's final state (or a denied group's penalty marks), once; a window over a key

@@ -130,10 +130,92 @@ local function decode(kind, v)
   return st
 end
 
--- The state under key as an algorithm of kind ('g' or 'w') stores it.
-local function read_state(key, kind)
-  if kind == 'w' then return decode(kind, redis.call('HMGET', key, 's', 'c', 'p', 'u')) end
+-- Window keys ---------------------------------------------------------------------------
+
+-- A fixed or sliding window's counts may also sit in one key per window beside the hash,
+-- written by plain window commands (src/store/redis/plain.rs; README.md, "Plain window
+-- commands"): a window's count is the hash's (when the hash is in that window) plus its
+-- window key's. The key of the window starting at ws: in the bucket key's hash tag (one
+-- slot in a cluster), as plain::window_key.
+local function window_key(key, ws)
+  local open = string.find(key, '{', 1, true)
+  if open then
+    local close = string.find(key, '}', open + 1, true)
+    if close and close > open + 1 then return key .. ':' .. str(ws) end
+  end
+  if string.find(key, '}', 1, true) then return key .. ':' .. str(ws) end
+  return '{' .. key .. '}:' .. str(ws)
+end
+
+-- A window key's count (a key of another type, or garbage, is 0).
+local function window_count(wkey)
+  local v = redis.pcall('GET', wkey)
+  if type(v) ~= 'string' then return 0 end
+  return int(v)
+end
+
+-- The state st (decoded from key's hash, nil if none) of a fixed ('f') or sliding ('s')
+-- window at now, with its window keys' counts added (only in the scripts built to read them,
+-- WINDOW_KEYS: window_keys_on.lua; the others pay nothing for window keys): the state in the window now is in
+-- (start ws as window_at computes it), the hash's share kept as st.w = {ws, wc, wp, raw}
+-- for put. Unchanged when no window key counts (st.w nil): a bucket no plain command
+-- touched reads and writes exactly as before window keys.
+local function fold(key, st, now, unit, code)
+  if not WINDOW_KEYS or (code ~= 'f' and code ~= 's') or (st and st.kind ~= 'w') then return st end
+  if st then now = math.max(now, st.s) end
+  local ws = now - (now - div(now, unit) * unit)
+  local wc = window_count(window_key(key, ws))
+  local wp = 0
+  if code == 's' and ws >= unit then wp = window_count(window_key(key, ws - unit)) end
+  if wc == 0 and wp == 0 then return st end
+  local c, p = 0, 0
+  if st and st.s == ws then
+    c = st.c
+    if code == 's' then p = st.p end
+  elseif st and code == 's' and st.s == ws - unit then
+    p = st.c
+  end
+  local f = {ws = ws, wc = wc, wp = wp, raw = st}
+  if ws >= unit then f.before = ws - unit end
+  local folded = {kind = 'w', s = ws, c = add(c, wc), p = add(p, wp), w = f}
+  if st then folded.u = st.u end
+  return folded
+end
+
+-- The state under key as an algorithm of kind ('g' or 'w') stores it; a fixed or sliding
+-- window's (code 'f' or 's', unit µs) with its window keys' counts at now (fold).
+local function read_state(key, kind, now, unit, code)
+  if kind == 'w' then
+    local st = decode(kind, redis.call('HMGET', key, 's', 'c', 'p', 'u'))
+    if code then st = fold(key, st, now, unit, code) end
+    return st
+  end
   return decode(kind, redis.call('GET', key))
+end
+
+-- The hash's share of write (a state, or false) for a state was folded from window keys:
+-- the counts less the window keys' (a count below its window key's — a refund — lowers
+-- the window key to it and leaves the hash none of it), and the hash as read. A write in
+-- another window than the fold's (never in practice) is written whole.
+local function unfold(key, write, was)
+  local f = was.w
+  if write == false then
+    if f.wc > 0 then redis.call('DEL', window_key(key, f.ws)) end
+    return false, f.raw
+  end
+  if write.kind ~= 'w' or write.s ~= f.ws then return write, f.raw end
+  local c, p = write.c - f.wc, write.p - f.wp
+  if c < 0 then
+    redis.call('SET', window_key(key, f.ws), str(write.c), 'KEEPTTL')
+    c = 0
+  end
+  if p < 0 and f.before then
+    redis.call('SET', window_key(key, f.before), str(write.p), 'KEEPTTL')
+  end
+  if p < 0 then p = 0 end
+  local share = {kind = 'w', s = write.s, c = c, p = p, u = write.u, at = write.at}
+  if c == 0 and p == 0 and not write.u then return false, f.raw end
+  return share, f.raw
 end
 
 -- Writes what an algorithm decided for key (its last result): nil nothing, false delete
@@ -145,6 +227,7 @@ end
 -- by the next write.
 local function put(key, write, replaces, was)
   if write == nil then return end
+  if was and was.w then write, was = unfold(key, write, was) end
   if not write then
     redis.call('DEL', key)
     return

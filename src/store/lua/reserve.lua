@@ -68,7 +68,7 @@ for _, member in ipairs(members) do
 end
 if not record and not any then plain = true end
 
-local stored, read = read_members(members)
+local stored, read = read_members(members, now)
 local replies, writes, passed
 if plain then
   replies, writes = group(members, stored, now, false)

@@ -18,7 +18,7 @@ local function single(run, algo)
   if mode > 3 then return redis.error_reply(BAD_MODE) end
   local kind = 'w'
   if algo == 'g' then kind = 'g' end
-  local st = read_state(key, kind)
+  local st = read_state(key, kind, now, unit, algo)
   local allowed, remaining, reset, write = charge(run, algo, st, now, limit, unit, burst, mode, n, penalty)
   put(key, write, false, st)
   return {allowed, remaining, reset}

@@ -101,6 +101,7 @@ impl ClusterStore {
     /// Decides window consumes by `windows` (`--redis-windows`; `lua` unless called).
     pub fn with_windows(mut self, windows: Windows) -> ClusterStore {
         self.windows = windows;
+        self.shared.scripts.read_window_keys(windows.reads_window_keys());
         self
     }
 

@@ -13,24 +13,18 @@ use tokio::time::Instant;
 
 use super::super::charge::StoreError;
 use super::link::Link;
-use super::scripts::{
-    APPROX_LUA, BATCH_LUA, CALENDAR_LUA, FIXED_LUA, GCRA_LUA, GIVE_BACK_LUA, JOINT_LUA, RESERVE_LUA,
-    SLIDING_LUA,
-};
+use super::scripts::{APPROX_LUA, GIVE_BACK_LUA, WITHOUT_WINDOW_KEYS, WITH_WINDOW_KEYS};
 
-/// Every script a request or approximate mode's sync calls by SHA.
-pub fn scripts() -> [&'static str; 9] {
-    [
-        GCRA_LUA,
-        SLIDING_LUA,
-        FIXED_LUA,
-        CALENDAR_LUA,
-        JOINT_LUA,
-        BATCH_LUA,
-        APPROX_LUA.source(),
-        RESERVE_LUA,
-        GIVE_BACK_LUA.source(),
-    ]
+/// Every script a request or approximate mode's sync calls by SHA: the request scripts
+/// built without and with window keys (`--redis-windows` chooses; both are loaded, so that
+/// a store's choice never meets `NOSCRIPT`).
+pub fn scripts() -> Vec<&'static str> {
+    let mut all = Vec::with_capacity(16);
+    for set in [WITHOUT_WINDOW_KEYS, WITH_WINDOW_KEYS] {
+        all.extend([set.gcra, set.sliding, set.fixed, set.calendar, set.joint, set.batch, set.reserve]);
+    }
+    all.extend([APPROX_LUA.source(), GIVE_BACK_LUA.source()]);
+    all
 }
 
 /// Starts every connection of `link` and loads [`scripts`] on its server, by `deadline`.
@@ -38,7 +32,7 @@ pub async fn prepare_link(link: &Link, deadline: Instant) -> Result<(), StoreErr
     link.warm();
     let sources = scripts();
     let mut pipe = Pipeline::with_capacity(sources.len());
-    for source in sources {
+    for source in &sources {
         pipe.add_command(redis::cmd("SCRIPT").arg("LOAD").arg(source).clone());
     }
     let replies = link.send(pipe, sources.len(), deadline).await.map_err(StoreError::from)?;

@@ -28,8 +28,8 @@ pub(crate) use self::pipeline::send_entries;
 pub use self::pipeline::{charge_groups_pipelined, charge_pipelined};
 pub use self::replies::{parse, parse_batch, parse_part, parse_reserve};
 pub use self::sources::{
-    Call, Script, APPROX_LUA, BATCH_LUA, CALENDAR_LUA, FIXED_LUA, GCRA_LUA, GIVE_BACK_LUA, JOINT_LUA,
-    RESERVE_LUA, SLIDING_LUA,
+    Call, Script, Sources, APPROX_LUA, BATCH_LUA, CALENDAR_LUA, FIXED_LUA, GCRA_LUA, GIVE_BACK_LUA,
+    JOINT_LUA, RESERVE_LUA, SLIDING_LUA, WITHOUT_WINDOW_KEYS, WITH_WINDOW_KEYS,
 };
 
 #[cfg(test)]

@@ -74,6 +74,7 @@ impl Server {
     /// Decides window consumes by `windows` (`--redis-windows`; `Lua` when not called).
     pub(super) fn set_windows(&mut self, windows: Windows) {
         self.windows = windows;
+        self.scripts.read_window_keys(windows.reads_window_keys());
         if let Some(batcher) = &self.batcher {
             batcher.set_windows(windows);
         }

@@ -196,6 +196,93 @@ async fn a_reset_through_one_replica_reaches_another_within_the_bound() {
     assert!(took <= MAX_LOCAL_DENIAL * 2, "A admitted after {took:?}");
 }
 
+/// `--redis-windows plain` on instance A, `read` on B (scripts that count window keys), one
+/// Redis, the production store timeout: B's `/v1/usage` counts A's plain consumes (kept in window keys beside the
+/// scripts' hash), B's consume by script counts with them (A is denied at the limit,
+/// never past it), and B's `/v1/reset` empties the window keys too (A admits the limit
+/// again, once its over-limit cache has let go), for a fixed and a sliding window.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn usage_and_reset_through_a_read_instance_see_plain_window_counts() {
+    let production = tollgate::app::ServeSettings::new(std::path::PathBuf::new()).store_timeout;
+    let windows = tollgate::store::redis::Windows::Plain;
+    let a_options = Options {
+        store: StoreKind::Redis,
+        store_timeout: production,
+        windows,
+        ..Options::new(StoreKind::Redis)
+    };
+    let a = spawn_with(a_options, &[("api.yaml", POLICY)]).await;
+    let url = a.redis.as_ref().expect("a's redis").url();
+    let b_options = Options {
+        store: StoreKind::Redis,
+        redis_url: Some(url),
+        store_timeout: production,
+        windows: tollgate::store::redis::Windows::Read,
+        ..allow_reset()
+    };
+    let b = spawn_with(b_options, &[("api.yaml", POLICY)]).await;
+    let incrby = |app: &TestApp| command_calls(app.redis.as_ref().expect("redis"), "incrby");
+    for key in ["f", "s"] {
+        let one = request("api", &[&[(key, "alice")]]);
+        let before = incrby(&a);
+        assert_eq!(a.allowed_of(3, &one).await, 3, "{key}: A admits three");
+        assert_eq!(incrby(&a) - before, 3, "{key}: by plain commands");
+        let (status, json) = call(&b, "GET", &usage_path(&format!("{key}%3Dalice")), None).await;
+        assert_eq!((status, numbers(&json)), (200, (5, 3, 2)), "{key}: B reads A's counts: {json}");
+        assert_eq!(b.allowed_of(2, &one).await, 2, "{key}: B's scripts count with them");
+        assert_eq!(a.allowed_of(3, &one).await, 0, "{key}: at the limit A admits nothing");
+        let (status, json) = call(&b, "POST", &reset_path(&format!("{key}%3Dalice")), None).await;
+        assert_eq!((status, numbers(&json)), (200, (5, 0, 5)), "{key}: reset through B: {json}");
+        // A's over-limit cache may deny for up to MAX_LOCAL_DENIAL after its last denial.
+        let admitted =
+            eventually(MAX_LOCAL_DENIAL * 3, || async { !over(&a.check(one.clone()).await) }).await;
+        assert!(admitted, "{key}: A never admitted after the reset");
+        assert_eq!(a.allowed_of(5, &one).await, 4, "{key}: A admits the limit again, no more");
+    }
+}
+
+/// A domain made approximate by a reload on an instance with `--redis-windows plain` counts
+/// the plain consumes its buckets took while exact (kept in window keys, which approximate
+/// mode's sync reads on such an instance): the window admits at most the limit less them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_domain_made_approximate_counts_its_plain_consumes() {
+    let production = tollgate::app::ServeSettings::new(std::path::PathBuf::new()).store_timeout;
+    let windows = tollgate::store::redis::Windows::Plain;
+    let options = Options { store_timeout: production, windows, ..Options::new(StoreKind::Redis) };
+    let exact = "domain: api\ndescriptors:\n  - key: f\n    rate_limit: { unit: hour, requests_per_unit: 5, algorithm: fixed_window }\n";
+    let app = spawn_with(options, &[("api.yaml", exact)]).await;
+    let one = request("api", &[&[("f", "alice")]]);
+    assert_eq!(app.allowed_of(3, &one).await, 3);
+    assert!(command_calls(app.redis.as_ref().expect("redis"), "incrby") >= 3, "plain consumes");
+    let approximate = exact.replace("domain: api\n", "domain: api\nconsistency: approximate\n");
+    std::fs::write(app.config_path().join("api.yaml"), approximate).expect("rewrite");
+    let (status, body) = call(&app, "POST", "/reload", None).await;
+    assert_eq!(status, 200, "{body}");
+    // Decided locally (not by the exact scripts of the warm-up): the heartbeat has counted.
+    let ready = eventually(std::time::Duration::from_secs(20), || async {
+        let metrics = http_with(app.admin_addr(), "GET", "/metrics", &[]).await.expect("metrics").body;
+        metrics.lines().any(|l| l == "tollgate_approximate_ready 1")
+    })
+    .await;
+    assert!(ready, "the instance never decided approximate domains locally");
+    // Approximate mode keeps its own margin below the limit (it admits 3 of a fresh
+    // bucket's 5 here): the point is that the three plain consumes count.
+    let admitted = app.allowed_of(5, &one).await;
+    assert!((1..=2).contains(&admitted), "{admitted} admitted: the three plain consumes must count");
+}
+
+/// Calls of `command` the Redis server has run.
+fn command_calls(redis: &RedisServer, command: &str) -> u64 {
+    let stats = redis.cli(&["INFO", "commandstats"]);
+    let prefix = format!("cmdstat_{command}:calls=");
+    stats
+        .lines()
+        .find_map(|l| l.strip_prefix(prefix.as_str()))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
 /// EVALSHA calls the Redis server has run.
 fn evalsha_calls(redis: &RedisServer) -> u64 {
     let stats = redis.cli(&["INFO", "commandstats"]);

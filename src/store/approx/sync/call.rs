@@ -20,8 +20,9 @@ pub struct Item {
     pub orphan: bool,
 }
 
-/// One `approx.lua` call for `items` (see the script for the layout).
-pub(super) fn command(items: &[Item], call: Call) -> redis::Cmd {
+/// One `approx.lua` call for `items` (see the script for the layout); `window_keys`: the
+/// buckets' window keys count too (`ApproxSettings::window_keys`).
+pub(super) fn command(items: &[Item], call: Call, window_keys: bool) -> redis::Cmd {
     let (name, body) = match call {
         Call::Sha => ("EVALSHA", APPROX_LUA.sha()),
         Call::Source => ("EVAL", APPROX_LUA.source()),
@@ -31,7 +32,7 @@ pub(super) fn command(items: &[Item], call: Call) -> redis::Cmd {
     for item in items {
         cmd.arg(&*item.key);
     }
-    cmd.arg("").arg("").arg("").arg("").arg("").arg("");
+    cmd.arg(if window_keys { "w" } else { "" }).arg("").arg("").arg("").arg("").arg("");
     for item in items {
         let algorithm = if item.params.algorithm == Algorithm::SlidingWindow { 1 } else { 2 };
         let u = item.unsent;
@@ -43,5 +44,5 @@ pub(super) fn command(items: &[Item], call: Call) -> redis::Cmd {
 /// [`command`] by SHA, for the unit tests of the call's layout.
 #[cfg(test)]
 pub(in crate::store::approx) fn command_for_tests(items: &[Item]) -> redis::Cmd {
-    command(items, Call::Sha)
+    command(items, Call::Sha, false)
 }

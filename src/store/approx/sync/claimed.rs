@@ -34,12 +34,13 @@ impl Approx {
         deadline: Instant,
     ) -> Result<Vec<(Box<str>, Read)>, StoreError> {
         let chunks = via.chunks(&mut items);
+        let window_keys = self.settings.window_keys;
         let calls = chunks.iter().map(|chunk| async move {
             let sent = now_us();
             let slot = key_slot(chunk[0].key.as_bytes());
             let mut replies = via
                 .send(1, slot, deadline, |pipe, _, call| {
-                    pipe.add_command(command(chunk, call));
+                    pipe.add_command(command(chunk, call, window_keys));
                 })
                 .await;
             let answered = now_us();

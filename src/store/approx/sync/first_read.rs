@@ -102,7 +102,7 @@ impl Approx {
             let sent = now_us();
             let slot = key_slot(chunk[0].key.as_bytes());
             let mut replies = via.send(1, slot, deadline, |pipe, _, call| {
-                pipe.add_command(command(chunk, call));
+                pipe.add_command(command(chunk, call, self.settings.window_keys));
             }).await;
             let answered = now_us();
             let reply = replies.pop().unwrap_or(Err(StoreError::Server("no reply for a read".into())));

@@ -72,7 +72,7 @@ impl Approx {
             let slot = key_slot(chunk[0].key.as_bytes());
             let mut replies =
                 via.send(1, slot, Instant::now() + deadline, |pipe, _, call| {
-                pipe.add_command(command(chunk, call));
+                pipe.add_command(command(chunk, call, self.settings.window_keys));
             }).await;
             let answered = now_us();
             // Sent `took` before, by the monotonic clock: a wall clock stepped meanwhile

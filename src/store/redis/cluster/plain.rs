@@ -1,6 +1,5 @@
 //! `--redis-windows plain` on a Redis Cluster (`redis::plain`): the plain charges owned by
-//! one master go as one pipeline of plain commands (each charge's four on its one key, one
-//! slot), every master's at once. A charge whose commands were redirected, whose slot has
+//! one master go as one pipeline of plain commands (each charge's on its bucket's slot), every master's at once. A charge whose commands were redirected, whose slot has
 //! no known owner, or whose bucket is stale is decided by its script alone (`route`'s
 //! `charge_part`, which follows redirects), after its increment — if one ran — is given
 //! back. Denials' increments are given back, slot by slot, by a task of its own.
@@ -14,7 +13,7 @@ use tokio::time::Instant;
 use crate::algorithm::Decision;
 
 use super::super::super::charge::{Charge, StoreError};
-use super::super::plain::{now_us, push_commands, GiveBack, Sorted, COMMANDS, GIVE_BACK_TIMEOUT};
+use super::super::plain::{now_us, pipeline, GiveBack, Sorted, GIVE_BACK_TIMEOUT};
 use super::super::scripts::Call;
 use super::super::slots::{key_slot, Node, Redirect};
 use super::shared::{Lane, Shared};
@@ -53,7 +52,7 @@ impl Shared {
             for (k, result) in keyed.results {
                 results[k] = result;
             }
-            redo.extend(keyed.stale.into_iter().map(|(k, i, back)| (k, i, Some(back), None)));
+            redo.extend(keyed.stale.into_iter().map(|(k, i, back)| (k, i, back, None)));
             denied.extend(keyed.denied);
             redo.extend(redirected);
         }
@@ -81,9 +80,8 @@ impl Shared {
         now: u64,
         deadline: Instant,
     ) -> (Keyed, Vec<Redo>) {
-        let mut pipe = Pipeline::with_capacity(COMMANDS * owned.len());
-        owned.iter().for_each(|&k| push_commands(&mut pipe, &batch[plain[k]], now));
-        let count = COMMANDS * owned.len();
+        let (pipe, at) = pipeline(owned.iter().map(|&k| &batch[plain[k]]), now);
+        let count = at.last().map_or(0, |r| r.end);
         let values = match self.link(node).send_weighted(pipe, count, count, deadline).await {
             Ok(values) => values,
             Err(e) => {
@@ -94,11 +92,12 @@ impl Shared {
             }
         };
         let (mut keyed, mut redirected) = (Keyed::default(), Vec::new());
-        for (j, &k) in owned.iter().enumerate() {
+        for (&k, range) in owned.iter().zip(at) {
             let i = plain[k];
-            let replies = values.get(j * COMMANDS..(j + 1) * COMMANDS).unwrap_or(&[]);
+            let replies = values.get(range).unwrap_or(&[]);
             if let Some(first) = replies.iter().find(|v| Redirect::of(v, &node.0).is_some()) {
-                redirected.push((k, i, incremented(&batch[i], replies), Some((node.clone(), first.clone()))));
+                let back = GiveBack::of_replies(&batch[i], now, replies);
+                redirected.push((k, i, back, Some((node.clone(), first.clone()))));
                 continue;
             }
             let mut sorted = Sorted::default();
@@ -132,25 +131,12 @@ impl Shared {
     }
 }
 
-/// The increment a redirected charge's commands made anyway (its `HINCRBY` ran), to give
-/// back in the window its `HMGET` saw (none seen: nothing is taken back, a count too high
-/// until the window ends).
-fn incremented(charge: &Charge, replies: &[Value]) -> Option<GiveBack> {
-    let [_, Value::Array(fields), Value::Int(_), _] = replies else { return None };
-    let Some(Value::BulkString(start)) = fields.first() else { return None };
-    let n = match charge.hits {
-        crate::algorithm::Hits::Consume(n) => n,
-        _ => return None,
-    };
-    Some(GiveBack { key: charge.key.clone(), start: String::from_utf8_lossy(start).into_owned(), n })
-}
-
 /// The results of one master's plain charges by position, the stale ones' give-backs and
 /// the denials'.
 #[derive(Default)]
 struct Keyed {
     results: Vec<(usize, Result<Decision, StoreError>)>,
-    stale: Vec<(usize, usize, GiveBack)>,
+    stale: Vec<(usize, usize, Option<GiveBack>)>,
     denied: Vec<GiveBack>,
 }
 

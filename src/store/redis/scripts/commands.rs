@@ -7,20 +7,28 @@
 //! replies `replies`'.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use redis::Cmd;
 
 use crate::algorithm::{Algorithm, Hits, Params};
 use crate::store::charge::{record_keys, Charge, Groups, Reservation};
 
-use super::sources::{
-    Call, Script, BATCH_LUA, CALENDAR_LUA, FIXED_LUA, GCRA_LUA, JOINT_LUA, RESERVE_LUA, SLIDING_LUA,
-};
+use super::sources::{Call, Script, Sources, WITHOUT_WINDOW_KEYS, WITH_WINDOW_KEYS};
 
-/// The three algorithm scripts, the joint one and the batch one (see `lua/README.md` for
-/// their contract).
+/// The request scripts, twice: built without and with window keys (`sources::Sources`),
+/// the ones in use chosen by `--redis-windows` ([`Scripts::read_window_keys`]).
 #[derive(Debug)]
 pub struct Scripts {
+    without: Set,
+    with: Set,
+    window_keys: AtomicBool,
+}
+
+/// The algorithm scripts, the joint one, the batch one and the reservation one, hashed
+/// (see `lua/README.md` for their contract).
+#[derive(Debug)]
+struct Set {
     gcra: Script,
     sliding: Script,
     fixed: Script,
@@ -30,6 +38,20 @@ pub struct Scripts {
     reserve: Script,
 }
 
+impl Set {
+    fn new(sources: Sources) -> Set {
+        Set {
+            gcra: Script::new(sources.gcra),
+            sliding: Script::new(sources.sliding),
+            fixed: Script::new(sources.fixed),
+            calendar: Script::new(sources.calendar),
+            joint: Script::new(sources.joint),
+            batch: Script::new(sources.batch),
+            reserve: Script::new(sources.reserve),
+        }
+    }
+}
+
 impl Default for Scripts {
     fn default() -> Scripts {
         Scripts::new()
@@ -37,16 +59,24 @@ impl Default for Scripts {
 }
 
 impl Scripts {
-    /// Hashes the embedded sources.
+    /// Hashes the embedded sources; the scripts without window keys in use.
     pub fn new() -> Scripts {
         Scripts {
-            gcra: Script::new(GCRA_LUA),
-            sliding: Script::new(SLIDING_LUA),
-            fixed: Script::new(FIXED_LUA),
-            calendar: Script::new(CALENDAR_LUA),
-            joint: Script::new(JOINT_LUA),
-            batch: Script::new(BATCH_LUA),
-            reserve: Script::new(RESERVE_LUA),
+            without: Set::new(WITHOUT_WINDOW_KEYS),
+            with: Set::new(WITH_WINDOW_KEYS),
+            window_keys: AtomicBool::new(false),
+        }
+    }
+
+    /// Calls the scripts that read window keys (`--redis-windows read` or `plain`), or not.
+    pub fn read_window_keys(&self, on: bool) {
+        self.window_keys.store(on, Ordering::Relaxed);
+    }
+
+    fn set(&self) -> &Set {
+        match self.window_keys.load(Ordering::Relaxed) {
+            true => &self.with,
+            false => &self.without,
         }
     }
 
@@ -55,10 +85,10 @@ impl Scripts {
     /// cluster client routes the command by it.
     pub fn command(&self, charge: &Charge, call: Call) -> Cmd {
         let script = match (charge.params.algorithm, charge.params.period) {
-            (Algorithm::Gcra, _) => &self.gcra,
-            (Algorithm::SlidingWindow, _) => &self.sliding,
-            (Algorithm::FixedWindow, Some(_)) => &self.calendar,
-            (Algorithm::FixedWindow, None) => &self.fixed,
+            (Algorithm::Gcra, _) => &self.set().gcra,
+            (Algorithm::SlidingWindow, _) => &self.set().sliding,
+            (Algorithm::FixedWindow, Some(_)) => &self.set().calendar,
+            (Algorithm::FixedWindow, None) => &self.set().fixed,
         };
         let (name, body) = match call {
             Call::Sha => ("EVALSHA", script.sha()),
@@ -96,7 +126,7 @@ impl Scripts {
     /// `EVALSHA <sha> <k> <key>… <m> (<key index> <algorithm> <limit> <unit_us> <burst>
     /// <mode> <n> <penalty_us>)×m`: the distinct keys in order of first use, then each member.
     pub fn joint<'a>(&self, members: impl Iterator<Item = &'a Charge> + Clone, call: Call) -> Cmd {
-        members_command(&self.joint, members, call, &[], |_| {})
+        members_command(&self.set().joint, members, call, &[], |_| {})
     }
 
     /// `EVALSHA <sha> <k + 2> <key>… <R> <X> <id> <ttl_us> '' <m> (<key index> <algorithm>
@@ -109,7 +139,7 @@ impl Scripts {
             // No test clock: the server's TIME.
             cmd.arg(&reservation.id).arg(reservation.ttl_us).arg("");
         };
-        members_command(&self.reserve, group.iter(), call, &[&r, &x], head)
+        members_command(&self.set().reserve, group.iter(), call, &[&r, &x], head)
     }
 }
 
@@ -161,8 +191,8 @@ impl Scripts {
     /// (`j`). The reply holds one entry per charge, riders in order ([`parse_batch`](super::replies::parse_batch)).
     pub fn batch<'a>(&self, riders: &[(&'a [Charge], &Groups)], call: Call) -> Cmd {
         let (name, body) = match call {
-            Call::Sha => ("EVALSHA", self.batch.sha()),
-            Call::Source => ("EVAL", self.batch.source()),
+            Call::Sha => ("EVALSHA", self.set().batch.sha()),
+            Call::Source => ("EVAL", self.set().batch.source()),
         };
         let charges: usize = riders.iter().map(|(batch, _)| batch.len()).sum();
         // Keys by first use: a linear scan for a small call, a map past that (a call holds

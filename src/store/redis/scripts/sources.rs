@@ -11,68 +11,101 @@ use std::sync::LazyLock;
 /// reads its call (see `lua/README.md`). A script carries only the functions it calls:
 /// Redis runs a script's whole body, so each function defined costs every call.
 macro_rules! lua {
-    ($($part:literal),+) => {
-        concat!(include_str!("../../lua/prelude.lua"), $(include_str!(concat!("../../lua/", $part))),+)
+    ($flag:literal; $($part:literal),+) => {
+        concat!(
+            include_str!(concat!("../../lua/", $flag)),
+            include_str!("../../lua/prelude.lua"),
+            $(include_str!(concat!("../../lua/", $part))),+
+        )
     };
 }
 
-pub const GCRA_LUA: &str = lua!("algorithm/gcra.lua", "algorithm/penalty.lua", "single.lua", "gcra.lua");
-pub const SLIDING_LUA: &str = lua!(
-    "algorithm/window.lua",
-    "algorithm/sliding_window.lua",
-    "algorithm/penalty.lua",
-    "single.lua",
-    "sliding_window.lua"
-);
-pub const FIXED_LUA: &str = lua!(
-    "algorithm/window.lua",
-    "algorithm/fixed_window.lua",
-    "algorithm/penalty.lua",
-    "single.lua",
-    "fixed_window.lua"
-);
-/// A fixed window over calendar periods (`Params::period`).
-pub const CALENDAR_LUA: &str = lua!(
-    "algorithm/window.lua",
-    "algorithm/fixed_window.lua",
-    "algorithm/penalty.lua",
-    "single.lua",
-    "calendar_window.lua"
-);
-/// A group of charges decided together (see `store::Groups`, `lua/README.md`).
-pub const JOINT_LUA: &str = lua!(
-    "algorithm/gcra.lua",
-    "algorithm/window.lua",
-    "algorithm/sliding_window.lua",
-    "algorithm/fixed_window.lua",
-    "algorithm/penalty.lua",
-    "group.lua",
-    "joint.lua"
-);
-/// A descriptor naming a reservation: reserved, settled or charged plain in one call with
-/// the reservation's record (see `algorithm::reservation`, `lua/README.md`).
-pub const RESERVE_LUA: &str = lua!(
-    "algorithm/gcra.lua",
-    "algorithm/window.lua",
-    "algorithm/sliding_window.lua",
-    "algorithm/fixed_window.lua",
-    "algorithm/penalty.lua",
-    "group.lua",
-    "reserve.lua"
-);
-/// The charges of several requests for one server in one call (see `redis::batch`,
-/// `lua/README.md`): every algorithm, joint and independent groups side by side.
-pub const BATCH_LUA: &str = lua!(
-    "algorithm/gcra.lua",
-    "algorithm/window.lua",
-    "algorithm/sliding_window.lua",
-    "algorithm/fixed_window.lua",
-    "algorithm/penalty.lua",
-    "batch.lua"
-);
-/// Approximate mode's sync of many buckets (see `approx::sync`, `lua/approx.lua`).
+/// The request scripts, each once: built as `lua/window_keys_off.lua` (for `--redis-windows
+/// lua`: no window key is read) or `lua/window_keys_on.lua` (`read`, `plain`: the scripts
+/// fold window keys in, `prelude.lua`) says.
+#[derive(Debug, Clone, Copy)]
+pub struct Sources {
+    pub gcra: &'static str,
+    pub sliding: &'static str,
+    pub fixed: &'static str,
+    pub calendar: &'static str,
+    pub joint: &'static str,
+    pub batch: &'static str,
+    pub reserve: &'static str,
+}
+
+macro_rules! sources {
+    ($flag:literal) => {
+        Sources {
+            gcra: lua!($flag; "algorithm/gcra.lua", "algorithm/penalty.lua", "single.lua", "gcra.lua"),
+            sliding: lua!($flag;
+                "algorithm/window.lua",
+                "algorithm/sliding_window.lua",
+                "algorithm/penalty.lua",
+                "single.lua",
+                "sliding_window.lua"
+            ),
+            fixed: lua!($flag;
+                "algorithm/window.lua",
+                "algorithm/fixed_window.lua",
+                "algorithm/penalty.lua",
+                "single.lua",
+                "fixed_window.lua"
+            ),
+            calendar: lua!($flag;
+                "algorithm/window.lua",
+                "algorithm/fixed_window.lua",
+                "algorithm/penalty.lua",
+                "single.lua",
+                "calendar_window.lua"
+            ),
+            joint: lua!($flag;
+                "algorithm/gcra.lua",
+                "algorithm/window.lua",
+                "algorithm/sliding_window.lua",
+                "algorithm/fixed_window.lua",
+                "algorithm/penalty.lua",
+                "group.lua",
+                "joint.lua"
+            ),
+            batch: lua!($flag;
+                "algorithm/gcra.lua",
+                "algorithm/window.lua",
+                "algorithm/sliding_window.lua",
+                "algorithm/fixed_window.lua",
+                "algorithm/penalty.lua",
+                "batch.lua"
+            ),
+            reserve: lua!($flag;
+                "algorithm/gcra.lua",
+                "algorithm/window.lua",
+                "algorithm/sliding_window.lua",
+                "algorithm/fixed_window.lua",
+                "algorithm/penalty.lua",
+                "group.lua",
+                "reserve.lua"
+            ),
+        }
+    };
+}
+
+/// The scripts of `--redis-windows lua`: no window key read.
+pub const WITHOUT_WINDOW_KEYS: Sources = sources!("window_keys_off.lua");
+/// The scripts of `--redis-windows read` and `plain`: window keys folded in.
+pub const WITH_WINDOW_KEYS: Sources = sources!("window_keys_on.lua");
+
+pub const GCRA_LUA: &str = WITHOUT_WINDOW_KEYS.gcra;
+pub const SLIDING_LUA: &str = WITHOUT_WINDOW_KEYS.sliding;
+pub const FIXED_LUA: &str = WITHOUT_WINDOW_KEYS.fixed;
+pub const CALENDAR_LUA: &str = WITHOUT_WINDOW_KEYS.calendar;
+pub const JOINT_LUA: &str = WITHOUT_WINDOW_KEYS.joint;
+pub const RESERVE_LUA: &str = WITHOUT_WINDOW_KEYS.reserve;
+pub const BATCH_LUA: &str = WITHOUT_WINDOW_KEYS.batch;
+
+/// Approximate mode's sync of many buckets (see `approx::sync`, `lua/approx.lua`): built to
+/// read window keys, which it does only when a call asks (its ARGV[1]).
 pub static APPROX_LUA: LazyLock<Script> =
-    LazyLock::new(|| Script::new(lua!("algorithm/window.lua", "approx.lua")));
+    LazyLock::new(|| Script::new(lua!("window_keys_on.lua"; "algorithm/window.lua", "approx.lua")));
 
 /// The give-back of a denied or stale plain window consume (see `redis::plain`,
 /// `lua/give_back.lua`): standalone, no prelude.

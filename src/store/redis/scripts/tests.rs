@@ -117,3 +117,21 @@ fn replies_parse_or_fail_as_server_errors() {
     assert!(matches!(parse(Value::Nil), Err(StoreError::Server(_))));
     assert!(matches!(parse(Value::Array(vec![Value::Int(1)])), Err(StoreError::Server(_))));
 }
+
+#[test]
+fn the_scripts_read_window_keys_only_when_told() {
+    let scripts = Scripts::new();
+    let sha = |scripts: &Scripts| {
+        args(&scripts.command(&charge(Algorithm::FixedWindow, Hits::Consume(1)), Call::Sha))[1].clone()
+    };
+    assert_eq!(sha(&scripts), redis::Script::new(super::WITHOUT_WINDOW_KEYS.fixed).get_hash());
+    scripts.read_window_keys(true);
+    assert_eq!(sha(&scripts), redis::Script::new(super::WITH_WINDOW_KEYS.fixed).get_hash());
+    // The two builds differ only in their first line: the flag fold reads.
+    let (off, on) = (super::WITHOUT_WINDOW_KEYS.batch, super::WITH_WINDOW_KEYS.batch);
+    let body = |s: &'static str| {
+        s.split_once("local WINDOW_KEYS = ").map(|(_, rest)| &rest[rest.find('\n').unwrap_or(0)..])
+    };
+    assert!(off.contains("local WINDOW_KEYS = false") && on.contains("local WINDOW_KEYS = true"));
+    assert_eq!(body(off), body(on));
+}
